@@ -1,0 +1,146 @@
+"""verify(model, task): check every dataset point exactly; strict argmax, ties fail.
+
+A point is correct iff its label's logit is strictly above every other logit.  The verdict
+carries the exact minimum margin (correct logit minus best other logit) over all points, and
+the first failing point in index order as a replayable counterexample.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Iterable
+
+import numpy as np
+
+from checkers.errors import BadInput
+from checkers.evaluate import Evaluator
+from checkers.model import Model
+from checkers.tasks import Batch, Task
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    index: int
+    tokens: tuple[str, ...]
+    expected: str
+    predicted: str  # the class with the largest logit (first of them on a tie)
+    logits: tuple[Fraction, ...]
+    tie: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    task: str
+    points_total: int
+    points_checked: int
+    points_covered: int
+    min_margin: Fraction | None
+    counterexample: Counterexample | None
+    path: str
+    seconds: float
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def verified(self) -> bool:
+        return self.counterexample is None and self.points_covered == self.points_total
+
+    @property
+    def verdict(self) -> str:
+        return "verified" if self.verified else "refuted"
+
+
+def check_compatible(model: Model, task: Task) -> dict[int, int]:
+    """The model must embed the task's tokens in the task's order; returns task class -> model row."""
+    V = len(task.vocab)
+    if tuple(model.vocab) != tuple(task.vocab):
+        if len(model.vocab) != V:
+            raise BadInput(
+                f"model vocabulary has {len(model.vocab)} tokens but task {task.name} has {V} "
+                f"({', '.join(task.vocab[:6])}{', ...' if V > 6 else ''})"
+            )
+        raise BadInput("model vocabulary order differs from the task's: " f"{model.vocab[:6]} vs {task.vocab[:6]}")
+    if model.max_length < task.length:
+        raise BadInput(f"model has {model.max_length} positions but task {task.name} needs {task.length}")
+    rows = {c: i for i, c in enumerate(model.classes)}
+    missing = [c for c in task.classes if c not in rows]
+    if missing:
+        raise BadInput(f"model classes lack task labels {missing[:5]}")
+    return {ti: rows[c] for ti, c in enumerate(task.classes)}
+
+
+def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray):
+    """(margins numerators (B,), denominator, first failing position or -1, numerators (B,C))."""
+    num, den = ev.logits(batch.ids)
+    rows = class_rows[batch.labels]
+    B = len(rows)
+    correct = num[np.arange(B), rows]
+    other = num.copy()
+    if other.dtype == object:
+        other[np.arange(B), rows] = None
+        best_other = np.array([max(v for v in r if v is not None) if len(r) > 1 else None for r in other], dtype=object)
+    else:
+        other[np.arange(B), rows] = np.iinfo(np.int64).min
+        best_other = other.max(axis=1)
+    if num.shape[1] == 1:
+        margins = np.array([None] * B, dtype=object)
+        return margins, den, -1, num
+    margins = correct - best_other
+    bad = np.nonzero(margins <= 0)[0]
+    return margins, den, (int(bad[0]) if len(bad) else -1), num
+
+
+def verify(
+    model: Model,
+    task: Task,
+    batch_size: int = 2048,
+    batches: Iterable[Batch] | None = None,
+    covered: int | None = None,
+    progress: bool | None = None,
+    force_exact: bool = False,
+) -> Verdict:
+    """Evaluate every point of `task` (or the given batches, which then cover `covered` points)."""
+    t0 = time.perf_counter()
+    class_map = check_compatible(model, task)
+    class_rows = np.array([class_map[i] for i in range(len(task.classes))], dtype=np.int64)
+    ev = Evaluator(model, force_exact=force_exact)
+    if batches is None:
+        batches = task.batches(batch_size)
+        n_eval = task.size
+    else:
+        n_eval = None
+    if progress is None:
+        progress = sys.stderr.isatty()
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n_eval, unit="pt", desc=f"verify {task.name}", leave=False, file=sys.stderr)
+    checked = 0
+    min_num = None
+    counter = None
+    for batch in batches:
+        margins, den, bad, num = check_batch(ev, batch, class_rows)
+        checked += len(batch.index)
+        if bar is not None:
+            bar.update(len(batch.index))
+        if len(margins) and margins[0] is not None:
+            m = int(min(margins))
+            min_num = m if min_num is None else min(min_num, m)
+        if bad >= 0:
+            logits = tuple(Fraction(int(v), den) for v in num[bad])
+            row = num[bad]
+            pred = int(np.argmax(np.asarray([int(v) for v in row], dtype=object)))
+            p = task.point(int(batch.index[bad]))
+            exp_row = class_map[int(batch.labels[bad])]
+            tie = sum(1 for v in row if int(v) == int(row[exp_row])) > 1 and int(row[exp_row]) == max(int(v) for v in row)
+            counter = Counterexample(p.index, p.tokens, p.label, model.classes[pred], logits, tie)
+            break
+    if bar is not None:
+        bar.close()
+    min_margin = None if min_num is None else Fraction(min_num, ev.denominator)
+    cov = checked if covered is None else covered
+    if counter is not None:
+        cov = checked
+    return Verdict(task.name, task.size, checked, cov, min_margin, counter, ev.path, time.perf_counter() - t0)

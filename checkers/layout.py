@@ -1,0 +1,177 @@
+"""The residual stream as a direct sum of named blocks, and matrices built block by block.
+
+A construction names what each block of the residual stream holds ("question", "response",
+"answer", "position", "slot0", ...) and writes its weights the way the paper does: "the
+(answer, answer) block is the identity", never by hand-computed offsets (compare tracr's
+craft/bases.py).  Every block assignment checks its shape and raises on a mismatch.
+
+Two layouts of the same dimension may partition the stream differently (paper Lemma 4 reads
+the output of one head in "slots" of size d that overlap the token and position blocks);
+`BlockMatrix` therefore takes a row layout and a column layout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable
+
+import numpy as np
+
+from checkers.errors import BadInput
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    size: int
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise BadInput(f"block name must be a non-empty string, got {self.name!r}")
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
+            raise BadInput(f"block {self.name!r}: size must be a non-negative int, got {self.size!r}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Ordered named blocks; block i occupies rows offset(i) .. offset(i)+size-1."""
+
+    blocks: tuple[Block, ...]
+
+    def __post_init__(self):
+        names = [b.name for b in self.blocks]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise BadInput(f"layout has duplicate block names: {sorted(dup)}")
+
+    @classmethod
+    def of(cls, *blocks: tuple[str, int]) -> "Layout":
+        """Layout.of(("question", 3), ("response", 1), ...)."""
+        return cls(tuple(Block(n, s) for n, s in blocks))
+
+    @property
+    def dim(self) -> int:
+        return sum(b.size for b in self.blocks)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.blocks)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def size(self, name: str) -> int:
+        return self._find(name)[1].size
+
+    def offset(self, name: str) -> int:
+        return self._find(name)[0]
+
+    def slice(self, name: str) -> slice:
+        start, block = self._find(name)
+        return slice(start, start + block.size)
+
+    def index(self, name: str, i: int) -> int:
+        """Row of direction i inside block `name`."""
+        start, block = self._find(name)
+        if not 0 <= i < block.size:
+            raise IndexError(f"direction {i} outside block {name!r} of size {block.size}")
+        return start + i
+
+    def padded(self, dim: int, name: str = "scratch") -> "Layout":
+        """This layout followed by a zero block filling up to `dim` rows."""
+        if dim < self.dim:
+            raise BadInput(f"layout needs {self.dim} rows but the model has d' = {dim}")
+        return self if dim == self.dim else Layout(self.blocks + (Block(name, dim - self.dim),))
+
+    def to_json(self) -> list[dict]:
+        return [{"name": b.name, "size": b.size} for b in self.blocks]
+
+    def _find(self, name: str) -> tuple[int, Block]:
+        start = 0
+        for b in self.blocks:
+            if b.name == name:
+                return start, b
+            start += b.size
+        raise KeyError(f"no block named {name!r} in layout {self.names}")
+
+
+def _as_fraction_array(value, shape: tuple[int, int]) -> np.ndarray:
+    """A scalar (times identity if square), or a 2-D array-like of exact numbers."""
+    arr = np.empty(shape, dtype=object)
+    if np.isscalar(value) or isinstance(value, Fraction):
+        if shape[0] != shape[1]:
+            raise ValueError(f"a scalar means scalar * identity, but the block is {shape[0]}x{shape[1]}")
+        arr[:] = Fraction(0)
+        for i in range(shape[0]):
+            arr[i, i] = Fraction(value)
+        return arr
+    src = np.asarray(value, dtype=object)
+    if src.ndim == 1 and 1 in shape:
+        src = src.reshape(shape)
+    if src.shape != shape:
+        raise ValueError(f"block value has shape {src.shape}, block is {shape}")
+    for idx, v in np.ndenumerate(src):
+        if isinstance(v, float):
+            raise TypeError("floats are not exact; use int or Fraction")
+        arr[idx] = Fraction(v)
+    return arr
+
+
+class BlockMatrix:
+    """A d_rows x d_cols exact matrix assembled from named blocks.
+
+    `m.set("answer", "answer", 1)` puts the identity in the (answer, answer) block;
+    `m.set("slot2", "token", eye)` copies the token block into slot 2.  Shapes are checked.
+    """
+
+    def __init__(self, rows: Layout, cols: Layout):
+        self.rows, self.cols = rows, cols
+        self._m = np.full((rows.dim, cols.dim), Fraction(0), dtype=object)
+
+    def set(self, row_block: str, col_block: str, value) -> "BlockMatrix":
+        r, c = self.rows.slice(row_block), self.cols.slice(col_block)
+        shape = (r.stop - r.start, c.stop - c.start)
+        try:
+            self._m[r, c] = _as_fraction_array(value, shape)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"block ({row_block}, {col_block}): {exc}") from None
+        return self
+
+    def add(self, row_block: str, col_block: str, value) -> "BlockMatrix":
+        r, c = self.rows.slice(row_block), self.cols.slice(col_block)
+        shape = (r.stop - r.start, c.stop - c.start)
+        self._m[r, c] = self._m[r, c] + _as_fraction_array(value, shape)
+        return self
+
+    def entry(self, row_block: str, i: int, col_block: str, j: int, value) -> "BlockMatrix":
+        self._m[self.rows.index(row_block, i), self.cols.index(col_block, j)] = Fraction(value)
+        return self
+
+    def build(self) -> np.ndarray:
+        out = self._m.copy()
+        out.flags.writeable = False
+        return out
+
+
+def eye(n: int, scale=1) -> np.ndarray:
+    out = np.full((n, n), Fraction(0), dtype=object)
+    for i in range(n):
+        out[i, i] = Fraction(scale)
+    return out
+
+
+def zeros(rows: int, cols: int) -> np.ndarray:
+    return np.full((rows, cols), Fraction(0), dtype=object)
+
+
+def exact_matrix(rows: Iterable[Iterable], where: str = "matrix") -> np.ndarray:
+    """A read-only object array of Fractions from nested ints/Fractions (floats refused)."""
+    arr = np.array([[v for v in row] for row in rows], dtype=object)
+    if arr.ndim != 2:
+        raise BadInput(f"{where}: not a rectangular matrix")
+    for idx, v in np.ndenumerate(arr):
+        if isinstance(v, (float, bool)) or not isinstance(v, (int, Fraction)):
+            raise BadInput(f"{where}[{idx[0]}][{idx[1]}]: not an exact number: {v!r}")
+        arr[idx] = Fraction(v)
+    arr.flags.writeable = False
+    return arr

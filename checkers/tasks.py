@@ -1,0 +1,242 @@
+"""Datasets of the paper's tasks, each point an integer index (replayable with --point N).
+
+A task has a vocabulary (the embedding order: token vocab[t] is one-hot row t), classes (the
+classifier's output order), a sequence length, an exact size, `point(i)` decoding index i into
+(tokens, label), and `batches()` streaming token ids in bounded memory.
+
+Sizes (paper section 4):
+  sc    all M^L sequences over an alphabet of M tokens (or a seeded sample of N of them),
+        each followed by the CLS token, with pairwise distinct labels (a seeded permutation).
+  icqa  A(n_q,k) * A(n_a,k) * k: an ordered choice of k distinct questions, an ordered choice of
+        k distinct answers, and the query index c; sequence q_0 = a_0 ... q_{k-1} = a_{k-1} q_c =,
+        length 3k+2, label a_c.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from math import perm
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from checkers.errors import BadInput
+
+RESPONSE = "="
+CLS = "<cls>"
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    tokens: tuple[str, ...]
+    label: str
+
+
+@dataclass(frozen=True)
+class Batch:
+    index: np.ndarray  # (B,) dataset indices
+    ids: np.ndarray  # (B, n) token ids into task.vocab
+    labels: np.ndarray  # (B,) class ids into task.classes
+
+
+class Task:
+    """Base class: subclasses set vocab, classes, length, size, params and implement decode."""
+
+    name: str = ""
+    theorem: str = ""
+    vocab: tuple[str, ...] = ()
+    classes: tuple[str, ...] = ()
+    length: int = 0
+    size: int = 0
+    params: dict = {}
+
+    def decode(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ids (B, n), labels (B,)) for an array of indices."""
+        raise NotImplementedError
+
+    def point(self, i: int) -> Point:
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < self.size:
+            raise BadInput(f"point {i} is outside the dataset (0 .. {self.size - 1})")
+        ids, labels = self.decode(np.array([i], dtype=np.int64))
+        return Point(int(i), tuple(self.vocab[t] for t in ids[0]), self.classes[labels[0]])
+
+    def batches(self, batch_size: int = 4096, start: int = 0, stop: int | None = None) -> Iterator[Batch]:
+        stop = self.size if stop is None else stop
+        for lo in range(start, stop, batch_size):
+            idx = np.arange(lo, min(stop, lo + batch_size), dtype=np.int64)
+            ids, labels = self.decode(idx)
+            yield Batch(idx, ids, labels)
+
+    def batches_of(self, indices: Sequence[int], batch_size: int = 4096) -> Iterator[Batch]:
+        indices = np.asarray(indices, dtype=np.int64)
+        for lo in range(0, len(indices), batch_size):
+            idx = indices[lo : lo + batch_size]
+            ids, labels = self.decode(idx)
+            yield Batch(idx, ids, labels)
+
+    def render(self, tokens: Sequence[str]) -> str:
+        return " ".join(tokens)
+
+
+def _check_int(name: str, value, low: int = 1, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise BadInput(f"--{name} must be an integer, got {value!r}")
+    if value < low:
+        raise BadInput(f"--{name} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise BadInput(f"--{name} must be <= {high}, got {value}")
+    return int(value)
+
+
+def decode_partial_permutations(rank: np.ndarray, n: int, k: int) -> np.ndarray:
+    """Lexicographic k-permutations of range(n): rank in [0, A(n,k)) -> (B, k) element ids."""
+    B = len(rank)
+    out = np.empty((B, k), dtype=np.int64)
+    used = np.zeros((B, n), dtype=bool)
+    r = rank.copy()
+    for j in range(k):
+        block = perm(n - 1 - j, k - 1 - j)
+        digit = r // block
+        r = r % block
+        free_rank = np.cumsum(~used, axis=1) - 1  # rank of each unused element among unused
+        choice = np.argmax((free_rank == digit[:, None]) & ~used, axis=1)
+        out[:, j] = choice
+        used[np.arange(B), choice] = True
+    return out
+
+
+class ICQA(Task):
+    """In-context QA (paper section 4.2)."""
+
+    name = "icqa"
+    theorem = "Theorem 3 (two-layer copy-matching)"
+
+    def __init__(self, k: int = 3, n_questions: int | None = None, n_answers: int | None = None):
+        self.k = _check_int("k", k)
+        n_q = self.k + 2 if n_questions is None else n_questions
+        n_a = self.k + 2 if n_answers is None else n_answers
+        self.n_q = _check_int("n-questions", n_q)
+        self.n_a = _check_int("n-answers", n_a)
+        if self.k > self.n_q:
+            raise BadInput(f"--k {self.k} is larger than the number of question tokens ({self.n_q})")
+        if self.k > self.n_a:
+            raise BadInput(f"--k {self.k} is larger than the number of answer tokens ({self.n_a})")
+        self.questions = tuple(f"q{i}" for i in range(self.n_q))
+        self.answers = tuple(f"a{i}" for i in range(self.n_a))
+        self.vocab = self.questions + (RESPONSE,) + self.answers
+        self.classes = self.answers
+        self.length = 3 * self.k + 2
+        self.n_qperm = perm(self.n_q, self.k)
+        self.n_aperm = perm(self.n_a, self.k)
+        self.size = self.n_qperm * self.n_aperm * self.k
+        self.params = {"k": self.k, "n_questions": self.n_q, "n_answers": self.n_a}
+
+    def decode(self, index):
+        index = np.asarray(index, dtype=np.int64)
+        c = index % self.k
+        rest = index // self.k
+        arank = rest % self.n_aperm
+        qrank = rest // self.n_aperm
+        qs = decode_partial_permutations(qrank, self.n_q, self.k)
+        ans = decode_partial_permutations(arank, self.n_a, self.k)
+        B = len(index)
+        ids = np.empty((B, self.length), dtype=np.int64)
+        r = self.n_q
+        ids[:, 0 : 3 * self.k : 3] = qs
+        ids[:, 1 : 3 * self.k : 3] = r
+        ids[:, 2 : 3 * self.k : 3] = ans + self.n_q + 1
+        ids[:, -2] = qs[np.arange(B), c]
+        ids[:, -1] = r
+        return ids, ans[np.arange(B), c]
+
+
+class SequenceClassification(Task):
+    """Sequence classification (paper section 4.1): distinct labels, CLS appended."""
+
+    name = "sc"
+    theorem = "Theorem 1 / Lemma 4 (one-layer memorization)"
+    MAX_POINTS = 200_000
+
+    def __init__(self, length: int = 3, alphabet: int = 3, seed: int = 0, n_points: int | None = None):
+        self.L = _check_int("length", length)
+        self.M = _check_int("alphabet", alphabet)
+        total = self.M**self.L
+        self.seed = _check_int("seed", seed, low=0)
+        n = total if n_points is None else _check_int("n-points", n_points, high=total)
+        if n > self.MAX_POINTS:
+            raise BadInput(
+                f"sequence classification with {n} distinct labels is too large (limit {self.MAX_POINTS}); "
+                "use --n-points"
+            )
+        rng = random.Random(self.seed)
+        seqs = list(range(total)) if n == total else sorted(rng.sample(range(total), n))
+        labels = list(range(n))
+        rng.shuffle(labels)
+        self._seq = np.array(seqs, dtype=np.int64)
+        self._label = np.array(labels, dtype=np.int64)
+        self.vocab = tuple(f"t{i}" for i in range(self.M)) + (CLS,)
+        self.classes = tuple(f"y{i}" for i in range(n))
+        self.length = self.L + 1
+        self.size = n
+        self.params = {"length": self.L, "alphabet": self.M, "seed": self.seed, "n_points": n}
+
+    def decode(self, index):
+        index = np.asarray(index, dtype=np.int64)
+        s = self._seq[index]
+        ids = np.empty((len(index), self.length), dtype=np.int64)
+        for j in range(self.L - 1, -1, -1):
+            ids[:, j] = s % self.M
+            s = s // self.M
+        ids[:, -1] = self.M
+        return ids, self._label[index]
+
+
+TASK_ALIASES = {
+    "sc": "sc",
+    "classification": "sc",
+    "sequence-classification": "sc",
+    "icqa": "icqa",
+    "ic-qa": "icqa",
+    "qa": "icqa",
+    "tm": "tm",
+    "template": "tm",
+    "template-matching": "tm",
+    "ictm": "ictm",
+    "ic-tm": "ictm",
+    "multihop": "multihop",
+    "multi-hop": "multihop",
+}
+
+
+def canonical_task(name: str) -> str:
+    key = str(name).strip().lower()
+    if key not in TASK_ALIASES:
+        raise BadInput(f"unknown task {name!r}; known: sc (classification), icqa, tm (template), ictm, multihop")
+    return TASK_ALIASES[key]
+
+
+def make_task(name: str, **options) -> Task:
+    """Build a task by name (aliases allowed) from the options a user gave (None = default)."""
+    key = canonical_task(name)
+    opts = {k: v for k, v in options.items() if v is not None}
+
+    def take(*allowed):
+        extra = sorted(set(opts) - set(allowed))
+        if extra:
+            raise BadInput(f"option --{extra[0].replace('_', '-')} does not apply to task {key}")
+        return {k: opts[k] for k in allowed if k in opts}
+
+    if key == "sc":
+        return SequenceClassification(**take("length", "alphabet", "seed", "n_points"))
+    if key == "icqa":
+        return ICQA(**take("k", "n_questions", "n_answers"))
+    if key in ("tm", "ictm"):
+        from checkers import template_tasks
+
+        return template_tasks.make(key, take)
+    if key == "multihop":
+        from checkers import multihop_task
+
+        return multihop_task.make(take)
+    raise BadInput(f"unknown task {name!r}")
