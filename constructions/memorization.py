@@ -1,0 +1,64 @@
+"""Paper Theorem 1 / Lemma 4: one layer, n heads, d' = max(n d, d + n) memorizes any
+sequence-classification dataset with distinct labels.
+
+Heads 0..n-2 (Lemma 1 instructive attention from the CLS position to position i) copy token i
+into slot i with W_V = n * (slot_i <- token); head n-1 attends to itself with W_V = -n I and
+cancels the residual.  The last column becomes the concatenation [x_0; ...; x_{n-2}; 0], and
+the Lemma 3 classifier separates these pairwise non-parallel vectors.  The slots overlap the
+token and position blocks, as in the paper (that is why d' = max(nd, d+n)); they are a second
+named partition of the same stream.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from checkers.evaluate import Evaluator
+from checkers.layout import BlockMatrix, Layout
+from checkers.model import Head, Model
+from checkers.tasks import SequenceClassification
+from constructions.attention import instructive_attention, position_map
+from constructions.classifier import lemma3_classifier
+from constructions.registry import Construction
+
+THEOREM = "Theorem 1 / Lemma 4 (one-layer memorization, n heads)"
+
+
+def layouts(d: int, n: int) -> tuple[Layout, Layout]:
+    """(input partition [token; position; pad], slot partition [slot_0..slot_{n-1}; pad])."""
+    dim = max(n * d, d + n)
+    inp = Layout.of(("token", d), ("position", n)).padded(dim, "pad")
+    slots = Layout.of(*[(f"slot{i}", d) for i in range(n)]).padded(dim, "pad")
+    return inp, slots
+
+
+def build(task: SequenceClassification, as_printed: bool = False) -> Construction:
+    d, n = len(task.vocab), task.length
+    inp, slots = layouts(d, n)
+    heads = []
+    for i in range(n - 1):
+        qk = instructive_attention(inp, position_map(n, [(i, n - 1)]))
+        v = BlockMatrix(slots, inp).set(f"slot{i}", "token", n).build()
+        heads.append(Head(qk, v))
+    neutral_qk = instructive_attention(inp, position_map(n, [(j, j) for j in range(n)]))
+    neutral_v = BlockMatrix(inp, inp)
+    for b in inp.names:
+        neutral_v.set(b, b, -n)
+    heads.append(Head(neutral_qk, neutral_v.build()))
+
+    # Read the layer's actual last column on every point (W_O = I), then apply Lemma 3 to
+    # those exact vectors: the classifier rests on what the layer computes, not on the lemma.
+    probe_out = BlockMatrix(inp, inp)
+    for b in inp.names:
+        probe_out.set(b, b, 1)
+    probe = Model(task.vocab, n, tuple(f"h{r}" for r in range(inp.dim)), inp, (tuple(heads),), probe_out.build())
+    ev = Evaluator(probe)
+    vectors, labels = [], []
+    for batch in task.batches(4096):
+        num, den = ev.logits(batch.ids)
+        for row, y in zip(num, batch.labels):
+            vectors.append([Fraction(int(v), den) for v in row])
+            labels.append(int(y))
+    W_O = lemma3_classifier(vectors, labels, n_classes=len(task.classes))
+    model = Model(task.vocab, n, task.classes, inp, (tuple(heads),), W_O, name="memorization")
+    return Construction("sc", "heads", THEOREM, model, as_printed,
+                        "copy token i into slot i (n-1 heads), cancel the residual (1 head), Lemma 3 classifier")
