@@ -25,9 +25,10 @@ class Counterexample:
     index: int
     tokens: tuple[str, ...]
     expected: str
-    predicted: str  # the class with the largest logit (first of them on a tie)
-    logits: tuple[Fraction, ...]
-    tie: bool
+    predicted: str  # the best other class: its logit is >= the expected one's
+    logits: tuple[Fraction, ...]  # in the model's class order (`classes`)
+    tie: bool  # the best other logit equals the expected one
+    classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,13 +130,14 @@ def verify(
             m = int(min(margins))
             min_num = m if min_num is None else min(min_num, m)
         if bad >= 0:
-            logits = tuple(Fraction(int(v), den) for v in num[bad])
-            row = num[bad]
-            pred = int(np.argmax(np.asarray([int(v) for v in row], dtype=object)))
-            p = task.point(int(batch.index[bad]))
+            row = [int(v) for v in num[bad]]
             exp_row = class_map[int(batch.labels[bad])]
-            tie = sum(1 for v in row if int(v) == int(row[exp_row])) > 1 and int(row[exp_row]) == max(int(v) for v in row)
-            counter = Counterexample(p.index, p.tokens, p.label, model.classes[pred], logits, tie)
+            pred = max((i for i in range(len(row)) if i != exp_row), key=lambda i: row[i])
+            p = task.point(int(batch.index[bad]))
+            counter = Counterexample(
+                p.index, p.tokens, p.label, model.classes[pred],
+                tuple(Fraction(v, den) for v in row), row[pred] == row[exp_row], tuple(model.classes),
+            )
             break
     if bar is not None:
         bar.close()

@@ -78,6 +78,15 @@ class Task:
     def render(self, tokens: Sequence[str]) -> str:
         return " ".join(tokens)
 
+    @property
+    def size_formula(self) -> str:
+        """How `size` is counted, e.g. "A(5,3) * A(5,3) * 3"."""
+        return str(self.size)
+
+    def describe(self) -> str:
+        opts = " ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.name} {opts}".strip()
+
 
 def _check_int(name: str, value, low: int = 1, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -132,6 +141,10 @@ class ICQA(Task):
         self.size = self.n_qperm * self.n_aperm * self.k
         self.params = {"k": self.k, "n_questions": self.n_q, "n_answers": self.n_a}
 
+    @property
+    def size_formula(self) -> str:
+        return f"A({self.n_q},{self.k}) * A({self.n_a},{self.k}) * {self.k}"
+
     def decode(self, index):
         index = np.asarray(index, dtype=np.int64)
         c = index % self.k
@@ -180,6 +193,11 @@ class SequenceClassification(Task):
         self.length = self.L + 1
         self.size = n
         self.params = {"length": self.L, "alphabet": self.M, "seed": self.seed, "n_points": n}
+
+    @property
+    def size_formula(self) -> str:
+        total = self.M**self.L
+        return f"{self.M}^{self.L}" if self.size == total else f"{self.size} of {self.M}^{self.L}"
 
     def decode(self, index):
         index = np.asarray(index, dtype=np.int64)
