@@ -1,0 +1,165 @@
+"""Multi-hop in-context QA (paper section 7: "copy-matching" repeated once per hop).
+
+Sequence ``x_0 > y_0  x_1 > y_1 ... x_{k-1} > y_{k-1}  s >`` with y_i = f(x_i), label f^h(s)
+(checkers/multihop_task.py).  Pair i sits at positions 3i (x_i), 3i+1 (>), 3i+2 (y_i); the query
+entity s at 3k, the last column 3k+1 holds ``>``.
+
+Residual stream: [entity (N); relation (1); position (n); dst (N)] (the "paper" fix has one
+dst block per round).  Every layer has one head.
+
+* copy (Lemma 1): key 3i+2 -> query 3i and key 3k -> query 3k+1 with W_V = (dst <- entity).
+  Pair column 3i now holds x_i in its token block and y_i in dst; the last column holds the
+  current entity cur = s in dst.
+* hop (Lemma 2 mask, content W_QK = (entity key, dst query) = I): a query column whose dst is
+  d scores 1 exactly on the pair column 3j with x_j = d; every other (key, query) pair gets a
+  -1 mask on top of a content score <= 1.  W_V = (dst <- dst) + (dst <- -entity) writes
+  -x_j + dst_j = -d + g(d): dst becomes g(d), still one-hot.  Entries stay in {-1, 0, 1}.
+
+Variants: "paper" h x (copy, hop) = 2h layers (rounds 2..h re-copy into a fresh block, which
+the hop of that round reads); as printed, Theorem 3's layers (W_V = I) repeated h times.
+"linear" copy + h hops by the last column only = h + 1 layers.  "doubling" copy + one layer
+per bit of h: every pair column hops with its own dst (g <- g o g, so after stage t it holds
+f^(2^t)) while the last column hops only at the stages of h's set bits =
+floor(log2 h) + 2 layers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from checkers.errors import BadInput
+from checkers.layout import BlockMatrix, Layout
+from checkers.model import Head, Model
+from checkers.multihop_task import MultiHop
+from constructions.attention import constrained_attention, instructive_attention, position_map
+from constructions.registry import Construction
+
+THEOREM = "Section 7 (nested in-context QA by repeated copy-matching)"
+MASK = -1  # Lemma 2 mask: content scores are 0/1, so -1 already silences a masked pair
+
+
+def _check(task) -> MultiHop:
+    if not isinstance(task, MultiHop):
+        raise BadInput(f"the multihop constructions need the multihop task, got {getattr(task, 'name', task)!r}")
+    return task
+
+
+def layout(task: MultiHop, dst_blocks: tuple[str, ...] = ("dst",)) -> Layout:
+    N = task.n_entities
+    return Layout.of(("entity", N), ("relation", 1), ("position", task.length), *[(b, N) for b in dst_blocks])
+
+
+def pair_columns(task: MultiHop) -> list[int]:
+    return [3 * i for i in range(task.k)]
+
+
+def copy_head(task: MultiHop, lay: Layout, dst: str, with_query: bool) -> Head:
+    """Lemma 1 copy: y_i (key 3i+2) into `dst` of pair column 3i; s (key 3k) into the last column."""
+    n, k = task.length, task.k
+    pairs = [(3 * i + 2, 3 * i) for i in range(k)]
+    if with_query:
+        pairs.append((n - 2, n - 1))
+    qk = instructive_attention(lay, position_map(n, pairs))
+    v = BlockMatrix(lay, lay).set(dst, "entity", 1).build()
+    return Head(qk, v)
+
+
+def hop_head(task: MultiHop, lay: Layout, queries, read: str, cur: str) -> Head:
+    """One hop for every query column in `queries`: match the query's `cur` block against the
+    pair columns' source entity, replace cur by that pair's `read` block (Lemma 2 mask -1)."""
+    n = task.length
+    allowed = np.zeros((n, n), dtype=bool)
+    for j in pair_columns(task):
+        for q in queries:
+            allowed[j, q] = True
+    content = BlockMatrix(lay, lay).set("entity", cur, 1)
+    qk = constrained_attention(lay, content, allowed, MASK)
+    v = BlockMatrix(lay, lay).set(cur, read, 1).set(cur, "entity", -1).build()
+    return Head(qk, v)
+
+
+def _model(task: MultiHop, lay: Layout, layers, read_block: str, name: str) -> Model:
+    out = Layout.of(("class", task.n_entities))
+    W_O = BlockMatrix(out, lay).set("class", read_block, 1).build()
+    return Model(task.vocab, task.length, task.classes, lay, tuple((h,) for h in layers), W_O, name=name)
+
+
+def build_linear(task, as_printed: bool = False) -> Construction:
+    """Copy once, then h hops of the last column: h + 1 layers, one head each, d' = 2N + 1 + n."""
+    task = _check(task)
+    lay = layout(task)
+    last = task.length - 1
+    layers = [copy_head(task, lay, "dst", True)] + [hop_head(task, lay, [last], "dst", "dst") for _ in range(task.hops)]
+    model = _model(task, lay, layers, "dst", "multihop-linear")
+    return Construction(
+        "multihop", "linear", THEOREM, model, as_printed,
+        f"copy (Lemma 1) then {task.hops} hop layers of the last column: {task.hops + 1} layers",
+        ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
+    )
+
+
+def doubling_schedule(hops: int) -> list[tuple[bool, bool]]:
+    """Per stage t: (pair columns hop, last column hops).  Pairs double while a later stage needs
+    f^(2^(t+1)); the last column hops at the set bits of h."""
+    T = hops.bit_length()
+    return [(t < T - 1, bool(hops >> t & 1)) for t in range(T)]
+
+
+def build_doubling(task, as_printed: bool = False) -> Construction:
+    """Pointer doubling: copy, then floor(log2 h) + 1 stages; 1 head per layer, d' = 2N + 1 + n."""
+    task = _check(task)
+    lay = layout(task)
+    last = task.length - 1
+    layers = [copy_head(task, lay, "dst", True)]
+    for pairs_hop, last_hops in doubling_schedule(task.hops):
+        queries = (pair_columns(task) if pairs_hop else []) + ([last] if last_hops else [])
+        layers.append(hop_head(task, lay, queries, "dst", "dst"))
+    model = _model(task, lay, layers, "dst", "multihop-doubling")
+    return Construction(
+        "multihop", "doubling", THEOREM, model, as_printed,
+        f"copy then pointer doubling over the bits of h = {task.hops}: {len(layers)} layers",
+        ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
+    )
+
+
+def build_paper(task, as_printed: bool = False) -> Construction:
+    """Copy-matching h times: 2h layers.
+
+    as_printed: Theorem 3's printed layers (13.2) repeated h times on [entity; relation;
+    position]: layer 1 W_QK = Lemma 1 blockdiag(A_3, ..., A_3, A_2), W_V = I; layer 2 W_QK = I on
+    the entity (question) block, W_V = I; W_O reads the entity (answer) block.
+    Fixed: round t copies y_i into a fresh block dst_t (round 1 also copies s into dst1 of the
+    last column, which holds the current entity from then on) and hops with dst_t.
+    """
+    task = _check(task)
+    h, n = task.hops, task.length
+    if as_printed:
+        from constructions.copy_matching import copy_map
+
+        lay = layout(task, ())
+        ident = BlockMatrix(lay, lay)
+        for b in lay.names:
+            ident.set(b, b, 1)
+        ident = ident.build()
+        copy = Head(instructive_attention(lay, copy_map(task.k)), ident)
+        match = Head(BlockMatrix(lay, lay).set("entity", "entity", 1).build(), ident)
+        model = _model(task, lay, [copy, match] * h, "entity", "multihop-paper-as-printed")
+        return Construction(
+            "multihop", "paper", THEOREM, model, True,
+            f"Theorem 3's printed copy-matching layers repeated {h} times: {2 * h} layers",
+        )
+    blocks = tuple(f"dst{t + 1}" for t in range(h))
+    lay = layout(task, blocks)
+    last = n - 1
+    layers = []
+    for t, block in enumerate(blocks):
+        layers.append(copy_head(task, lay, block, t == 0))
+        layers.append(hop_head(task, lay, [last], block, "dst1"))
+    model = _model(task, lay, layers, "dst1", "multihop-paper")
+    return Construction(
+        "multihop", "paper", THEOREM, model, False,
+        f"{h} rounds of copy (into dst_t) + hop: {2 * h} layers",
+        ("Theorem 3's W_V = I copy merges x_i and y_i into one entity block; the fix copies y_i into its own block",),
+    )
+
+
+BUILDERS = {"multihop": {"paper": build_paper, "linear": build_linear, "doubling": build_doubling}}
