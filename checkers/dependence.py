@@ -1,0 +1,554 @@
+"""Decide one-layer fittability exactly: a checked certificate or a verified one-layer model.
+
+Paper section 11 (Def. 3, Props. 7-8): inside a group of points sharing (length, last token), a
+one-layer attention-only transformer's last-position logits are o(X) = sum_j phi(j, x_j) for a
+table phi: positions x tokens -> R^C; conversely every table is realised by one layer
+(`build_one_layer_model`).  So a labelled dataset is one-layer fittable iff, per group, the LP
+
+    sum_j phi(j, x_ij)[y_i] - sum_j phi(j, x_ij)[c] >= 1      (every point i, class c != y_i)
+
+is feasible.  Farkas: otherwise there are mu[i, c] >= 0 with sum_{i: x_ij = v} w_i = 0 for every
+(j, v) (w_i as in checkers/certificate.py), a paper-style dependence with a label contradiction.
+
+Floats (HiGHS) only *search*.  Every verdict rests on exact objects: an integer certificate that
+checkers/certificate.py accepts, or an integer model that checkers/exhaustive.verify accepts on
+every point.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import gcd
+from typing import Hashable, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from checkers import certificate as certcheck
+from checkers.errors import BadInput
+
+TOL = 1e-9
+
+
+# ----------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True)
+class CertPoint:
+    tokens: tuple
+    label: Hashable
+    mu: tuple  # ((class, positive int), ...)
+
+    @property
+    def total(self) -> int:
+        return sum(k for _, k in self.mu)
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """Integer Farkas multipliers on a few points; `check()` re-runs the independent checker."""
+
+    points: tuple[CertPoint, ...]
+    task: str = ""
+
+    def to_json(self, extra: dict | None = None) -> dict:
+        labels = [p.label for p in self.points]
+        classes = []
+        for p in self.points:
+            for c in [p.label] + [c for c, _ in p.mu]:
+                if c not in classes:
+                    classes.append(c)
+        obj = {
+            "format": certcheck.FORMAT,
+            "version": certcheck.VERSION,
+            "task": self.task,
+            "classes": classes,
+            "points": [
+                {"tokens": list(p.tokens), "label": p.label, "mu": {str(c): int(k) for c, k in p.mu}}
+                for p in self.points
+            ],
+        }
+        if extra:
+            obj.update(extra)
+        del labels
+        return obj
+
+    def check(self) -> tuple[bool, str]:
+        return certcheck.check_certificate(self.to_json())
+
+    def dependences(self) -> list[tuple[Hashable, tuple[int, ...]]]:
+        """Per class c: lambda_i = w_i[c] (paper Def. 3), skipping all-zero ones."""
+        classes = []
+        for p in self.points:
+            for c in [p.label] + [c for c, _ in p.mu]:
+                if c not in classes:
+                    classes.append(c)
+        out = []
+        for c in classes:
+            lam = tuple((p.total if p.label == c else 0) - dict(p.mu).get(c, 0) for p in self.points)
+            if any(lam):
+                out.append((c, lam))
+        return out
+
+
+@dataclass(frozen=True)
+class GroupFit:
+    """An integer table for one group: logits(X) = sum_j table[(j, x_j)] (one int per class)."""
+
+    length: int
+    last: Hashable
+    table: dict = field(compare=False)  # (j, token) -> tuple of ints per class
+
+
+@dataclass(frozen=True)
+class Decision:
+    fittable: bool
+    certificate: Certificate | None
+    fits: tuple[GroupFit, ...] = ()
+    points_searched: int = 0
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+
+
+# ----------------------------------------------------------------------------------------------
+# LP plumbing (HiGHS)
+
+
+def _run_lp(cost, A: sp.csc_matrix, row_lo, row_hi, col_lo, col_hi, time_limit: float | None = None):
+    """Solve min cost.x, row_lo <= A x <= row_hi, col_lo <= x <= col_hi with dual simplex.
+
+    Returns (status, x) with status in {"optimal", "infeasible", "other"}.
+    """
+    import highspy
+
+    A = sp.csc_matrix(A)
+    A.sort_indices()
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("solver", "simplex")
+    h.setOptionValue("random_seed", 0)
+    if time_limit is not None:
+        h.setOptionValue("time_limit", float(time_limit))
+    lp = highspy.HighsLp()
+    lp.num_col_ = A.shape[1]
+    lp.num_row_ = A.shape[0]
+    lp.col_cost_ = np.asarray(cost, dtype=np.float64)
+    lp.col_lower_ = np.asarray(col_lo, dtype=np.float64)
+    lp.col_upper_ = np.asarray(col_hi, dtype=np.float64)
+    lp.row_lower_ = np.asarray(row_lo, dtype=np.float64)
+    lp.row_upper_ = np.asarray(row_hi, dtype=np.float64)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = A.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = A.indices.astype(np.int32)
+    lp.a_matrix_.value_ = A.data.astype(np.float64)
+    lp.a_matrix_.num_col_ = A.shape[1]
+    lp.a_matrix_.num_row_ = A.shape[0]
+    h.passModel(lp)
+    h.run()
+    st = h.getModelStatus()
+    if st == highspy.HighsModelStatus.kOptimal:
+        return "optimal", np.array(h.getSolution().col_value, dtype=np.float64)
+    if st == highspy.HighsModelStatus.kInfeasible:
+        return "infeasible", None
+    if st == highspy.HighsModelStatus.kUnboundedOrInfeasible:
+        # re-run without presolve to tell the two apart (feasibility LPs here are never unbounded)
+        h.setOptionValue("presolve", "off")
+        h.run()
+        st = h.getModelStatus()
+        if st == highspy.HighsModelStatus.kInfeasible:
+            return "infeasible", None
+        if st == highspy.HighsModelStatus.kOptimal:
+            return "optimal", np.array(h.getSolution().col_value, dtype=np.float64)
+    return "other", None
+
+
+class GroupProblem:
+    """The LP data of one group: points X (N, n) of token ids, labels y (N,), C classes.
+
+    Columns: phi(j, v, c) for the (position, token) pairs that occur.  Rows: pairs (i, c != y_i).
+    """
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, n_classes: int):
+        X = np.asarray(X, dtype=np.int64)
+        y = np.asarray(y, dtype=np.int64)
+        if X.ndim != 2 or len(X) != len(y) or len(X) == 0:
+            raise ValueError("GroupProblem needs a non-empty (N, n) array and N labels")
+        self.X, self.y, self.C = X, y, int(n_classes)
+        N, n = X.shape
+        self.N, self.n = N, n
+        # compress (j, v) pairs that occur
+        self.jv_keys = []
+        jv_index = {}
+        cols = np.empty((N, n), dtype=np.int64)
+        for j in range(n):
+            vals, inv = np.unique(X[:, j], return_inverse=True)
+            base = len(self.jv_keys)
+            for v in vals:
+                jv_index[(j, int(v))] = len(self.jv_keys)
+                self.jv_keys.append((j, int(v)))
+            cols[:, j] = base + inv.reshape(-1)
+        self.jv_cols = cols  # (N, n): index of (j, x_ij)
+        self.n_vars = len(self.jv_keys) * self.C
+        # rows: for each point i, each class c != y_i
+        C = self.C
+        pi = np.repeat(np.arange(N), C)
+        pc = np.tile(np.arange(C), N)
+        keep = pc != y[pi]
+        self.row_point = pi[keep]
+        self.row_class = pc[keep]
+        R = len(self.row_point)
+        rows = np.repeat(np.arange(R), n)
+        jvc = cols[self.row_point].reshape(-1)
+        plus = jvc * C + np.repeat(y[self.row_point], n)
+        minus = jvc * C + np.repeat(self.row_class, n)
+        data = np.concatenate([np.ones(R * n), -np.ones(R * n)])
+        self.A = sp.csr_matrix(
+            (data, (np.concatenate([rows, rows]), np.concatenate([plus, minus]))), shape=(R, self.n_vars)
+        )
+
+    def rows_of(self, points: np.ndarray) -> np.ndarray:
+        mask = np.isin(self.row_point, points)
+        return np.nonzero(mask)[0]
+
+    # -- primal: a table phi with margin >= 1 on the given points
+    def solve_primal(self, points: np.ndarray | None = None):
+        rows = np.arange(self.A.shape[0]) if points is None else self.rows_of(points)
+        if len(rows) == 0:
+            return np.zeros(self.n_vars)
+        A = self.A[rows]
+        inf = np.inf
+        st, x = _run_lp(
+            np.zeros(self.n_vars), A.tocsc(), np.ones(len(rows)), np.full(len(rows), inf),
+            np.full(self.n_vars, -inf), np.full(self.n_vars, inf),
+        )
+        if st == "optimal":
+            return x
+        if st == "infeasible":
+            return None
+        raise RuntimeError("HiGHS returned neither a solution nor infeasibility for the primal LP")
+
+    # -- dual: mu >= 0 on rows of the given points, A^T mu = 0, sum(weight * mu) minimal, sum mu = 1
+    def solve_dual(self, points: np.ndarray, point_weight: np.ndarray | None = None):
+        rows = self.rows_of(points)
+        if len(rows) == 0:
+            return None, rows
+        AT = self.A[rows].T.tocsr()
+        used = np.nonzero(np.diff(AT.indptr))[0]
+        AT = AT[used]
+        M = sp.vstack([AT, sp.csr_matrix(np.ones((1, len(rows))))]).tocsc()
+        lo = np.zeros(M.shape[0])
+        lo[-1] = 1.0
+        cost = np.ones(len(rows)) if point_weight is None else point_weight[self.row_point[rows]]
+        st, mu = _run_lp(cost, M, lo, lo.copy(), np.zeros(len(rows)), np.full(len(rows), np.inf))
+        if st == "optimal":
+            return mu, rows
+        if st == "infeasible":
+            return None, rows
+        raise RuntimeError("HiGHS returned neither a solution nor infeasibility for the dual LP")
+
+    def point_mass(self, mu: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        mass = np.zeros(self.N)
+        np.add.at(mass, self.row_point[rows], mu)
+        return mass
+
+
+# ----------------------------------------------------------------------------------------------
+# exact re-solve
+
+
+def _exact_kernel_vector(prob: GroupProblem, rows: np.ndarray, mu_float: np.ndarray) -> list[int] | None:
+    """Integer mu >= 0 (not all 0) on `rows` with A_rows^T mu = 0, near mu_float; None if none found."""
+    import flint
+
+    AT = prob.A[rows].T.tocsr()
+    used = np.nonzero(np.diff(AT.indptr))[0]
+    AT = AT[used].toarray().astype(np.int64)
+    if AT.shape[0] == 0:
+        AT = np.zeros((1, len(rows)), dtype=np.int64)
+    M = flint.fmpz_mat(AT.tolist())
+    K, nullity = M.nullspace()
+    if nullity == 0:
+        return None
+    basis = [[int(K[r, c]) for r in range(len(rows))] for c in range(nullity)]
+    candidates = []
+    if nullity == 1:
+        candidates.append(basis[0])
+    else:
+        B = np.array(basis, dtype=np.float64).T  # (len(rows), nullity)
+        coef, *_ = np.linalg.lstsq(B, mu_float, rcond=None)
+        for bound in (10, 100, 10**3, 10**4, 10**6, 10**9, 10**12):
+            a = [Fraction(float(t)).limit_denominator(bound) for t in coef]
+            vec = [sum(a[c] * basis[c][r] for c in range(nullity)) for r in range(len(rows))]
+            den = 1
+            for v in vec:
+                den = den * v.denominator // gcd(den, v.denominator)
+            candidates.append([int(v * den) for v in vec])
+    for vec in candidates:
+        if all(v <= 0 for v in vec):
+            vec = [-v for v in vec]
+        if any(v < 0 for v in vec) or not any(vec):
+            continue
+        g = 0
+        for v in vec:
+            g = gcd(g, v)
+        return [v // g for v in vec]
+    return None
+
+
+def _support_points(prob: GroupProblem, mu, rows) -> np.ndarray:
+    mass = prob.point_mass(mu, rows)
+    return np.nonzero(mass > TOL * max(1.0, mass.max()))[0]
+
+
+def minimal_certificate_rows(prob: GroupProblem, points: np.ndarray, deadline: float | None = None):
+    """(rows, integer mu) of a certificate on an inclusion-minimal subset of `points`, or None.
+
+    Reweighted L1 (fewer points), then a deletion filter (drop any point whose removal keeps the
+    dual LP feasible), then an exact nullspace on the support of the last simplex vertex.
+    """
+    mu, rows = prob.solve_dual(points)
+    if mu is None:
+        return None
+    support = _support_points(prob, mu, rows)
+    for _ in range(3):
+        mass = prob.point_mass(mu, rows)
+        weight = 1.0 / (mass + 1e-3 * mass.max())
+        mu2, rows2 = prob.solve_dual(support, weight)
+        if mu2 is None:
+            break
+        s2 = _support_points(prob, mu2, rows2)
+        if len(s2) >= len(support):
+            mu, rows = mu2, rows2
+            break
+        mu, rows, support = mu2, rows2, s2
+    # deletion filter: try the lightest points first
+    changed = True
+    while changed and (deadline is None or time.perf_counter() < deadline):
+        changed = False
+        mass = prob.point_mass(mu, rows)
+        for p in sorted(support.tolist(), key=lambda i: mass[i]):
+            trial = support[support != p]
+            if len(trial) == 0:
+                continue
+            mu2, rows2 = prob.solve_dual(trial)
+            if mu2 is not None:
+                mu, rows, support = mu2, rows2, _support_points(prob, mu2, rows2)
+                changed = True
+                break
+    # exact: support of the vertex, then all rows of the support points as a fallback
+    keep = mu > TOL * max(1.0, mu.max())
+    for sel_rows, sel_mu in ((rows[keep], mu[keep]), (prob.rows_of(support), None)):
+        if sel_mu is None:
+            pos = {r: k for k, r in enumerate(rows)}
+            sel_mu = np.array([mu[pos[r]] if r in pos else 0.0 for r in sel_rows])
+        vec = _exact_kernel_vector(prob, sel_rows, sel_mu)
+        if vec is not None:
+            nz = [k for k, v in enumerate(vec) if v]
+            return sel_rows[nz], [vec[k] for k in nz]
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# rounding a table
+
+
+def round_table(prob: GroupProblem, x: np.ndarray, points: np.ndarray | None = None) -> np.ndarray | None:
+    """Integer table with every margin >= 1 on `points` (exact integer check), or None.
+
+    Rounding (n+3) x loses at most n per margin while scaling a margin >= 1 - eps to > n + 2.
+    """
+    pts = np.arange(prob.N) if points is None else np.asarray(points)
+    for scale in (prob.n + 3, 10 * (prob.n + 3), 1000 * (prob.n + 3)):
+        T = np.rint(x * scale)
+        if np.abs(T).max(initial=0) > 2**50:
+            return None
+        T = T.astype(np.int64).reshape(len(prob.jv_keys), prob.C)
+        if len(pts) == 0 or margins_ok(prob, T, pts):
+            return T
+    return None
+
+
+def logits_of_table(prob: GroupProblem, T: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Exact integer logits (object ints) of the given points under integer table T."""
+    Tobj = T.astype(object)
+    out = np.zeros((len(points), prob.C), dtype=object)
+    for j in range(prob.n):
+        out = out + Tobj[prob.jv_cols[points, j]]
+    return out
+
+
+def margins_ok(prob: GroupProblem, T: np.ndarray, points: np.ndarray) -> bool:
+    L = logits_of_table(prob, T, points)
+    return bool(all(correct(L[k], int(prob.y[p])) for k, p in enumerate(points)))
+
+
+def correct(row, label: int) -> bool:
+    return all(row[label] > row[c] for c in range(len(row)) if c != label)
+
+
+# ----------------------------------------------------------------------------------------------
+# labelled data in, decision out
+
+
+class Data:
+    """A labelled dataset as ids: tokens -> vocab ids, labels -> class ids, grouped by (n, last)."""
+
+    def __init__(self, seqs: Sequence[Sequence], labels: Sequence, vocab: Sequence | None = None,
+                 classes: Sequence | None = None):
+        if len(seqs) != len(labels) or not seqs:
+            raise BadInput("dataset: need as many labels as sequences, and at least one sequence")
+        if vocab is None:
+            vocab = []
+            for s in seqs:
+                for t in s:
+                    if t not in vocab:
+                        vocab.append(t)
+        if classes is None:
+            classes = []
+            for lab in labels:
+                if lab not in classes:
+                    classes.append(lab)
+        self.vocab, self.classes = list(vocab), list(classes)
+        tid = {t: i for i, t in enumerate(self.vocab)}
+        cid = {c: i for i, c in enumerate(self.classes)}
+        self.seqs = [tuple(s) for s in seqs]
+        self.labels = list(labels)
+        self.groups: dict[tuple, list[int]] = {}
+        for i, s in enumerate(self.seqs):
+            if not s:
+                raise BadInput(f"dataset: sequence {i} is empty")
+            self.groups.setdefault((len(s), s[-1]), []).append(i)
+        self.ids = [np.array([tid[t] for t in s], dtype=np.int64) for s in self.seqs]
+        self.y = np.array([cid[lab] for lab in self.labels], dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        return len(self.seqs)
+
+    def problem(self, members: Sequence[int]) -> GroupProblem:
+        X = np.stack([self.ids[i] for i in members])
+        return GroupProblem(X, self.y[list(members)], len(self.classes))
+
+    def certificate(self, members: Sequence[int], prob: GroupProblem, rows, mu, task: str = "",
+                    token_out=None, label_out=None) -> Certificate:
+        token_out = token_out or (lambda t: t)
+        label_out = label_out or (lambda c: c)
+        per_point: dict[int, dict] = {}
+        for r, k in zip(rows, mu):
+            p = int(prob.row_point[r])
+            c = self.classes[int(prob.row_class[r])]
+            per_point.setdefault(p, {})
+            per_point[p][c] = per_point[p].get(c, 0) + int(k)
+        pts = []
+        for p in sorted(per_point):
+            i = members[p]
+            mu_p = tuple((label_out(c), k) for c, k in per_point[p].items() if k)
+            pts.append(CertPoint(tuple(token_out(t) for t in self.seqs[i]), label_out(self.labels[i]), mu_p))
+        return Certificate(_order_points(tuple(pts)), task)
+
+
+def _order_points(points: tuple[CertPoint, ...]) -> tuple[CertPoint, ...]:
+    """Paper order: points with the first class's positive lambda first."""
+    return tuple(sorted(points, key=lambda p: (str(p.label), [str(t) for t in p.tokens])))
+
+
+def find_group_certificate(data: Data, members: Sequence[int], task: str = "", deadline=None, **out):
+    """Certificate (checked) for the points `members` of one group, or (None, float table)."""
+    prob = data.problem(members)
+    x = prob.solve_primal()
+    if x is not None:
+        return None, (prob, x)
+    res = minimal_certificate_rows(prob, np.arange(prob.N), deadline)
+    if res is None:
+        raise RuntimeError("the LP is infeasible but no exact certificate was recovered; please report")
+    rows, mu = res
+    cert = data.certificate(members, prob, rows, mu, task, **out)
+    ok, msg = cert.check()
+    if not ok:
+        raise RuntimeError(f"internal: recovered certificate does not check ({msg}); please report")
+    return cert, None
+
+
+def decide(data: Data, task: str = "", sample: int | None = 256, seed: int = 0, token_out=None,
+           label_out=None, progress=None) -> Decision:
+    """Fittable with integer tables per group, or a checked certificate (searched on growing samples)."""
+    t0 = time.perf_counter()
+    rng = random.Random(seed)
+    out = {"token_out": token_out, "label_out": label_out}
+    fits = []
+    searched = 0
+    for (n, last), members in sorted(data.groups.items(), key=lambda kv: -len(kv[1])):
+        size = len(members) if sample is None else min(sample, len(members))
+        while True:
+            sub = members if size >= len(members) else sorted(rng.sample(members, size))
+            searched = max(searched, len(sub))
+            cert, fit = find_group_certificate(data, sub, task, **out)
+            if cert is not None:
+                return Decision(False, cert, (), searched, time.perf_counter() - t0)
+            if size >= len(members):
+                break
+            size = min(len(members), size * 4)
+        prob, x = fit
+        T = round_table(prob, x)
+        if T is None:
+            raise RuntimeError(f"could not round the LP solution of group (length {n}, last {last!r}); please report")
+        table = {(j, data.vocab[v]): tuple(int(t) for t in T[k]) for k, (j, v) in enumerate(prob.jv_keys)}
+        fits.append(GroupFit(n, last, table))
+    return Decision(True, None, tuple(fits), searched, time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------------------------
+# the explicit one-layer model
+
+
+def build_one_layer_model(vocab: Sequence[str], classes: Sequence[str], max_length: int,
+                          fits: Sequence[GroupFit], name: str = "one-layer fit"):
+    """One layer, one ReLU head per (group, key position) (the "if" direction of Prop. 7).
+
+    Head (n, t, j): score(key, query) = [key pos = j] + [query token = t] + [query pos = n-1] - 2,
+    which is 1 exactly for key position j of a query at the last position of a length-n sequence
+    ending in t, and <= 0 otherwise (H0 has no bias row: the constant -2 sits in the
+    (position, position) block, since every column has exactly one position one-hot).
+    W_V writes m * phi(j, v) into the class block for the key token v; W_O reads the class block.
+    """
+    from checkers.layout import BlockMatrix, Layout, eye, zeros
+    from checkers.model import Head, Model
+
+    vocab = tuple(vocab)
+    classes = tuple(classes)
+    V, P, C = len(vocab), max_length, len(classes)
+    layout = Layout.of(("token", V), ("position", P), ("classes", C))
+    tid = {t: i for i, t in enumerate(vocab)}
+    heads_spec = []
+    for fit in fits:
+        for j in range(fit.length):
+            col = {v: fit.table[(jj, v)] for (jj, v) in fit.table if jj == j}
+            if any(any(vals) for vals in col.values()):
+                heads_spec.append((fit.length, fit.last, j, col))
+    if not heads_spec:  # a model needs at least one head; an all-zero head changes nothing
+        heads_spec.append((1, vocab[0], 0, {}))
+    m = len(heads_spec)
+    heads = []
+    for n, last, j, col in heads_spec:
+        if n > max_length:
+            raise BadInput(f"a group has length {n} > max_length {max_length}")
+        W = BlockMatrix(layout, layout)
+        pp = np.full((P, P), Fraction(-2), dtype=object)
+        pp[j, :] += 1  # key position j
+        pp[:, n - 1] += 1  # query position n-1
+        W.set("position", "position", pp)
+        pt = zeros(P, V)
+        pt[:, tid[last]] = Fraction(1)  # query token t (each key has one position one-hot)
+        W.set("position", "token", pt)
+        Wv = BlockMatrix(layout, layout)
+        ct = zeros(C, V)
+        for v, vals in col.items():
+            for c in range(C):
+                ct[c, tid[v]] = Fraction(m * vals[c])
+        Wv.set("classes", "token", ct)
+        heads.append(Head(W.build(), Wv.build()))
+    WO = BlockMatrix(Layout.of(("classes", C)), layout).set("classes", "classes", eye(C)).build()
+    return Model(vocab, max_length, classes, layout, (tuple(heads),), WO, name=name)
