@@ -1,0 +1,157 @@
+"""Paper Theorem 5 (section 14.2): two layers solve template matching by parsing-mapping.
+
+Stream blocks, as in the H^(0) of section 14.2: token (the m alphabet tokens), response (the CLS
+row), position (n = l+1 one-hot positions), then padding.
+
+Layer 1 (parsing, one head): W_QK = I on (token, token), so position i attends exactly the
+positions holding its token; W_V = -I on (token, response) and I from the positions into the
+position block.  Column i's position block becomes p_i + p'_i, p'_i = sum of p_j over x_j = x_i:
+a 0/1/2 matrix that depends only on the template.
+Layer 2 (mapping), two variants the paper gives:
+  "ternary": one head, Lemma 1 attention from the CLS position to position i with weight
+             3^(l-1-i), W_V = I: the CLS column gets every row of the template matrix as a
+             ternary number;
+  "heads":   Lemma 4 with n = l+1 heads: head i copies the template column of position i into
+             slot i, the last head cancels the residual.
+The classifier is Lemma 3 applied to the last column of one representative per template.
+
+Printed errors (docs/errata-templates.md), fixed unless as_printed:
+  * W_V^(1) reads its "I_{n x n}" from the first n coordinates of the stream (the printed column
+    split is n | d'-n), i.e. from the token rows, not from the position block;
+  * layer 1 does not cancel the token rows: position i attends c_i >= 1 equal tokens, so its token
+    part is (1 - c_i) x_i, not 0; with W_V^(2) = I this residue reaches the CLS column and depends
+    on the substitution.  Fix: W_V^(2) = I on the position block only (ternary);
+  * "heads": Lemma 4 verbatim copies the token rows, which after layer 1 hold only the residue
+    (1 - c_i) x_i (zero for a template without repeats, so Lemma 3 cannot apply); the fix copies
+    the position block, where the template is.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from checkers.errors import BadInput
+from checkers.evaluate import Evaluator
+from checkers.layout import BlockMatrix, Layout, eye
+from checkers.model import Head, Model
+from checkers.template_tasks import TemplateMatching
+from constructions.attention import instructive_attention, position_map
+from constructions.classifier import lemma3_classifier
+from constructions.registry import Construction
+
+THEOREM = "Theorem 5 (two-layer parsing-mapping)"
+
+
+def base_layout(task: TemplateMatching) -> Layout:
+    """[token; response; position] of section 14.2 (d' = d + n with d = m + 1 counting the CLS row)."""
+    return Layout.of(("token", task.m), ("response", 1), ("position", task.length))
+
+
+def parsing_layer(lay: Layout, n: int, as_printed: bool) -> Head:
+    """Layer 1 of section 14.2 (one head); as_printed reads the value from the first n rows."""
+    qk = BlockMatrix(lay, lay).set("token", "token", 1).build()
+    v = BlockMatrix(lay, lay).set("token", "token", -1).set("response", "response", -1)
+    if as_printed:
+        # printed: rows of the position block <- I_{n x n} in the first n columns of the stream
+        lead = Layout.of(("first_n", n)).padded(lay.dim, "rest")
+        extra = BlockMatrix(lay, lead).set("position", "first_n", 1).build()
+        v = v.build() + extra
+        v.flags.writeable = False
+    else:
+        v = v.set("position", "position", 1).build()
+    return Head(qk, v)
+
+
+def last_columns(task, lay: Layout, layers, ids) -> list[list[Fraction]]:
+    """Exact last column h^(L)_{n-1} of each token-id sequence (a probe model with W_O = I)."""
+    probe = Model(task.vocab, task.length, tuple(f"h{r}" for r in range(lay.dim)), lay, layers,
+                  eye(lay.dim), name="probe")
+    num, den = Evaluator(probe).logits(np.asarray(ids, dtype=np.int64))
+    return [[Fraction(int(v), den) for v in row] for row in num]
+
+
+def classifier(task: TemplateMatching, lay: Layout, layers, notes: list[str]) -> np.ndarray:
+    """Lemma 3 on the last column of one representative sequence per template."""
+    reps = [task.representative(t) for t in range(len(task.classes))]
+    vectors = last_columns(task, lay, layers, reps)
+    if len(vectors) == 1:
+        return np.full((1, lay.dim), Fraction(0), dtype=object)
+    try:
+        return lemma3_classifier(vectors, list(range(len(vectors))), n_classes=len(task.classes))
+    except BadInput as exc:
+        notes.append(f"Lemma 3 does not apply to these weights ({exc}); W_O = 0 (every logit ties)")
+        return np.full((len(task.classes), lay.dim), Fraction(0), dtype=object)
+
+
+def _model(task, lay, layers, name, notes) -> Model:
+    W_O = classifier(task, lay, layers, notes)
+    W_O.flags.writeable = False
+    return Model(task.vocab, task.length, task.classes, lay, layers, W_O, name=name)
+
+
+ALL_FIXES = frozenset({"value-columns", "layer2-source"})
+
+
+def build_ternary(task: TemplateMatching, as_printed: bool = False) -> Construction:
+    """Theorem 5, one head per layer, d' = d + n: layer 2 encodes each template row in ternary."""
+    return _ternary(task, frozenset() if as_printed else ALL_FIXES)
+
+
+def build_heads(task: TemplateMatching, as_printed: bool = False) -> Construction:
+    """Theorem 5 with layer 2 = Lemma 4 memorization (n = l+1 heads), d' = max(l * s, d + n)."""
+    return _heads(task, frozenset() if as_printed else ALL_FIXES)
+
+
+def _ternary(task: TemplateMatching, fixes: frozenset) -> Construction:
+    as_printed = not fixes
+    lay = base_layout(task)
+    n, l = task.length, task.l
+    alpha = position_map(n, [])
+    for i in range(l):
+        alpha[i, n - 1] = Fraction(3 ** (l - 1 - i))
+    qk2 = instructive_attention(lay, alpha)
+    v2 = BlockMatrix(lay, lay)
+    if "layer2-source" not in fixes:
+        for b in lay.names:
+            v2.set(b, b, 1)  # W_V^(2) = I
+    else:
+        v2.set("position", "position", 1)  # the template lives here; token rows keep a residue
+    layers = ((parsing_layer(lay, n, "value-columns" not in fixes),), (Head(qk2, v2.build()),))
+    notes: list[str] = []
+    model = _model(task, lay, layers, "parsing-mapping-ternary", notes)
+    return Construction("tm", "ternary", THEOREM, model, as_printed,
+                        "layer 1 parses the sequence into its template matrix; layer 2 (one head) "
+                        "writes each row as a ternary number into the CLS column; Lemma 3 classifier",
+                        tuple(notes))
+
+
+def _heads(task: TemplateMatching, fixes: frozenset) -> Construction:
+    as_printed = not fixes
+    base = base_layout(task)
+    n, l = task.length, task.l
+    src = "position" if "layer2-source" in fixes else "token"  # Lemma 4 verbatim copies the token rows
+    s = base.size(src)
+    dim = max(l * s, base.dim)
+    lay = base.padded(dim, "pad")
+    slots = Layout.of(*[(f"slot{i}", s) for i in range(l)]).padded(dim, "pad")
+    heads = []
+    for i in range(l):
+        qk = instructive_attention(lay, position_map(n, [(i, n - 1)]))
+        v = BlockMatrix(slots, lay).set(f"slot{i}", src, n).build()
+        heads.append(Head(qk, v))
+    neutral_qk = instructive_attention(lay, position_map(n, [(j, j) for j in range(n)]))
+    neutral_v = BlockMatrix(lay, lay)
+    for b in lay.names:
+        neutral_v.set(b, b, -n)
+    heads.append(Head(neutral_qk, neutral_v.build()))
+    layers = ((parsing_layer(lay, n, "value-columns" not in fixes),), tuple(heads))
+    notes: list[str] = []
+    model = _model(task, lay, layers, "parsing-mapping-heads", notes)
+    return Construction("tm", "heads", THEOREM, model, as_printed,
+                        "layer 1 parses the sequence into its template matrix; layer 2 (Lemma 4, "
+                        f"{n} heads) copies each template column into its own slot; Lemma 3 classifier",
+                        tuple(notes))
+
+
+BUILDERS = {"tm": {"heads": build_heads, "ternary": build_ternary}}
