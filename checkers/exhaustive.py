@@ -127,7 +127,9 @@ def verify(
         if bar is not None:
             bar.update(len(batch.index))
         if len(margins) and margins[0] is not None:
-            m = int(min(margins))
+            # up to and including the first failure only: points after it in the same batch
+            # must not count, or the reported margin would depend on --batch-size
+            m = int(min(margins[: bad + 1] if bad >= 0 else margins))
             min_num = m if min_num is None else min(min_num, m)
         if bad >= 0:
             row = [int(v) for v in num[bad]]
