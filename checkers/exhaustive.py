@@ -10,7 +10,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Iterable
 
 import numpy as np
 
@@ -92,25 +91,61 @@ def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray):
     return margins, den, (int(bad[0]) if len(bad) else -1), num
 
 
+@dataclass(frozen=True)
+class Plan:
+    """Which points to evaluate: all of them, or one per orbit with a checked equivariance."""
+
+    indices: np.ndarray | None  # None = every index in order
+    n_eval: int
+    covered: int
+    note: str
+
+
+def plan_points(model: Model, task: Task, symmetry: str = "auto") -> Plan:
+    """symmetry = "auto": use orbit representatives when the model's equivariance under the
+    task's symmetry group is proven on the weights (checkers.symmetry); otherwise every point."""
+    if symmetry not in ("auto", "off"):
+        raise BadInput(f"--symmetry must be auto or off, got {symmetry!r}")
+    if symmetry == "auto":
+        from checkers.symmetry import check_equivariance
+
+        groups = task.symmetry_groups()
+        reps = task.orbit_representatives() if groups else None
+        if reps is None:
+            return Plan(None, task.size, task.size, "symmetry: none declared for this task; every point evaluated")
+        report = check_equivariance(model, groups)
+        if report.ok:
+            idx, sizes = reps
+            covered = int(sum(int(s) for s in sizes))
+            if covered != task.size:
+                raise RuntimeError(f"orbit sizes add up to {covered}, not {task.size}: task enumeration bug")
+            return Plan(np.asarray(idx, dtype=np.int64), len(idx), covered,
+                        f"symmetry: equivariance proven ({report.reason}); {len(idx)} orbit representatives cover {covered} points")
+        return Plan(None, task.size, task.size, f"symmetry: not used, {report.reason}; every point evaluated")
+    return Plan(None, task.size, task.size, "symmetry: off; every point evaluated")
+
+
 def verify(
     model: Model,
     task: Task,
     batch_size: int = 2048,
-    batches: Iterable[Batch] | None = None,
-    covered: int | None = None,
     progress: bool | None = None,
     force_exact: bool = False,
+    symmetry: str = "off",
+    plan: Plan | None = None,
 ) -> Verdict:
-    """Evaluate every point of `task` (or the given batches, which then cover `covered` points)."""
+    """Evaluate every point of `task`, or one point per orbit when `symmetry="auto"` and the
+    model's equivariance is proven (then the verdict covers every point)."""
     t0 = time.perf_counter()
     class_map = check_compatible(model, task)
     class_rows = np.array([class_map[i] for i in range(len(task.classes))], dtype=np.int64)
     ev = Evaluator(model, force_exact=force_exact)
-    if batches is None:
+    plan = plan or plan_points(model, task, symmetry)
+    if plan.indices is None:
         batches = task.batches(batch_size)
-        n_eval = task.size
     else:
-        n_eval = None
+        batches = task.batches_of(plan.indices, batch_size)
+    n_eval = plan.n_eval
     if progress is None:
         progress = sys.stderr.isatty()
     bar = None
@@ -144,7 +179,6 @@ def verify(
     if bar is not None:
         bar.close()
     min_margin = None if min_num is None else Fraction(min_num, ev.denominator)
-    cov = checked if covered is None else covered
-    if counter is not None:
-        cov = checked
-    return Verdict(task.name, task.size, checked, cov, min_margin, counter, ev.path, time.perf_counter() - t0)
+    cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
+    return Verdict(task.name, task.size, checked, cov, min_margin, counter, ev.path,
+                   time.perf_counter() - t0, (plan.note,))

@@ -78,6 +78,15 @@ class Task:
     def render(self, tokens: Sequence[str]) -> str:
         return " ".join(tokens)
 
+    def symmetry_groups(self) -> tuple[tuple[str, ...], ...]:
+        """Token groups whose full symmetric group maps the labelled dataset onto itself
+        (a label that is a permuted token is permuted with it).  () = no symmetry declared."""
+        return ()
+
+    def orbit_representatives(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(indices, orbit sizes): one point per orbit of symmetry_groups(), or None."""
+        return None
+
     @property
     def size_formula(self) -> str:
         """How `size` is counted, e.g. "A(5,3) * A(5,3) * 3"."""
@@ -144,6 +153,16 @@ class ICQA(Task):
     @property
     def size_formula(self) -> str:
         return f"A({self.n_q},{self.k}) * A({self.n_a},{self.k}) * {self.k}"
+
+    def symmetry_groups(self):
+        return (self.questions, self.answers)
+
+    def orbit_representatives(self):
+        """Under Sym(questions) x Sym(answers) the orbit of a point is fixed by its query
+        index c alone: rank 0 (questions q0..q_{k-1}, answers a0..a_{k-1}) with each c,
+        i.e. indices 0..k-1, each orbit of size A(n_q,k) * A(n_a,k)."""
+        idx = np.arange(self.k, dtype=np.int64)
+        return idx, np.full(self.k, self.n_qperm * self.n_aperm, dtype=object)
 
     def decode(self, index):
         index = np.asarray(index, dtype=np.int64)

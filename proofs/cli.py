@@ -35,6 +35,9 @@ def run_main(fn, argv=None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head`
+        sys.stderr.close()
+        return 0
 
 
 TASK_OPTIONS = (
@@ -107,6 +110,9 @@ def _build_parser() -> _Parser:
     p.add_argument("--point", type=positive_int, metavar="N", help="evaluate only dataset point N and show it")
     p.add_argument("--max-points", type=positive_int, default=DEFAULT_MAX_POINTS,
                    help=f"refuse runs that would evaluate more points (default {DEFAULT_MAX_POINTS})")
+    p.add_argument("--symmetry", choices=("auto", "off"), default="auto",
+                   help="auto: prove equivariance under the task's token permutations on the weights, then "
+                   "evaluate one point per orbit (falls back to every point if the proof fails)")
     p.add_argument("--exact", action="store_true", help="skip the proven float64 fast path (big integers)")
     p.add_argument("--batch-size", type=positive_int, default=2048)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -122,7 +128,7 @@ def _load_model(args, task):
 
 
 def _verify_construction(argv) -> int:
-    from checkers.exhaustive import check_compatible, verify
+    from checkers.exhaustive import check_compatible, plan_points, verify
     from constructions import registry
 
     args = _build_parser().parse_args(argv)
@@ -145,13 +151,14 @@ def _verify_construction(argv) -> int:
         write_json_atomic(args.export, model_to_json(model))
     if args.point is not None:
         return _show_point(args, task, model, theorem)
-    if task.size > args.max_points:
+    plan = plan_points(model, task, args.symmetry)
+    if plan.n_eval > args.max_points:
         raise BadInput(
-            f"{task.describe()} has {task.size} points to evaluate, above the limit {args.max_points}; "
-            f"raise it with --max-points {task.size}"
+            f"{task.describe()} needs {plan.n_eval} points evaluated ({plan.note}), above the limit "
+            f"{args.max_points}; raise it with --max-points {plan.n_eval}"
         )
     v = verify(model, task, batch_size=args.batch_size, progress=None if not args.json else False,
-               force_exact=args.exact)
+               force_exact=args.exact, plan=plan)
     info = {
         "task": task.name,
         "params": task.params,
@@ -169,6 +176,7 @@ def _verify_construction(argv) -> int:
         "min_margin": None if v.min_margin is None else format_rational(v.min_margin),
         "evaluation": v.path,
         "seconds": round(v.seconds, 3),
+        "symmetry": v.notes[0] if v.notes else "",
         "notes": list(notes),
     }
     if v.counterexample is not None:
@@ -186,7 +194,9 @@ def _print_human(info: dict, task, v, description: str) -> None:
         ("variant", info["variant"] + (f": {description}" if description else "")),
         ("model", f"{info['layers']} layer(s), heads per layer {info['heads']}, d' = {info['d_model']}"),
         ("dataset", f"{task.describe()}: {info['points_total']} points = {info['size_formula']}"),
-        ("checked", f"{info['points_checked']} of {info['points_total']} points ({info['evaluation']})"),
+        ("evaluated", f"{info['points_checked']} points ({info['evaluation']})"),
+        ("covered", f"{info['points_covered']} of {info['points_total']} points"),
+        ("symmetry", info["symmetry"].removeprefix("symmetry: ")),
         ("verdict", info["verdict"].upper()),
         ("min margin", _fmt_q(v.min_margin) + ("" if v.verified else " (up to the counterexample)")),
         ("wall time", f"{v.seconds:.2f} s"),

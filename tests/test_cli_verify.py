@@ -16,10 +16,18 @@ def test_icqa_k3_verified_json(capsys):
     code, out, err = run(["icqa", "--k", "3", "--json"], capsys)
     info = json.loads(out)
     assert code == 0 and info["verdict"] == "verified"
-    assert info["points_total"] == info["points_checked"] == 60 * 60 * 3
+    assert info["points_total"] == info["points_covered"] == 60 * 60 * 3 and info["points_checked"] == 3
+    code, out, err = run(["icqa", "--k", "3", "--json", "--symmetry", "off"], capsys)
+    assert code == 0 and json.loads(out)["points_checked"] == 60 * 60 * 3
     assert info["min_margin"] == 3 and info["theorem"].startswith("Theorem 3")
     for key in ("task", "theorem", "verdict", "points_total", "points_checked", "min_margin"):
         assert key in info
+
+
+def test_guard_counts_evaluated_points_not_covered(capsys):
+    code, out, _ = run(["icqa", "--k", "9", "--max-points", "100", "--json"], capsys)
+    info = json.loads(out)
+    assert code == 0 and info["points_checked"] == 9 and info["points_covered"] == info["points_total"] > 10**15
 
 
 def test_sc_human_output(capsys):
@@ -36,7 +44,7 @@ def test_sc_human_output(capsys):
         (["icqa", "--k", "x"], "not an integer"),
         (["icqa", "--alphabet", "3"], "does not apply"),
         (["icqa", "--k", "3", "--variant", "nope"], "unknown --variant"),
-        (["icqa", "--k", "9"], "--max-points"),
+        (["icqa", "--k", "9", "--symmetry", "off"], "--max-points"),
         (["icqa", "--weights", "/nonexistent/w.json"], "cannot read"),
     ],
 )
