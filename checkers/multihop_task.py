@@ -60,8 +60,22 @@ class MultiHop(Task):
         self.length = 3 * self.k + 2
         self.n_sources = perm(self.n_entities, self.k)
         self.n_targets = self.k**self.k
-        self.size = size_formula(self.n_entities, self.k)
+        self.size = multihop_size(self.n_entities, self.k)
         self.params = {"hops": self.hops, "k": self.k, "n_entities": self.n_entities}
+
+    @property
+    def size_formula(self) -> str:
+        return f"A({self.n_entities},{self.k}) * {self.k}^{self.k} * {self.k}"
+
+    def symmetry_groups(self):
+        return (self.entities,)
+
+    def orbit_representatives(self):
+        """Sym(entities) acts on the sources only (targets are indices into the sources, and c
+        is an index), transitively on the A(N, k) source tuples: one orbit per (targets, c),
+        represented by source rank 0, i.e. indices 0 .. k^k * k - 1."""
+        m = self.n_targets * self.k
+        return np.arange(m, dtype=np.int64), np.full(m, self.n_sources, dtype=object)
 
     def decode(self, index):
         index = np.asarray(index, dtype=np.int64)
@@ -91,7 +105,7 @@ class MultiHop(Task):
         return ids, src[rows, cur]
 
 
-def size_formula(n_entities: int, k: int) -> int:
+def multihop_size(n_entities: int, k: int) -> int:
     """A(N, k) * k^k * k."""
     return perm(n_entities, k) * k**k * k
 

@@ -80,7 +80,10 @@ def hop_head(task: MultiHop, lay: Layout, queries, read: str, cur: str) -> Head:
 def _model(task: MultiHop, lay: Layout, layers, read_block: str, name: str) -> Model:
     out = Layout.of(("class", task.n_entities))
     W_O = BlockMatrix(out, lay).set("class", read_block, 1).build()
-    return Model(task.vocab, task.length, task.classes, lay, tuple((h,) for h in layers), W_O, name=name)
+    # Rows of every entity-valued block are tagged with their entity (checkers/symmetry.py).
+    tags = {lay.index(b, i): (b, e) for b in lay.names if b.startswith("dst") for i, e in enumerate(task.entities)}
+    return Model(task.vocab, task.length, task.classes, lay, tuple((h,) for h in layers), W_O, name=name,
+                 notes={"row_tokens": tags})
 
 
 def build_linear(task, as_printed: bool = False) -> Construction:
