@@ -117,7 +117,8 @@ class Decision:
 # LP plumbing (HiGHS)
 
 
-def _run_lp(cost, A: sp.csc_matrix, row_lo, row_hi, col_lo, col_hi, time_limit: float | None = None):
+def _run_lp(cost, A: sp.csc_matrix, row_lo, row_hi, col_lo, col_hi, time_limit: float | None = None,
+            integer_cols=None):
     """Solve min cost.x, row_lo <= A x <= row_hi, col_lo <= x <= col_hi with dual simplex.
 
     Returns (status, x) with status in {"optimal", "infeasible", "other"}.
@@ -146,9 +147,21 @@ def _run_lp(cost, A: sp.csc_matrix, row_lo, row_hi, col_lo, col_hi, time_limit: 
     lp.a_matrix_.value_ = A.data.astype(np.float64)
     lp.a_matrix_.num_col_ = A.shape[1]
     lp.a_matrix_.num_row_ = A.shape[0]
+    if integer_cols is not None:
+        integ = np.zeros(A.shape[1], dtype=np.int32)
+        integ[np.asarray(integer_cols)] = 1
+        lp.integrality_ = [highspy.HighsVarType.kInteger if v else highspy.HighsVarType.kContinuous for v in integ]
+        h.setOptionValue("mip_rel_gap", 0.0)
     h.passModel(lp)
     h.run()
     st = h.getModelStatus()
+    if integer_cols is not None:
+        sol = np.array(h.getSolution().col_value, dtype=np.float64)
+        if st == highspy.HighsModelStatus.kInfeasible:
+            return "infeasible", None
+        if len(sol) == A.shape[1] and h.getInfo().primal_solution_status == 2:
+            return ("optimal" if st == highspy.HighsModelStatus.kOptimal else "feasible"), sol
+        return "other", None
     if st == highspy.HighsModelStatus.kOptimal:
         return "optimal", np.array(h.getSolution().col_value, dtype=np.float64)
     if st == highspy.HighsModelStatus.kInfeasible:
@@ -351,6 +364,40 @@ def minimal_certificate_rows(prob: GroupProblem, points: np.ndarray, deadline: f
     return None
 
 
+def fewest_points_rows(prob: GroupProblem, points: np.ndarray, time_limit: float = 10.0):
+    """Like `minimal_certificate_rows`, but first a MIP (HiGHS) for the fewest points.
+
+    z_i binary, mu_(i,c) <= z_i, A^T mu = 0, sum mu = 1, minimise sum z_i.  The MIP's point set is
+    then handed to `minimal_certificate_rows` for a simplex vertex and the exact re-solve.
+    """
+    rows = prob.rows_of(points)
+    if len(rows) == 0:
+        return None
+    pts = np.unique(prob.row_point[rows])
+    local = {int(p): k for k, p in enumerate(pts)}
+    R, P = len(rows), len(pts)
+    AT = prob.A[rows].T.tocsr()
+    used = np.nonzero(np.diff(AT.indptr))[0]
+    AT = AT[used]
+    E = AT.shape[0]
+    link = sp.hstack([sp.identity(R, format="csr"),
+                      -sp.csr_matrix((np.ones(R), (np.arange(R), [local[int(p)] for p in prob.row_point[rows]])),
+                                     shape=(R, P))])
+    M = sp.vstack([sp.hstack([AT, sp.csr_matrix((E, P))]),
+                   sp.hstack([sp.csr_matrix(np.ones((1, R))), sp.csr_matrix((1, P))]),
+                   link]).tocsc()
+    lo = np.concatenate([np.zeros(E), [1.0], np.full(R, -np.inf)])
+    hi = np.concatenate([np.zeros(E), [1.0], np.zeros(R)])
+    cost = np.concatenate([np.zeros(R), np.ones(P)])
+    st, sol = _run_lp(cost, M, lo, hi, np.zeros(R + P), np.ones(R + P), time_limit=time_limit,
+                      integer_cols=np.arange(R, R + P))
+    if sol is None:
+        return minimal_certificate_rows(prob, points)
+    chosen = pts[sol[R:] > 0.5]
+    res = minimal_certificate_rows(prob, chosen) if len(chosen) else None
+    return res if res is not None else minimal_certificate_rows(prob, points)
+
+
 # ----------------------------------------------------------------------------------------------
 # rounding a table
 
@@ -455,13 +502,20 @@ def _order_points(points: tuple[CertPoint, ...]) -> tuple[CertPoint, ...]:
     return tuple(sorted(points, key=lambda p: (str(p.label), [str(t) for t in p.tokens])))
 
 
-def find_group_certificate(data: Data, members: Sequence[int], task: str = "", deadline=None, **out):
-    """Certificate (checked) for the points `members` of one group, or (None, float table)."""
+def find_group_certificate(data: Data, members: Sequence[int], task: str = "", deadline=None,
+                           mip_seconds: float = 0.0, **out):
+    """Certificate (checked) for the points `members` of one group, or (None, float table).
+
+    mip_seconds > 0: look for the fewest points with a time-limited MIP first.
+    """
     prob = data.problem(members)
     x = prob.solve_primal()
     if x is not None:
         return None, (prob, x)
-    res = minimal_certificate_rows(prob, np.arange(prob.N), deadline)
+    if mip_seconds > 0:
+        res = fewest_points_rows(prob, np.arange(prob.N), mip_seconds)
+    else:
+        res = minimal_certificate_rows(prob, np.arange(prob.N), deadline)
     if res is None:
         raise RuntimeError("the LP is infeasible but no exact certificate was recovered; please report")
     rows, mu = res
@@ -472,20 +526,54 @@ def find_group_certificate(data: Data, members: Sequence[int], task: str = "", d
     return cert, None
 
 
+def _neighbourhood(data: Data, members: Sequence[int], size: int, rng: random.Random) -> list[int]:
+    """The `size` members nearest (Hamming) to a random member: small certificates are local."""
+    X = np.stack([data.ids[i] for i in members])
+    seed = rng.randrange(len(members))
+    dist = (X != X[seed]).sum(axis=1)
+    order = np.argsort(dist, kind="stable")[:size]
+    return sorted(members[k] for k in order)
+
+
 def decide(data: Data, task: str = "", sample: int | None = 256, seed: int = 0, token_out=None,
-           label_out=None, progress=None) -> Decision:
-    """Fittable with integer tables per group, or a checked certificate (searched on growing samples)."""
+           label_out=None, tries: int = 3, deadline: float | None = None, mip_seconds: float = 5.0) -> Decision:
+    """Fittable with integer tables per group, or a checked certificate.
+
+    Per group (length, last token): first Hamming neighbourhoods of random points (`tries` of them,
+    the smallest certificate wins), then random samples growing 4x up to the whole group.  A
+    certificate for a subset certifies the whole dataset; "fittable" needs the whole group's LP.
+    """
     t0 = time.perf_counter()
     rng = random.Random(seed)
     out = {"token_out": token_out, "label_out": label_out}
     fits = []
     searched = 0
-    for (n, last), members in sorted(data.groups.items(), key=lambda kv: -len(kv[1])):
+    for (n, last), members in sorted(data.groups.items(), key=lambda kv: (-len(kv[1]), kv[0][0])):
+        best = None
+        if sample is not None and len(members) > sample:
+            for _ in range(tries):
+                sub = _neighbourhood(data, members, sample, rng)
+                searched = max(searched, len(sub))
+                cert, _ = find_group_certificate(data, sub, task, deadline=deadline, **out)
+                if cert is not None and (best is None or len(cert.points) < len(best.points)):
+                    best = cert
+                if best is not None and len(best.points) <= 4:
+                    break
+            for _ in range(tries if best is not None and len(best.points) > 4 and mip_seconds > 0 else 0):
+                sub = _neighbourhood(data, members, min(64, len(members)), rng)
+                cert, _ = find_group_certificate(data, sub, task, mip_seconds=mip_seconds, **out)
+                if cert is not None and len(cert.points) < len(best.points):
+                    best = cert
+                if len(best.points) <= 4:
+                    break
+            if best is not None:
+                return Decision(False, best, (), searched, time.perf_counter() - t0)
         size = len(members) if sample is None else min(sample, len(members))
         while True:
             sub = members if size >= len(members) else sorted(rng.sample(members, size))
             searched = max(searched, len(sub))
-            cert, fit = find_group_certificate(data, sub, task, **out)
+            small = mip_seconds if len(sub) <= 64 else 0.0
+            cert, fit = find_group_certificate(data, sub, task, deadline=deadline, mip_seconds=small, **out)
             if cert is not None:
                 return Decision(False, cert, (), searched, time.perf_counter() - t0)
             if size >= len(members):
@@ -498,6 +586,46 @@ def decide(data: Data, task: str = "", sample: int | None = 256, seed: int = 0, 
         table = {(j, data.vocab[v]): tuple(int(t) for t in T[k]) for k, (j, v) in enumerate(prob.jv_keys)}
         fits.append(GroupFit(n, last, table))
     return Decision(True, None, tuple(fits), searched, time.perf_counter() - t0)
+
+
+def data_from_task(task, limit: int = 400_000) -> Data:
+    """All points of a task (token names in task.vocab, labels in task.classes)."""
+    if task.size > limit:
+        raise BadInput(
+            f"task {task.name} has {task.size} points; deciding one-layer fittability loads all of them "
+            f"(limit {limit}); use smaller options"
+        )
+    seqs, labels = [], []
+    for b in task.batches(8192):
+        for row, lab in zip(b.ids.tolist(), b.labels.tolist()):
+            seqs.append(tuple(task.vocab[t] for t in row))
+            labels.append(task.classes[lab])
+    return Data(seqs, labels, vocab=task.vocab, classes=task.classes)
+
+
+@dataclass(frozen=True)
+class TaskDecision:
+    decision: Decision
+    model: object | None  # checkers.model.Model when fittable
+    verdict: object | None  # checkers.exhaustive.Verdict of the model on every point
+
+
+def decide_task(task, sample: int | None = 256, seed: int = 0, progress: bool | None = None) -> TaskDecision:
+    """Decide a Task; a fittable verdict comes with an exhaustively verified one-layer model."""
+    from checkers.exhaustive import verify
+
+    data = data_from_task(task)
+    tok = getattr(task, "token_out", None)
+    lab = getattr(task, "label_out", None)
+    dec = decide(data, task.name, sample=sample, seed=seed,
+                 token_out=(tok.get if tok else None), label_out=(lab.get if lab else None))
+    if not dec.fittable:
+        return TaskDecision(dec, None, None)
+    model = build_one_layer_model(task.vocab, task.classes, task.length, dec.fits, name=f"one-layer fit of {task.name}")
+    verdict = verify(model, task, progress=progress)
+    if not verdict.verified:
+        raise RuntimeError(f"internal: the fitted one-layer model fails on point {verdict.counterexample.index}; please report")
+    return TaskDecision(dec, model, verdict)
 
 
 # ----------------------------------------------------------------------------------------------

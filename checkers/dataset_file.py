@@ -1,0 +1,146 @@
+"""User datasets: the "depthcert.dataset" JSON format (version 1) as a `Task`.
+
+    {"format": "depthcert.dataset", "version": 1,
+     "name": str (optional),
+     "sequences": [[token, ...], ...],      tokens: all strings or all ints
+     "labels": [label, ...]}                labels: all strings or all ints, one per sequence
+
+Sequences may have different lengths.  The model's vocabulary is the sorted set of tokens (as
+strings), its classes the sorted set of labels, and max_length the longest sequence.  A sequence
+listed twice with different labels is rejected (no model can fit it; almost surely a mistake).
+"""
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from checkers.atomic import read_json
+from checkers.errors import BadInput
+from checkers.tasks import Batch, Task
+
+FORMAT = "depthcert.dataset"
+VERSION = 1
+MAX_POINTS = 2_000_000
+
+
+def _kind(value, where: str) -> type:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise BadInput(f"{where}: expected a string or an int, got {value!r}")
+    if isinstance(value, str) and not value:
+        raise BadInput(f"{where}: empty string")
+    return type(value)
+
+
+def _sort_key(v):
+    return v
+
+
+class DatasetTask(Task):
+    """A labelled dataset from a file; `batches()` groups points by sequence length."""
+
+    name = "dataset"
+    theorem = "user dataset"
+
+    def __init__(self, sequences: Sequence[Sequence], labels: Sequence, name: str = "dataset"):
+        if not isinstance(sequences, list):
+            raise BadInput("sequences: expected a list of sequences")
+        if not isinstance(labels, list):
+            raise BadInput("labels: expected a list of labels")
+        if not sequences:
+            raise BadInput("sequences: the dataset is empty")
+        if len(sequences) > MAX_POINTS:
+            raise BadInput(f"sequences: {len(sequences)} points (limit {MAX_POINTS})")
+        if len(labels) != len(sequences):
+            raise BadInput(f"labels: {len(labels)} labels for {len(sequences)} sequences")
+        tok_kinds, lab_kinds = set(), set()
+        for i, s in enumerate(sequences):
+            if not isinstance(s, list):
+                raise BadInput(f"sequences[{i}]: expected a list of tokens")
+            if not s:
+                raise BadInput(f"sequences[{i}]: empty sequence")
+            for j, t in enumerate(s):
+                tok_kinds.add(_kind(t, f"sequences[{i}][{j}]"))
+            if len(tok_kinds) > 1:
+                raise BadInput(f"sequences[{i}]: tokens mix strings and ints")
+        for i, lab in enumerate(labels):
+            lab_kinds.add(_kind(lab, f"labels[{i}]"))
+            if len(lab_kinds) > 1:
+                raise BadInput(f"labels[{i}]: labels mix strings and ints")
+        seen: dict[tuple, object] = {}
+        for i, (s, lab) in enumerate(zip(sequences, labels)):
+            key = tuple(s)
+            if key in seen and seen[key] != lab:
+                raise BadInput(
+                    f"sequences[{i}]: duplicate sequence with conflicting labels {seen[key]!r} and {lab!r}"
+                )
+            seen[key] = lab
+        self.name = str(name) if name else "dataset"
+        tokens = sorted({t for s in sequences for t in s}, key=_sort_key)
+        classes = sorted(set(labels), key=_sort_key)
+        self.original_tokens = tuple(tokens)
+        self.original_labels = tuple(classes)
+        self.vocab = tuple(str(t) for t in tokens)
+        self.classes = tuple(str(c) for c in classes)
+        tid = {t: i for i, t in enumerate(tokens)}
+        cid = {c: i for i, c in enumerate(classes)}
+        self._seqs = [np.array([tid[t] for t in s], dtype=np.int64) for s in sequences]
+        self._labels = np.array([cid[lab] for lab in labels], dtype=np.int64)
+        self._lengths = np.array([len(s) for s in sequences], dtype=np.int64)
+        self.length = int(self._lengths.max())
+        self.size = len(sequences)
+        self.params = {"points": self.size, "lengths": sorted(set(int(n) for n in self._lengths))}
+        self.token_out = {str(t): t for t in tokens}
+        self.label_out = {str(c): c for c in classes}
+
+    def decode(self, index):
+        index = np.asarray(index, dtype=np.int64)
+        lengths = set(int(self._lengths[i]) for i in index)
+        if len(lengths) > 1:
+            raise ValueError("decode: indices of sequences with different lengths; use batches()")
+        ids = np.stack([self._seqs[i] for i in index]) if len(index) else np.zeros((0, 0), dtype=np.int64)
+        return ids, self._labels[index]
+
+    def _grouped(self, indices: np.ndarray, batch_size: int) -> Iterator[Batch]:
+        indices = np.asarray(indices, dtype=np.int64)
+        for n in sorted(set(int(v) for v in self._lengths[indices])):
+            sel = indices[self._lengths[indices] == n]
+            for lo in range(0, len(sel), batch_size):
+                idx = sel[lo : lo + batch_size]
+                ids, labels = self.decode(idx)
+                yield Batch(idx, ids, labels)
+
+    def batches(self, batch_size: int = 4096, start: int = 0, stop: int | None = None) -> Iterator[Batch]:
+        stop = self.size if stop is None else stop
+        yield from self._grouped(np.arange(start, stop, dtype=np.int64), batch_size)
+
+    def batches_of(self, indices: Sequence[int], batch_size: int = 4096) -> Iterator[Batch]:
+        yield from self._grouped(np.asarray(indices, dtype=np.int64), batch_size)
+
+
+def dataset_from_json(obj, name: str = "dataset") -> DatasetTask:
+    """Validate a parsed "depthcert.dataset" object; BadInput names the first bad field."""
+    if not isinstance(obj, dict):
+        raise BadInput("dataset: expected a JSON object")
+    if obj.get("format") != FORMAT:
+        raise BadInput(f"format: expected {FORMAT!r}, got {obj.get('format')!r}")
+    version = obj.get("version")
+    if isinstance(version, bool) or version != VERSION:
+        raise BadInput(f"version: expected {VERSION}, got {version!r}")
+    unknown = sorted(set(obj) - {"format", "version", "name", "sequences", "labels", "description"})
+    if unknown:
+        raise BadInput(f"{unknown[0]}: unknown field")
+    if "sequences" not in obj:
+        raise BadInput("sequences: missing")
+    if "labels" not in obj:
+        raise BadInput("labels: missing")
+    nm = obj.get("name", name)
+    if not isinstance(nm, str):
+        raise BadInput("name: expected a string")
+    return DatasetTask(obj["sequences"], obj["labels"], nm or name)
+
+
+def load_dataset(path: str) -> DatasetTask:
+    import os
+
+    return dataset_from_json(read_json(path, "dataset"), os.path.splitext(os.path.basename(path))[0])
