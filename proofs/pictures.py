@@ -1,0 +1,294 @@
+"""show-construction: pictures of a construction on one example (like the paper's Figure 3).
+
+    show-construction TASK [size options] [--variant V] [--as-printed] [--point N] --out DIR
+
+writes into DIR
+    overview.png                 every head's attention map (layer by layer, left to right) above the
+                                 residual stream after every layer, on the chosen point
+    layer<l>-attention.png       layer l: every head's map relu(H^T W_QK H), query rows x key columns,
+                                 axes labelled "position token"; exact values written in the cells
+    layer<l>-head<h>-weights.png W_QK and W_V of that head, axes labelled with the layout's block
+                                 names, block boundaries drawn
+    classifier.png               W_O (class rows x blocks)
+    residual.png                 H_0 .. H_L (block rows x tokens)
+
+The numbers come from checkers/trace.py (exact Fractions); only the colours are floats.  Values
+spanning more than [-50, 50] are coloured by sign * log10(1 + |value|) (said in the colour bar).
+matplotlib is the optional extra "plot": without it the command exits 2 with one line.
+Exit codes: 0 written, 2 bad input.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from checkers.errors import BadInput
+
+INSTALL_HINT = "show-construction needs matplotlib: pip install depthcert[plot]"
+LOG_ABOVE = 50  # colour by sign * log10(1 + |v|) when some |v| exceeds this
+GOLDEN = (618033988, 10**9)  # default point: floor(size * 0.618...), rarely a degenerate example
+
+
+def _require_matplotlib():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: F401
+    except ImportError:
+        raise BadInput(INSTALL_HINT) from None
+    return plt
+
+
+def default_point(size: int) -> int:
+    return size * GOLDEN[0] // GOLDEN[1]
+
+
+# ---------------------------------------------------------------- exact -> colour values
+
+def _log_magnitude(v: Fraction) -> float:
+    """log10(1 + |v|) without overflowing floats on huge exact values."""
+    a = abs(Fraction(v))
+    if a < 10**15:
+        return math.log10(1 + float(a))
+    return math.log10(a.numerator) - math.log10(a.denominator)
+
+
+def colour_values(M: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(float array for the colour map, whether it is log-scaled)."""
+    exact = [Fraction(v) for v in M.flat]
+    big = any(abs(v) > LOG_ABOVE for v in exact)
+    if big:
+        vals = [math.copysign(_log_magnitude(v), v) if v else 0.0 for v in exact]
+    else:
+        vals = [float(v) for v in exact]
+    return np.array(vals, dtype=float).reshape(M.shape), big
+
+
+def short(v) -> str:
+    """Exact value as a short string ('' for 0, '' if it does not fit in a cell)."""
+    v = Fraction(v)
+    if v == 0:
+        return ""
+    s = str(v)
+    return s if len(s) <= 5 else ""
+
+
+# ---------------------------------------------------------------- drawing helpers
+
+def _token_labels(tokens) -> list[str]:
+    return [f"{i} {t}" for i, t in enumerate(tokens)]
+
+
+def _heat(ax, fig, M: np.ndarray, cmap: str, annotate: bool, diverging: bool):
+    vals, logged = colour_values(M)
+    vmax = float(np.abs(vals).max()) if vals.size else 1.0
+    vmax = vmax or 1.0
+    vmin = -vmax if diverging else 0.0
+    if not diverging and vals.size and vals.min() < 0:
+        vmin = float(vals.min())
+    im = ax.imshow(vals, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest", aspect="auto")
+    cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    if logged:
+        cb.set_label("sign * log10(1+|v|)", fontsize=7)
+    cb.ax.tick_params(labelsize=6)
+    if annotate:
+        for (r, c), v in np.ndenumerate(M):
+            s = short(v)
+            if s:
+                bright = abs(vals[r, c]) > 0.6 * vmax
+                ax.text(c, r, s, ha="center", va="center", fontsize=6, color="white" if bright else "black")
+    return im
+
+
+def _block_axis(ax, layout, axis: str):
+    """Block names at block centres, lines at block boundaries."""
+    centres, names = [], []
+    for b in layout.blocks:
+        if b.size == 0:
+            continue
+        off = layout.offset(b.name)
+        centres.append(off + (b.size - 1) / 2)
+        names.append(b.name)
+        if off > 0:
+            line = ax.axhline if axis == "y" else ax.axvline
+            line(off - 0.5, color="black", linewidth=0.8)
+    if axis == "y":
+        ax.set_yticks(centres)
+        ax.set_yticklabels(names, fontsize=7)
+    else:
+        ax.set_xticks(centres)
+        ax.set_xticklabels(names, fontsize=7, rotation=60, ha="right")
+
+
+def _attention_panel(ax, fig, S: np.ndarray, tokens, title: str):
+    """S is (key j, query k); drawn with queries as rows, keys as columns."""
+    n = len(tokens)
+    _heat(ax, fig, S.T, "Blues", annotate=n <= 24, diverging=False)
+    labels = _token_labels(tokens)
+    fs = 7 if n <= 20 else 5
+    ax.set_xticks(range(n))
+    ax.set_xticklabels(labels, fontsize=fs, rotation=90)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels(labels, fontsize=fs)
+    ax.set_xlabel("key (attended position)", fontsize=7)
+    ax.set_ylabel("query", fontsize=7)
+    ax.set_title(title, fontsize=8)
+
+
+def _residual_panel(ax, fig, H: np.ndarray, layout, tokens, title: str):
+    n = len(tokens)
+    _heat(ax, fig, H, "RdBu_r", annotate=H.shape[0] <= 48 and n <= 24, diverging=True)
+    _block_axis(ax, layout, "y")
+    ax.set_xticks(range(n))
+    ax.set_xticklabels(_token_labels(tokens), fontsize=6 if n <= 20 else 5, rotation=90)
+    ax.set_title(title, fontsize=8)
+
+
+# ---------------------------------------------------------------- the pictures
+
+def render(construction, task, point: int, out: Path) -> list[Path]:
+    """Write every picture of `construction` on dataset point `point` into `out`; returns the paths."""
+    plt = _require_matplotlib()
+    from checkers.trace import trace
+
+    model = construction.model
+    p = task.point(point)
+    ids, _ = task.decode(np.array([point], dtype=np.int64))
+    tr = trace(model, ids[0])
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    tokens = tr.tokens
+    n = len(tokens)
+    cell = max(2.6, 0.28 * n)
+    variant = construction.variant + (" (as printed)" if construction.as_printed else "")
+    head_line = f"{task.describe()}  [{variant}]  point {point}: {task.render(p.tokens)}  -> {p.label}"
+
+    def save(fig, name):
+        path = out / name
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+
+    # per layer: every head's attention map
+    for li, heads in enumerate(tr.attention):
+        fig, axes = plt.subplots(1, len(heads), figsize=(cell * len(heads) + 1, cell), squeeze=False)
+        for hi, S in enumerate(heads):
+            _attention_panel(axes[0][hi], fig, S, tokens, f"layer {li + 1} head {hi + 1}")
+        fig.suptitle(head_line, fontsize=8)
+        save(fig, f"layer{li + 1}-attention.png")
+
+    # per head: W_QK and W_V with block names
+    lay = model.layout
+    wcell = max(3.2, 0.2 * lay.dim)
+    for li, layer in enumerate(model.layers):
+        for hi, head in enumerate(layer):
+            fig, axes = plt.subplots(1, 2, figsize=(2 * wcell + 1.5, wcell))
+            for ax, M, name in ((axes[0], head.W_QK, "W_QK"), (axes[1], head.W_V, "W_V")):
+                _heat(ax, fig, M, "RdBu_r", annotate=lay.dim <= 40, diverging=True)
+                _block_axis(ax, lay, "y")
+                _block_axis(ax, lay, "x")
+                ax.set_title(f"layer {li + 1} head {hi + 1}  {name}", fontsize=8)
+            fig.suptitle(f"{task.describe()}  [{variant}]", fontsize=8)
+            save(fig, f"layer{li + 1}-head{hi + 1}-weights.png")
+
+    # classifier
+    C = len(model.classes)
+    fig, ax = plt.subplots(figsize=(wcell + 1, max(2.0, 0.22 * C + 1)))
+    _heat(ax, fig, model.W_O, "RdBu_r", annotate=lay.dim <= 40 and C <= 40, diverging=True)
+    _block_axis(ax, lay, "x")
+    ax.set_yticks(range(C))
+    ax.set_yticklabels(model.classes, fontsize=6 if C <= 30 else 4)
+    ax.set_title(f"W_O  (predicted {model.classes[tr.predicted]}, label {p.label})", fontsize=8)
+    save(fig, "classifier.png")
+
+    # residual stream after every layer
+    L = len(tr.H)
+    hcell = max(2.6, 0.18 * lay.dim)
+    fig, axes = plt.subplots(1, L, figsize=(cell * L + 1, hcell), squeeze=False)
+    for li, H in enumerate(tr.H):
+        _residual_panel(axes[0][li], fig, H, lay, tokens, "H0 (input)" if li == 0 else f"H{li} (after layer {li})")
+    fig.suptitle(head_line, fontsize=8)
+    save(fig, "residual.png")
+
+    # overview: every head's attention map in a row (layer by layer), the residual stream below
+    panels = [(li, hi, S) for li, heads in enumerate(tr.attention) for hi, S in enumerate(heads)]
+    cols = max(len(panels), L, 1)
+    fig, axes = plt.subplots(2, cols, figsize=(cell * cols + 1, cell + hcell), squeeze=False,
+                             gridspec_kw={"height_ratios": [cell, hcell]})
+    for i in range(cols):
+        ax = axes[0][i]
+        if i < len(panels):
+            li, hi, S = panels[i]
+            _attention_panel(ax, fig, S, tokens, f"layer {li + 1} head {hi + 1}: attention")
+        else:
+            ax.axis("off")
+        ax = axes[1][i]
+        if i < L:
+            _residual_panel(ax, fig, tr.H[i], lay, tokens, "H0 (input)" if i == 0 else f"H{i} (after layer {i})")
+        else:
+            ax.axis("off")
+    logits = ", ".join(f"{c}={short(v) or ('%.3g' % float(v) if abs(v) < 10**300 else 'huge')}"
+                       for c, v in zip(model.classes[:8], tr.logits[:8]))
+    fig.suptitle(f"{head_line}\npredicted {model.classes[tr.predicted]}; logits {logits}"
+                 f"{' ...' if len(model.classes) > 8 else ''}", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    save(fig, "overview.png")
+    return written
+
+
+# ---------------------------------------------------------------- command line
+
+def _build_parser():
+    from proofs.cli import _Parser, add_task_options
+
+    p = _Parser(
+        prog="show-construction",
+        description="Draw a construction of arXiv 2404.01601 on one example: every head's attention map "
+        "(like the paper's Figure 3), its weight matrices with block names, the classifier and the "
+        "residual stream. Exit 0 written, 2 bad input.",
+    )
+    p.add_argument("task", help="sc (classification), icqa, tm (template), ictm, multihop")
+    add_task_options(p)
+    p.add_argument("--variant", default=None, help="which construction (default: the task's first)")
+    p.add_argument("--as-printed", action="store_true", help="the weights exactly as the paper prints them")
+    p.add_argument("--point", type=int, metavar="N", default=None,
+                   help="dataset point to draw (default: floor(0.618 * size))")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    return p
+
+
+def _show_construction(argv) -> int:
+    args = _build_parser().parse_args(argv)
+    _require_matplotlib()  # fail fast, before any work
+    from constructions import registry
+    from proofs.cli import task_from_args
+
+    task = task_from_args(args)
+    construction = registry.build(task, args.variant, args.as_printed)
+    point = default_point(task.size) if args.point is None else args.point
+    if not 0 <= point < task.size:
+        raise BadInput(f"--point {point} is outside the dataset (0 .. {task.size - 1})")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out} exists and is not a directory")
+    paths = render(construction, task, point, out)
+    p = task.point(point)
+    print(f"show-construction {task.describe()} [{construction.variant}{' as printed' if construction.as_printed else ''}]")
+    print(f"  point   {point}: {task.render(p.tokens)}  (label {p.label})")
+    print(f"  wrote   {len(paths)} PNG files to {out}/ (overview.png first)")
+    return 0
+
+
+def show_construction_main(argv=None) -> int:
+    from proofs.cli import run_main
+
+    sys.exit(run_main(_show_construction, argv))
+
+
+if __name__ == "__main__":
+    show_construction_main()
