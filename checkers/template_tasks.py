@@ -148,6 +148,20 @@ class TemplateMatching(Task):
         ids[:, -1] = self.m
         return ids, self.templates.ids_of(seqs)
 
+    @property
+    def size_formula(self) -> str:
+        return f"{self.m}^{self.l}"
+
+    def symmetry_groups(self):
+        return (self.tokens,)
+
+    def orbit_representatives(self):
+        """Under Sym(alphabet) the orbit of a sequence is its template: one representative per
+        template (wildcard j -> token j), orbit size m!/(m-b)! for b wildcards."""
+        pats = self.templates.patterns
+        idx = pats @ np.array([self.m ** (self.l - 1 - j) for j in range(self.l)], dtype=np.int64)
+        return idx.astype(np.int64), np.array(self.templates.n_seqs, dtype=object)
+
     def representative(self, template: int) -> tuple[int, ...]:
         """Token ids of one sequence of the template (wildcard j -> token j), CLS appended."""
         return tuple(int(v) for v in self.templates.patterns[template]) + (self.m,)
@@ -220,6 +234,32 @@ class InContextTemplateMatching(Task):
         self._N = np.array(self.templates.n_seqs, dtype=np.int64)
         self._bmax = int(min(self.l, self.m))
         self.params = {"k": self.k, "l": self.l, "alphabet": self.m, "n_answers": self.n_a}
+
+    @property
+    def size_formula(self) -> str:
+        return (f"A({self.n_a},{self.k}) * sum over ordered distinct (t_0..t_{self.k - 1}) of "
+                f"prod N(t_i) * sum N(t_i), N(t) = A({self.m}, wildcards of t)")
+
+    def symmetry_groups(self):
+        return (self.tokens, self.answers)
+
+    def orbit_representatives(self):
+        """Under Sym(alphabet) x Sym(answers): answers a_0..a_{k-1} in order, and the question
+        tokens of the whole sequence in first-occurrence order (x0 first, then x1, ...); the orbit
+        of such a point has A(n_answers, k) * m!/(m-u)! points, u its distinct question tokens."""
+        qpos = np.array([j for j in range(self.length) if j % (self.l + 2) < self.l], dtype=np.int64)
+        reps, sizes = [], []
+        total = int(self._cum[-1])
+        for lo in range(0, total, 1 << 15):
+            rest = np.arange(lo, min(total, lo + (1 << 15)), dtype=np.int64)
+            ids, _ = self.decode(rest * self.n_aperm)
+            q = ids[:, qpos]
+            canon = canonical_patterns(q)
+            ok = (canon == q).all(axis=1)
+            u = q.max(axis=1) + 1
+            reps.append(rest[ok] * self.n_aperm)
+            sizes.extend(perm(self.m, int(x)) * self.n_aperm for x in u[ok])
+        return np.concatenate(reps), np.array(sizes, dtype=object)
 
     def _substitute(self, template: np.ndarray, rank: np.ndarray) -> np.ndarray:
         """Sequence (B, l) of template ids under the injective substitution of lexicographic rank."""
