@@ -116,19 +116,38 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 def embed_batch(model: Model, token_ids: np.ndarray, dtype) -> np.ndarray:
-    """G0 of shape (B, d', n): one-hot tokens then one-hot positions."""
+    """G0 of shape (B, d', n): one-hot tokens then one-hot positions (the paper's H0 per point)."""
+    return embed_rows(model, token_ids, dtype).transpose(0, 2, 1)
+
+
+def embed_rows(model: Model, token_ids: np.ndarray, dtype) -> np.ndarray:
+    """X0 = H0^T of shape (B, n, d'): row j is token j's one-hot plus position j's one-hot."""
     B, n = token_ids.shape
     V = len(model.vocab)
-    G = np.zeros((B, model.dim, n), dtype=np.float64 if dtype == np.float64 else np.int64)
+    X = np.zeros((B, n, model.dim), dtype=np.float64 if dtype == np.float64 else np.int64)
     b = np.repeat(np.arange(B), n)
     pos = np.tile(np.arange(n), B)
-    G[b, token_ids.reshape(-1), pos] = 1
-    G[b, V + pos, pos] = 1
-    return G if dtype != object else G.astype(object)
+    X[b, pos, token_ids.reshape(-1)] = 1
+    X[b, pos, V + pos] = 1
+    return X if dtype != object else X.astype(object)
+
+
+def _rowmul(X: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """X @ M for X of shape (B, n, d), stacked (measured here: several times faster for these
+    small d than one (B*n, d) x (d, e) BLAS call, which is also at the mercy of BLAS threads)."""
+    if X.dtype == object:
+        return np.dot(X, M)
+    return np.matmul(X, M)
 
 
 class Evaluator:
-    """Batched exact logits of one model.  `logits(ids)` -> (numerators (B, C) int, denominator)."""
+    """Batched exact logits of one model.  `logits(ids)` -> (numerators (B, C) int, denominator).
+
+    Works on X = H^T (B, n, d'), so that every product with a weight matrix is a single large
+    matrix product: scores S = (X A) X^T, and since W_V is linear, sum_j relu(S_jk) W_V x_j =
+    W_V (sum_j relu(S_jk) x_j), i.e. out^T = (relu(S)^T X) B^T.  The last layer only needs
+    the last query.  Every partial sum stays within `magnitude_bound`.
+    """
 
     def __init__(self, model: Model, force_exact: bool = False):
         self.im = integerize(model)
@@ -136,10 +155,11 @@ class Evaluator:
         self.use_float = self.im.use_float and not force_exact
         dt = np.float64 if self.use_float else object
         conv = (lambda M: np.array(M, dtype=np.float64)) if self.use_float else (lambda M: M)
+        # store transposes: X @ A^T gives rows (A x_j)^T; X @ B^T gives rows (B x_j)^T
         self._layers = [
-            ([conv(A) for A in L.A], [conv(B) for B in L.B], L.coef, L.D) for L in self.im.layers
+            ([conv(A.T) for A in L.A], [conv(B.T) for B in L.B], L.coef, L.D) for L in self.im.layers
         ]
-        self._C = conv(self.im.C)
+        self._CT = conv(self.im.C.T)
         self._dtype = dt
         g = 1
         for L in self.im.layers:
@@ -156,27 +176,31 @@ class Evaluator:
             raise ValueError("token_ids must be (batch, length)")
         if token_ids.shape[1] > self.model.max_length:
             raise ValueError(f"sequence length {token_ids.shape[1]} exceeds max_length {self.model.max_length}")
-        G = embed_batch(self.model, token_ids, self._dtype)
+        X = embed_rows(self.model, token_ids, self._dtype)  # (B, n, d)
         g = 1
         nl = len(self._layers)
-        for li, (As, Bs, coefs, D) in enumerate(self._layers):
-            last = li == nl - 1
-            if last:
-                q = G[:, :, -1:]  # (B, d', 1): only the last query matters for the classifier
+        for li, (ATs, BTs, coefs, D) in enumerate(self._layers):
+            scale = D * g * g
+            if li == nl - 1:
+                x_last = X[:, -1, :]  # (B, d): only the last query reaches the classifier
+                out = x_last * scale
+                for AT, BT, coef in zip(ATs, BTs, coefs):
+                    u = _rowmul(x_last[:, None, :], AT)[:, 0, :]  # (B, d) = (A x_last)^T
+                    s = _relu(np.matmul(X, u[:, :, None])[:, :, 0])  # (B, n): key j, query last
+                    w = np.matmul(s[:, None, :], X)[:, 0, :]  # (B, d) = sum_j s_j x_j
+                    upd = _rowmul(w[:, None, :], BT)[:, 0, :]
+                    out = out + (upd * coef if coef != 1 else upd)
+                X = out[:, None, :]
             else:
-                q = G
-            out = q * (D * g * g)
-            for A, Bm, coef in zip(As, Bs, coefs):
-                S = np.matmul(G.transpose(0, 2, 1), np.matmul(A, q))  # (B, n, n_q): key j, query k
-                S = _relu(S)
-                upd = np.matmul(np.matmul(Bm, G), S)  # (B, d', n_q)
-                out = out + upd * coef if coef != 1 else out + upd
-            G = out if not last else out
+                out = X * scale
+                for AT, BT, coef in zip(ATs, BTs, coefs):
+                    S = _relu(np.matmul(X, _rowmul(X, AT).transpose(0, 2, 1)))  # (B, n_key, n_query)
+                    upd = _rowmul(np.matmul(S.transpose(0, 2, 1), X), BT)  # (B, n_query, d)
+                    out = out + (upd * coef if coef != 1 else upd)
+                X = out
             g = D * g**3
-        h = G[:, :, -1]  # (B, d')
-        if not self._layers:
-            pass
-        num = np.matmul(h, self._C.T)  # (B, C)
+        h = X[:, -1, :]  # (B, d')
+        num = _rowmul(h[:, None, :], self._CT)[:, 0, :]  # (B, C)
         if self.use_float:
             num = num.astype(np.int64)
         return num, self.denominator

@@ -125,6 +125,58 @@ def plan_points(model: Model, task: Task, symmetry: str = "auto") -> Plan:
     return Plan(None, task.size, task.size, "symmetry: off; every point evaluated")
 
 
+PARALLEL_MIN_POINTS = 400_000
+
+
+@dataclass(frozen=True)
+class _ChunkResult:
+    checked: int
+    min_num: int | None
+    bad_index: int  # dataset index of the first failure in the chunk, or -1
+
+
+_WORKER = {}
+
+
+def _worker_init(model, task, class_rows, force_exact):
+    _WORKER.update(ev=Evaluator(model, force_exact=force_exact), task=task, rows=class_rows)
+
+
+def _worker_chunk(args) -> _ChunkResult:
+    lo, hi, batch_size = args
+    ev, task, rows = _WORKER["ev"], _WORKER["task"], _WORKER["rows"]
+    checked, min_num = 0, None
+    for batch in task.batches(batch_size, lo, hi):
+        margins, _, bad, _ = check_batch(ev, batch, rows)
+        if len(margins) and margins[0] is not None:
+            m = int(min(margins[: bad + 1] if bad >= 0 else margins))
+            min_num = m if min_num is None else min(min_num, m)
+        if bad >= 0:
+            return _ChunkResult(checked + bad, min_num, int(batch.index[bad]))
+        checked += len(batch.index)
+    return _ChunkResult(checked, min_num, -1)
+
+
+def _parallel_batches(model, task, class_rows, force_exact, batch_size, workers, bar):
+    """Chunks of the index range on `workers` processes, yielded in index order (so the first
+    failure reported is the first in index order); stops at the first failing chunk."""
+    import multiprocessing as mp
+
+    chunk = max(batch_size, min(200_000, task.size // (8 * workers) + 1))
+    jobs = [(lo, min(task.size, lo + chunk), batch_size) for lo in range(0, task.size, chunk)]
+    ctx = mp.get_context("fork")
+    with ctx.Pool(workers, _worker_init, (model, task, class_rows, force_exact)) as pool:
+        for res in pool.imap(_worker_chunk, jobs):
+            if bar is not None:
+                bar.update(res.checked)
+            yield res
+            if res.bad_index >= 0:
+                pool.terminate()
+                break
+    if bar is not None:
+        bar.close()
+
+
 def verify(
     model: Model,
     task: Task,
@@ -133,6 +185,7 @@ def verify(
     force_exact: bool = False,
     symmetry: str = "off",
     plan: Plan | None = None,
+    workers: int = 1,
 ) -> Verdict:
     """Evaluate every point of `task`, or one point per orbit when `symmetry="auto"` and the
     model's equivariance is proven (then the verdict covers every point)."""
@@ -153,12 +206,23 @@ def verify(
         from tqdm import tqdm
 
         bar = tqdm(total=n_eval, unit="pt", desc=f"verify {task.name}", leave=False, file=sys.stderr)
+    if workers > 1 and plan.indices is None and plan.n_eval >= PARALLEL_MIN_POINTS:
+        batches = _parallel_batches(model, task, class_rows, force_exact, batch_size, workers, bar)
+        bar = None
     checked = 0
     min_num = None
     counter = None
     for batch in batches:
+        if isinstance(batch, _ChunkResult):
+            checked += batch.checked
+            if batch.min_num is not None:
+                min_num = batch.min_num if min_num is None else min(min_num, batch.min_num)
+            if batch.bad_index < 0:
+                continue
+            # re-run the failing point's batch here to build the counterexample
+            batch = next(task.batches_of([batch.bad_index]))
         margins, den, bad, num = check_batch(ev, batch, class_rows)
-        checked += len(batch.index)
+        checked += len(batch.index) if bad < 0 else bad + 1
         if bar is not None:
             bar.update(len(batch.index))
         if len(margins) and margins[0] is not None:

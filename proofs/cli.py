@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from fractions import Fraction
@@ -115,6 +116,8 @@ def _build_parser() -> _Parser:
                    "evaluate one point per orbit (falls back to every point if the proof fails)")
     p.add_argument("--exact", action="store_true", help="skip the proven float64 fast path (big integers)")
     p.add_argument("--batch-size", type=positive_int, default=2048)
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                   help="processes for runs of 400k+ evaluated points (default: all cores)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return p
 
@@ -158,7 +161,7 @@ def _verify_construction(argv) -> int:
             f"{args.max_points}; raise it with --max-points {plan.n_eval}"
         )
     v = verify(model, task, batch_size=args.batch_size, progress=None if not args.json else False,
-               force_exact=args.exact, plan=plan)
+               force_exact=args.exact, plan=plan, workers=args.workers)
     info = {
         "task": task.name,
         "params": task.params,
