@@ -1,0 +1,21 @@
+"""The paper's results table: every registered claim holds, and a certificate is only accepted
+for a task if its points are points of that task's dataset."""
+import pytest
+
+from checkers.tasks import make_task
+from proofs.theorems import CLAIMS, certificate_speaks_about, check_claim
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=[c.key for c in CLAIMS])
+def test_claim_holds(claim):
+    r = check_claim(claim)
+    assert r.ok, r.detail
+    assert r.verdict == ("verified" if claim.method == "construction" else "certified")
+
+
+def test_certificate_for_other_data_is_not_about_the_task():
+    task = make_task("icqa", k=2, n_questions=2, n_answers=2)
+    cert = {"points": [{"tokens": ["q0", "=", "a0", "q1", "=", "a1", "q0", "="], "label": "a1", "mu": {"a0": 1}}]}
+    assert "label" in certificate_speaks_about(cert, task)
+    cert["points"][0]["tokens"][0] = "q9"
+    assert "not in" in certificate_speaks_about(cert, task)
