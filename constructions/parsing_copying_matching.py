@@ -168,6 +168,7 @@ def build(task: InContextTemplateMatching, as_printed: bool = False) -> Construc
 
 
 def build_with(task: InContextTemplateMatching, fixes: frozenset) -> Construction:
+    """Theorem 6 with a chosen subset of ALL_FIXES (frozenset() = as printed)."""
     lay = layout(task)
     layers = ((layer1(task, lay, fixes),), (layer2(task, lay, fixes),), layer3(task, lay, fixes))
     W_O = BlockMatrix(Layout.of(("answer", task.n_a)), lay).set("answer", "answer", 1).build()

@@ -95,15 +95,16 @@ ALL_FIXES = frozenset({"value-columns", "layer2-source"})
 
 def build_ternary(task: TemplateMatching, as_printed: bool = False) -> Construction:
     """Theorem 5, one head per layer, d' = d + n: layer 2 encodes each template row in ternary."""
-    return _ternary(task, frozenset() if as_printed else ALL_FIXES)
+    return build_ternary_with(task, frozenset() if as_printed else ALL_FIXES)
 
 
 def build_heads(task: TemplateMatching, as_printed: bool = False) -> Construction:
     """Theorem 5 with layer 2 = Lemma 4 memorization (n = l+1 heads), d' = max(l * s, d + n)."""
-    return _heads(task, frozenset() if as_printed else ALL_FIXES)
+    return build_heads_with(task, frozenset() if as_printed else ALL_FIXES)
 
 
-def _ternary(task: TemplateMatching, fixes: frozenset) -> Construction:
+def build_ternary_with(task: TemplateMatching, fixes: frozenset) -> Construction:
+    """The ternary variant with a chosen subset of ALL_FIXES (frozenset() = as printed)."""
     as_printed = not fixes
     lay = base_layout(task)
     n, l = task.length, task.l
@@ -126,7 +127,8 @@ def _ternary(task: TemplateMatching, fixes: frozenset) -> Construction:
                         tuple(notes))
 
 
-def _heads(task: TemplateMatching, fixes: frozenset) -> Construction:
+def build_heads_with(task: TemplateMatching, fixes: frozenset) -> Construction:
+    """The heads variant with a chosen subset of ALL_FIXES (frozenset() = as printed)."""
     as_printed = not fixes
     base = base_layout(task)
     n, l = task.length, task.l

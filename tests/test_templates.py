@@ -143,7 +143,7 @@ def test_theorem5_printed_refuted():
     assert not v.verified and v.counterexample.tie
     # each fix alone is not enough
     for fixes in ({"value-columns"}, {"layer2-source"}):
-        for f in (pm._ternary, pm._heads):
+        for f in (pm.build_ternary_with, pm.build_heads_with):
             assert not check(f(t, frozenset(fixes)).model, t).verified
 
 
