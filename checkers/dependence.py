@@ -262,6 +262,20 @@ class GroupProblem:
             return None, rows
         raise RuntimeError("HiGHS returned neither a solution nor infeasibility for the dual LP")
 
+    def solve_elastic(self, point_weight: np.ndarray | None = None):
+        """min sum_i weight_i s_i  s.t.  margin rows of point i + s_i >= 1, s >= 0: (phi, s)."""
+        R = self.A.shape[0]
+        S = sp.csr_matrix((np.ones(R), (np.arange(R), self.row_point)), shape=(R, self.N))
+        M = sp.hstack([self.A, S]).tocsc()
+        inf = np.inf
+        w = np.ones(self.N) if point_weight is None else point_weight
+        cost = np.concatenate([np.zeros(self.n_vars), w])
+        lo = np.concatenate([np.full(self.n_vars, -inf), np.zeros(self.N)])
+        st, x = _run_lp(cost, M, np.ones(R), np.full(R, inf), lo, np.full(self.n_vars + self.N, inf))
+        if st != "optimal":
+            raise RuntimeError("HiGHS failed on the elastic LP")
+        return x[: self.n_vars], x[self.n_vars :]
+
     def point_mass(self, mu: np.ndarray, rows: np.ndarray) -> np.ndarray:
         mass = np.zeros(self.N)
         np.add.at(mass, self.row_point[rows], mu)
@@ -337,20 +351,20 @@ def minimal_certificate_rows(prob: GroupProblem, points: np.ndarray, deadline: f
             mu, rows = mu2, rows2
             break
         mu, rows, support = mu2, rows2, s2
-    # deletion filter: try the lightest points first
-    changed = True
-    while changed and (deadline is None or time.perf_counter() < deadline):
-        changed = False
-        mass = prob.point_mass(mu, rows)
-        for p in sorted(support.tolist(), key=lambda i: mass[i]):
-            trial = support[support != p]
-            if len(trial) == 0:
-                continue
-            mu2, rows2 = prob.solve_dual(trial)
-            if mu2 is not None:
-                mu, rows, support = mu2, rows2, _support_points(prob, mu2, rows2)
-                changed = True
-                break
+    # deletion filter (one pass suffices: a point whose removal made a superset fittable also
+    # makes every subset fittable); the lightest points are tried first
+    mass = prob.point_mass(mu, rows)
+    for p in sorted(support.tolist(), key=lambda i: mass[i]):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        if p not in support:
+            continue
+        trial = support[support != p]
+        if len(trial) == 0:
+            continue
+        mu2, rows2 = prob.solve_dual(trial)
+        if mu2 is not None:
+            mu, rows, support = mu2, rows2, _support_points(prob, mu2, rows2)
     # exact: support of the vertex, then all rows of the support points as a fallback
     keep = mu > TOL * max(1.0, mu.max())
     for sel_rows, sel_mu in ((rows[keep], mu[keep]), (prob.rows_of(support), None)):
@@ -364,7 +378,7 @@ def minimal_certificate_rows(prob: GroupProblem, points: np.ndarray, deadline: f
     return None
 
 
-def fewest_points_rows(prob: GroupProblem, points: np.ndarray, time_limit: float = 10.0):
+def fewest_points_rows(prob: GroupProblem, points: np.ndarray, time_limit: float = 10.0, cap: float = np.inf):
     """Like `minimal_certificate_rows`, but first a MIP (HiGHS) for the fewest points.
 
     z_i binary, mu_(i,c) <= z_i, A^T mu = 0, sum mu = 1, minimise sum z_i.  The MIP's point set is
@@ -383,19 +397,24 @@ def fewest_points_rows(prob: GroupProblem, points: np.ndarray, time_limit: float
     link = sp.hstack([sp.identity(R, format="csr"),
                       -sp.csr_matrix((np.ones(R), (np.arange(R), [local[int(p)] for p in prob.row_point[rows]])),
                                      shape=(R, P))])
+    # valid cut: distinct sequences need >= 4 points (3 distinct sequences are never dependent:
+    # a token that only one of them has at some position forces its coefficient to 0); with a
+    # repeated sequence, >= 2.  With the cut, the MIP stops as soon as it meets the bound.
+    distinct = len({prob.X[p].tobytes() for p in pts}) == len(pts)
+    floor = 4.0 if distinct else 2.0
     M = sp.vstack([sp.hstack([AT, sp.csr_matrix((E, P))]),
                    sp.hstack([sp.csr_matrix(np.ones((1, R))), sp.csr_matrix((1, P))]),
-                   link]).tocsc()
-    lo = np.concatenate([np.zeros(E), [1.0], np.full(R, -np.inf)])
-    hi = np.concatenate([np.zeros(E), [1.0], np.zeros(R)])
+                   link,
+                   sp.hstack([sp.csr_matrix((1, R)), sp.csr_matrix(np.ones((1, P)))])]).tocsc()
+    lo = np.concatenate([np.zeros(E), [1.0], np.full(R, -np.inf), [floor]])
+    hi = np.concatenate([np.zeros(E), [1.0], np.zeros(R), [cap]])
     cost = np.concatenate([np.zeros(R), np.ones(P)])
     st, sol = _run_lp(cost, M, lo, hi, np.zeros(R + P), np.ones(R + P), time_limit=time_limit,
                       integer_cols=np.arange(R, R + P))
     if sol is None:
-        return minimal_certificate_rows(prob, points)
+        return None
     chosen = pts[sol[R:] > 0.5]
-    res = minimal_certificate_rows(prob, chosen) if len(chosen) else None
-    return res if res is not None else minimal_certificate_rows(prob, points)
+    return minimal_certificate_rows(prob, chosen) if len(chosen) else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -512,10 +531,13 @@ def find_group_certificate(data: Data, members: Sequence[int], task: str = "", d
     x = prob.solve_primal()
     if x is not None:
         return None, (prob, x)
-    if mip_seconds > 0:
-        res = fewest_points_rows(prob, np.arange(prob.N), mip_seconds)
-    else:
-        res = minimal_certificate_rows(prob, np.arange(prob.N), deadline)
+    res = minimal_certificate_rows(prob, np.arange(prob.N), deadline)
+    if res is not None and mip_seconds > 0:
+        k = len(np.unique(prob.row_point[res[0]]))
+        if k > 4:
+            better = fewest_points_rows(prob, np.arange(prob.N), mip_seconds, cap=k - 1)
+            if better is not None and len(np.unique(prob.row_point[better[0]])) < k:
+                res = better
     if res is None:
         raise RuntimeError("the LP is infeasible but no exact certificate was recovered; please report")
     rows, mu = res
@@ -680,3 +702,143 @@ def build_one_layer_model(vocab: Sequence[str], classes: Sequence[str], max_leng
         heads.append(Head(W.build(), Wv.build()))
     WO = BlockMatrix(Layout.of(("classes", C)), layout).set("classes", "classes", eye(C)).build()
     return Model(vocab, max_length, classes, layout, (tuple(heads),), WO, name=name)
+
+
+# ----------------------------------------------------------------------------------------------
+# best provable accuracy when not fittable
+
+
+@dataclass(frozen=True)
+class AccuracyBounds:
+    """lower_correct <= (best one-layer number of correct points) <= upper_correct, both exact.
+
+    lower: an explicit one-layer model (`model`) that gets lower_correct points right, counted
+    exactly on every point.  upper: `certificates` are pairwise disjoint and each checks, so every
+    one-layer model errs at least once inside each: upper_correct = total - len(certificates).
+    """
+
+    total: int
+    lower_correct: int
+    upper_correct: int
+    certificates: tuple[Certificate, ...]
+    model: object
+    upper_search_complete: bool
+    seconds: float
+
+
+def count_correct(model, task) -> int:
+    """Exact count of points whose label logit is strictly above every other logit."""
+    from checkers.evaluate import Evaluator
+    from checkers.exhaustive import check_compatible
+
+    cmap = check_compatible(model, task)
+    rows = np.array([cmap[i] for i in range(len(task.classes))], dtype=np.int64)
+    ev = Evaluator(model)
+    good = 0
+    for b in task.batches(4096):
+        num, _ = ev.logits(b.ids)
+        for r, lab in zip(num, rows[b.labels]):
+            vals = [int(v) for v in r]
+            good += all(vals[lab] > v for c, v in enumerate(vals) if c != lab)
+    return good
+
+
+def _best_partial_table(prob: GroupProblem, rounds: int = 3) -> np.ndarray:
+    """Integer table fitting many points: reweighted elastic LP, each candidate counted exactly."""
+    best, best_good = None, -1
+    weight = np.ones(prob.N)
+    for _ in range(rounds):
+        x, slack = prob.solve_elastic(weight)
+        fitted = np.nonzero(slack <= 1e-7)[0]
+        T = round_table(prob, x, fitted)
+        if T is None:
+            T = np.rint(x * (prob.n + 3)).astype(np.int64).reshape(len(prob.jv_keys), prob.C)
+        L = logits_of_table(prob, T, np.arange(prob.N))
+        good = sum(correct(L[i], int(prob.y[i])) for i in range(prob.N))
+        if good > best_good:
+            best, best_good = T, good
+        weight = 1.0 / (slack + 0.1)
+    return best
+
+
+def _search_certificate(data: Data, remaining: list[int], rng, out, sample: int, name: str):
+    """(certificate, None) for some subset of `remaining`, or (None, (prob, x)) when it is all fittable."""
+    for size in (64, sample):
+        if len(remaining) <= size:
+            break
+        sub = _neighbourhood(data, remaining, size, rng)
+        cert, _ = find_group_certificate(data, sub, name, mip_seconds=(2.0 if size <= 64 else 0.0), **out)
+        if cert is not None:
+            return cert, None
+    return find_group_certificate(data, remaining, name, mip_seconds=(2.0 if len(remaining) <= 64 else 0.0), **out)
+
+
+def _cert_members(data: Data, remaining: list[int], cert: Certificate, out) -> list[int]:
+    """Indices (in `remaining`) of the certificate's points, in certificate order."""
+    tok = out["token_out"] or (lambda t: t)
+    lab = out["label_out"] or (lambda c: c)
+    where = {}
+    for i in remaining:
+        where.setdefault((tuple(tok(t) for t in data.seqs[i]), lab(data.labels[i])), i)
+    idx = []
+    for p in cert.points:
+        key = (tuple(p.tokens), p.label)
+        if key not in where:
+            raise RuntimeError("internal: certificate point not found in the dataset")
+        idx.append(where[key])
+    return idx
+
+
+def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 256) -> AccuracyBounds:
+    """Exact bounds on the best accuracy of any one-layer model on `task` (see AccuracyBounds).
+
+    upper: greedily collect pairwise disjoint certificates (each checked).
+    lower: delete one point of each certificate found until the rest is fittable (paper 13.1: drop
+    one of the four sequences and the other three fit), then count the fitted model's correct
+    points exactly on the whole dataset.  Half the time budget each; on timeout both stay valid.
+    """
+    t0 = time.perf_counter()
+    rng = random.Random(seed)
+    data = data_from_task(task)
+    tok = getattr(task, "token_out", None)
+    lab = getattr(task, "label_out", None)
+    out = {"token_out": (tok.get if tok else None), "label_out": (lab.get if lab else None)}
+    certs = []
+    complete = True
+    fits = []
+    groups = sorted(data.groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))
+    lower_deadline = t0 + seconds / 2
+    for (n, last), members in groups:
+        remaining = list(members)
+        T = None
+        while time.perf_counter() < lower_deadline:
+            cert, fit = _search_certificate(data, remaining, rng, out, sample, task.name)
+            if cert is None:
+                prob, x = fit
+                T = round_table(prob, x)
+                break
+            idx = _cert_members(data, remaining, cert, out)
+            heavy = max(range(len(idx)), key=lambda k: cert.points[k].total)
+            remaining.remove(idx[heavy])
+        if T is None:
+            prob = data.problem(members)
+            T = _best_partial_table(prob)
+        fits.append(GroupFit(n, last, {(j, data.vocab[v]): tuple(int(t) for t in T[k])
+                                       for k, (j, v) in enumerate(prob.jv_keys)}))
+    upper_deadline = t0 + seconds
+    for (n, last), members in groups:
+        remaining = list(members)
+        while remaining:
+            if time.perf_counter() > upper_deadline:
+                complete = False
+                break
+            cert, _ = _search_certificate(data, remaining, rng, out, sample, task.name)
+            if cert is None:
+                break
+            certs.append(cert)
+            for i in _cert_members(data, remaining, cert, out):
+                remaining.remove(i)
+    model = build_one_layer_model(task.vocab, task.classes, task.length, fits, name=f"best partial one-layer fit of {task.name}")
+    good = count_correct(model, task)
+    return AccuracyBounds(task.size, good, task.size - len(certs), tuple(certs), model, complete,
+                          time.perf_counter() - t0)
