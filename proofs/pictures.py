@@ -75,7 +75,7 @@ def short(v) -> str:
     if v == 0:
         return ""
     s = str(v)
-    return s if len(s) <= 5 else ""
+    return s if len(s) <= 4 else ""
 
 
 # ---------------------------------------------------------------- drawing helpers
@@ -176,7 +176,8 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
 
     # per layer: every head's attention map
     for li, heads in enumerate(tr.attention):
-        fig, axes = plt.subplots(1, len(heads), figsize=(cell * len(heads) + 1, cell), squeeze=False)
+        fig, axes = plt.subplots(1, len(heads), figsize=(cell * len(heads) + 1, cell), squeeze=False,
+                                 layout="constrained")
         for hi, S in enumerate(heads):
             _attention_panel(axes[0][hi], fig, S, tokens, f"layer {li + 1} head {hi + 1}")
         fig.suptitle(head_line, fontsize=8)
@@ -187,7 +188,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
     wcell = max(3.2, 0.2 * lay.dim)
     for li, layer in enumerate(model.layers):
         for hi, head in enumerate(layer):
-            fig, axes = plt.subplots(1, 2, figsize=(2 * wcell + 1.5, wcell))
+            fig, axes = plt.subplots(1, 2, figsize=(2 * wcell + 1.5, wcell), layout="constrained")
             for ax, M, name in ((axes[0], head.W_QK, "W_QK"), (axes[1], head.W_V, "W_V")):
                 _heat(ax, fig, M, "RdBu_r", annotate=lay.dim <= 40, diverging=True)
                 _block_axis(ax, lay, "y")
@@ -198,7 +199,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
 
     # classifier
     C = len(model.classes)
-    fig, ax = plt.subplots(figsize=(wcell + 1, max(2.0, 0.22 * C + 1)))
+    fig, ax = plt.subplots(figsize=(wcell + 1, max(2.0, 0.22 * C + 1)), layout="constrained")
     _heat(ax, fig, model.W_O, "RdBu_r", annotate=lay.dim <= 40 and C <= 40, diverging=True)
     _block_axis(ax, lay, "x")
     ax.set_yticks(range(C))
@@ -209,7 +210,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
     # residual stream after every layer
     L = len(tr.H)
     hcell = max(2.6, 0.18 * lay.dim)
-    fig, axes = plt.subplots(1, L, figsize=(cell * L + 1, hcell), squeeze=False)
+    fig, axes = plt.subplots(1, L, figsize=(cell * L + 1, hcell), squeeze=False, layout="constrained")
     for li, H in enumerate(tr.H):
         _residual_panel(axes[0][li], fig, H, lay, tokens, "H0 (input)" if li == 0 else f"H{li} (after layer {li})")
     fig.suptitle(head_line, fontsize=8)
@@ -219,7 +220,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
     panels = [(li, hi, S) for li, heads in enumerate(tr.attention) for hi, S in enumerate(heads)]
     cols = max(len(panels), L, 1)
     fig, axes = plt.subplots(2, cols, figsize=(cell * cols + 1, cell + hcell), squeeze=False,
-                             gridspec_kw={"height_ratios": [cell, hcell]})
+                             gridspec_kw={"height_ratios": [cell, hcell]}, layout="constrained")
     for i in range(cols):
         ax = axes[0][i]
         if i < len(panels):
@@ -236,7 +237,6 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
                        for c, v in zip(model.classes[:8], tr.logits[:8]))
     fig.suptitle(f"{head_line}\npredicted {model.classes[tr.predicted]}; logits {logits}"
                  f"{' ...' if len(model.classes) > 8 else ''}", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
     save(fig, "overview.png")
     return written
 
