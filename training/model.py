@@ -18,7 +18,7 @@ from torch import nn
 from checkers.errors import BadInput
 
 ATTENTIONS = ("relu", "softmax")
-QK_INITS = ("uniform", "normal", "zero", "construction")
+QK_INITS = ("uniform", "normal", "zero", "construction", "parsing")
 V_INITS = ("ones", "identity", "normal", "zero")
 O_INITS = ("uniform", "normal", "zero")
 
@@ -73,7 +73,8 @@ class AttentionOnly(nn.Module):
 
     def scores(self, H: torch.Tensor, layer: int) -> torch.Tensor:
         """sigma(H^T W_QK H) per head: (B, m, n_keys, n_queries)."""
-        S = torch.einsum("bdj,mde,bek->bmjk", H, self.W_QK[layer], H)
+        Q = torch.matmul(H.transpose(1, 2).unsqueeze(1), self.W_QK[layer])  # (B, m, n, d') = H^T W_QK
+        S = torch.matmul(Q, H.unsqueeze(1))  # (B, m, n_keys, n_queries)
         if self.shape.attention == "relu":
             return torch.relu(S)
         return torch.softmax(S, dim=2)
@@ -84,8 +85,8 @@ class AttentionOnly(nn.Module):
         maps = []
         for li in range(len(self.shape.heads)):
             S = self.scores(H, li)
-            VH = torch.einsum("mde,bej->bmdj", self.W_V[li], H)
-            H = H + torch.einsum("bmdj,bmjk->bdk", VH, S) / S.shape[1]
+            VH = torch.matmul(self.W_V[li], H.unsqueeze(1))  # (B, m, d', n)
+            H = H + torch.matmul(VH, S).mean(dim=1)
             if return_attention:
                 maps.append(S.detach())
         logits = H[:, :, -1] @ self.W_O.T
@@ -109,8 +110,8 @@ def initialize(
         raise BadInput(f"unknown --v-init {v!r}; known: {', '.join(V_INITS)}")
     if out not in O_INITS:
         raise BadInput(f"unknown --out-init {out!r}; known: {', '.join(O_INITS)}")
-    if qk == "construction" and first_qk is None:
-        raise BadInput("--qk-init construction needs a construction for this task")
+    if qk in ("construction", "parsing") and first_qk is None:
+        raise BadInput(f"--qk-init {qk} needs a construction for this task")
 
     def fill(p: torch.Tensor, how: str):
         if how == "uniform":
@@ -126,7 +127,7 @@ def initialize(
 
     with torch.no_grad():
         for li, (Wqk, Wv) in enumerate(zip(model.W_QK, model.W_V)):
-            if qk == "construction":
+            if qk in ("construction", "parsing"):
                 # layer 1 from the construction (every head); deeper layers small random
                 fill(Wqk, "normal")
                 if li == 0:
@@ -173,3 +174,32 @@ def from_exact(exact_model, attention: str = "relu", dtype=torch.float64) -> Att
                 tm.W_V[li][hi].copy_(torch.as_tensor(_to_float(head.W_V)))
         tm.W_O.copy_(torch.as_tensor(_to_float(exact_model.W_O)))
     return tm
+
+
+def parsing_qk(task, dim: int, mask: float = 2.0) -> np.ndarray:
+    """Float layer-1 W_QK of the paper's parsing step (sections 14.2 and 15), for tm and ictm.
+
+    Score(key j, query k) = [token_j == token_k, a word token] - mask * [j, k in different
+    question blocks], so after ReLU each question position attends to the positions of its own
+    question that hold the same token (the template's equality pattern).  This is only an
+    initialization for training (paper appendix 9.1); it is not a verified construction.
+    """
+    V, n = len(task.vocab), task.length
+    W = np.zeros((dim, dim))
+    words = getattr(task, "tokens", None)
+    if task.name not in ("tm", "ictm") or words is None:
+        raise BadInput(f"--qk-init parsing applies to tm and ictm, not {task.name}")
+    for t in range(len(words)):
+        W[t, t] = 1.0
+    block = np.full(n, -1)
+    if task.name == "tm":
+        block[: task.l] = 0
+    else:
+        step = task.l + 2
+        for i in range(task.k + 1):
+            block[i * step : i * step + task.l] = i
+    for j in range(n):
+        for k in range(n):
+            if block[j] < 0 or block[k] < 0 or block[j] != block[k]:
+                W[V + j, V + k] = -mask
+    return W

@@ -14,7 +14,7 @@ from torch import nn
 from checkers.errors import BadInput
 from checkers.tasks import Task, make_task
 from training.data import Sampler, split_for
-from training.model import AttentionOnly, ModelShape, construction_qk, initialize
+from training.model import AttentionOnly, ModelShape, construction_qk, initialize, parsing_qk
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -118,6 +118,8 @@ def build_model(config: TrainConfig, task: Task, generator: torch.Generator) -> 
         if tuple(cons.model.vocab) != tuple(task.vocab) or cons.model.max_length != task.length:
             raise BadInput(f"the {task.name} construction uses a different vocabulary or length than the task")
         first = construction_qk(cons.model, width)
+    elif config.qk_init == "parsing":
+        first = parsing_qk(task, width)
     initialize(model, generator, config.qk_init, config.v_init, config.out_init, config.init_scale, first)
     return model
 

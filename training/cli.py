@@ -1,0 +1,184 @@
+"""Console scripts `train` and `reproduce` (need the "train" extra: torch + matplotlib).
+
+Bad input exits 2 with one line on stderr; results are OBSERVED training runs, not proofs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from checkers.errors import BadInput
+
+TASK_OPTIONS = (
+    # (flag, dest, type)
+    ("--k", "k", int),
+    ("--n-questions", "n_questions", int),
+    ("--n-answers", "n_answers", int),
+    ("--l", "l", int),
+    ("--alphabet", "alphabet", int),
+    ("--length", "length", int),
+    ("--hops", "hops", int),
+    ("--n-points", "n_points", int),
+    ("--n-templates", "n_templates", int),
+    ("--task-seed", "task_seed", int),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises BadInput instead of printing usage and exiting."""
+
+    def error(self, message):
+        raise BadInput(f"{self.prog}: {message}")
+
+
+def _die(message: str) -> int:
+    print(f"error: {message}".splitlines()[0], file=sys.stderr)
+    return 2
+
+
+def _import_torch():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise BadInput("training needs PyTorch: pip install torch (the 'train' extra)") from None
+
+
+def _clean(obj):
+    """JSON-safe: non-finite floats become null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def train_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="train", description="Train the paper's attention-only transformer on a task (OBSERVED, not proven).")
+    p.add_argument("task", help="sc, icqa, tm, ictm, multihop (aliases allowed)")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=1)
+    p.add_argument("--width", type=int, default=None, help="d' (default: vocabulary + positions)")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--optimizer", default="sgd", help="sgd (paper) or adam")
+    p.add_argument("--attention", default="relu", help="relu (paper) or softmax")
+    p.add_argument("--qk-init", default="normal", help="uniform (paper, sc), normal, zero, construction (paper, layer 1)")
+    p.add_argument("--v-init", default="identity", help="ones (paper), identity, normal, zero")
+    p.add_argument("--out-init", default="normal", help="uniform (paper), normal, zero")
+    p.add_argument("--init-scale", type=float, default=0.1, help="std of the normal inits")
+    p.add_argument("--variant", default=None, help="construction variant for --qk-init construction")
+    p.add_argument("--grad-clip", type=float, default=1.0, help="clip gradient norm (0 = off)")
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--eval-size", type=int, default=1000)
+    for flag, dest, typ in TASK_OPTIONS:
+        p.add_argument(flag, dest=dest, type=typ, default=None)
+    p.add_argument("--log", default=None, help="write the per-step JSON log here (atomically)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON, no progress bar")
+    return p
+
+
+def config_from_args(args) -> "TrainConfig":
+    from training.train import TrainConfig
+
+    opts = tuple((dest, getattr(args, dest)) for _, dest, _ in TASK_OPTIONS if getattr(args, dest) is not None)
+    opts = tuple((("seed" if k == "task_seed" else k), v) for k, v in opts)
+    return TrainConfig(
+        task=args.task,
+        layers=args.layers,
+        heads=args.heads,
+        width=args.width,
+        steps=args.steps,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        momentum=args.momentum,
+        optimizer=args.optimizer,
+        attention=args.attention,
+        qk_init=args.qk_init,
+        v_init=args.v_init,
+        out_init=args.out_init,
+        init_scale=args.init_scale,
+        construction_variant=args.variant,
+        grad_clip=args.grad_clip,
+        eval_every=args.eval_every,
+        eval_size=args.eval_size,
+        task_options=opts,
+    )
+
+
+def train_main(argv=None) -> int:
+    try:
+        args = train_parser().parse_args(argv)
+        _import_torch()
+        from checkers.atomic import write_json_atomic
+        from checkers.tasks import canonical_task
+        from training.train import train
+
+        config = config_from_args(args)
+        canonical_task(config.task)
+        if args.log is not None:
+            # fail on an unwritable folder before spending the training time
+            import os
+
+            folder = os.path.dirname(os.path.abspath(args.log)) or "."
+            if not os.path.isdir(folder):
+                raise BadInput(f"cannot write {args.log}: folder {folder} does not exist")
+        result, _ = train(config, progress=not args.json)
+        log = _clean(result.to_json())
+        if args.log is not None:
+            write_json_atomic(args.log, log)
+        f = result.final
+        if args.json:
+            summary = {k: v for k, v in log.items() if k != "steps"}
+            print(json.dumps(summary))
+        else:
+            print(
+                f"OBSERVED {result.config.task} layers={result.config.layers} heads={result.config.heads} "
+                f"d'={result.shape.dim} seed={result.config.seed} steps={f.step}: "
+                f"held-out acc {f.test_acc:.4f} loss {f.test_loss:.4f} | train acc {f.train_acc:.4f} "
+                f"({result.seconds:.1f}s; split: {result.split})"
+                + (" DIVERGED" if result.diverged else "")
+            )
+        return 0
+    except BadInput as exc:
+        return _die(str(exc))
+    except KeyboardInterrupt:
+        return _die("interrupted")
+
+
+def reproduce_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="reproduce", description="Reproduce the paper's experiments (OBSERVED, not proven).")
+    p.add_argument("what", help="figure2 (depth sweep + docs/experiments.md), figure3 (attention maps), ictm2 (open question 5.4), all")
+    p.add_argument("--out", default="docs/img", help="folder for PNG plots")
+    p.add_argument("--doc", default="docs/experiments.md", help="markdown report to write")
+    p.add_argument("--steps", type=int, default=None, help="override steps per run")
+    p.add_argument("--seeds", type=int, default=None, help="number of seeds per configuration")
+    p.add_argument("--tasks", default=None, help="comma-separated subset of tasks")
+    p.add_argument("--json", action="store_true", help="no progress bar; print a JSON summary")
+    return p
+
+
+def reproduce_main(argv=None) -> int:
+    try:
+        args = reproduce_parser().parse_args(argv)
+        _import_torch()
+        from training import reproduce
+
+        if args.what not in ("figure2", "figure3", "ictm2", "all"):
+            raise BadInput(f"unknown experiment {args.what!r}; known: figure2, figure3, ictm2, all")
+        summary = reproduce.run(args.what, out=args.out, doc=args.doc, steps=args.steps, seeds=args.seeds,
+                                tasks=args.tasks, progress=not args.json)
+        if args.json:
+            print(json.dumps(_clean(summary)))
+        return 0
+    except BadInput as exc:
+        return _die(str(exc))
+    except KeyboardInterrupt:
+        return _die("interrupted")
