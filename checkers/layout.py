@@ -20,6 +20,11 @@ import numpy as np
 from checkers.errors import BadInput
 
 
+# Largest residual stream accepted: a d' x d' matrix of Fractions is 8 d'^2 bytes of pointers
+# per head (134 MB at 4096), and the position block alone needs d' >= sequence length.
+MAX_DIM = 4096
+
+
 @dataclass(frozen=True)
 class Block:
     name: str
@@ -39,6 +44,9 @@ class Layout:
     blocks: tuple[Block, ...]
 
     def __post_init__(self):
+        dim = sum(b.size for b in self.blocks)
+        if dim > MAX_DIM:  # refuse before anyone allocates d' x d' object matrices
+            raise BadInput(f"residual stream of d' = {dim} rows is larger than the limit {MAX_DIM}; use smaller sizes")
         names = [b.name for b in self.blocks]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -11,7 +11,8 @@ from math import perm
 import numpy as np
 
 from checkers.errors import BadInput
-from checkers.tasks import Task, _check_int, decode_partial_permutations
+from checkers.tasks import (INDEX_LIMIT, Task, _check_int, bounded_perm, bounded_pow, bounded_product,
+                            decode_partial_permutations)
 
 RELATION = ">"
 
@@ -58,6 +59,12 @@ class MultiHop(Task):
         self.vocab = self.entities + (RELATION,)
         self.classes = self.entities
         self.length = 3 * self.k + 2
+        if bounded_product((bounded_perm(self.n_entities, self.k) or INDEX_LIMIT + 1,
+                            bounded_pow(self.k, self.k) or INDEX_LIMIT + 1, self.k)) is None:
+            raise BadInput(
+                f"multihop with --k {self.k} --n-entities {self.n_entities} has more than 2^62 points "
+                "(dataset indices are 64-bit); use smaller sizes"
+            )
         self.n_sources = perm(self.n_entities, self.k)
         self.n_targets = self.k**self.k
         self.size = multihop_size(self.n_entities, self.k)

@@ -97,6 +97,35 @@ class Task:
         return f"{self.name} {opts}".strip()
 
 
+# Dataset indices are int64 (numpy decode); every enumerated task stays below this many points.
+INDEX_LIMIT = 2**62
+
+
+def bounded_product(factors, limit: int = INDEX_LIMIT) -> int | None:
+    """The product of non-negative ints, or None as soon as it exceeds `limit` (never builds
+    a huge integer: `--k 1000000` must be refused in microseconds, not after minutes)."""
+    out = 1
+    for f in factors:
+        out *= f
+        if out == 0:
+            return 0
+        if out > limit:
+            return None
+    return out
+
+
+def bounded_perm(n: int, k: int, limit: int = INDEX_LIMIT) -> int | None:
+    """A(n, k) = n!/(n-k)!, or None when it exceeds `limit`."""
+    return bounded_product(range(n, n - k, -1), limit)
+
+
+def bounded_pow(base: int, exp: int, limit: int = INDEX_LIMIT) -> int | None:
+    """base**exp, or None when it exceeds `limit`."""
+    if base <= 1:
+        return base**min(exp, 1) if base == 0 else 1
+    return bounded_product((base for _ in range(exp)), limit)
+
+
 def _check_int(name: str, value, low: int = 1, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise BadInput(f"--{name} must be an integer, got {value!r}")
@@ -140,6 +169,12 @@ class ICQA(Task):
             raise BadInput(f"--k {self.k} is larger than the number of question tokens ({self.n_q})")
         if self.k > self.n_a:
             raise BadInput(f"--k {self.k} is larger than the number of answer tokens ({self.n_a})")
+        qperm, aperm = bounded_perm(self.n_q, self.k), bounded_perm(self.n_a, self.k)
+        if qperm is None or aperm is None or bounded_product((qperm, aperm, self.k)) is None:
+            raise BadInput(
+                f"icqa with --k {self.k} --n-questions {self.n_q} --n-answers {self.n_a} has more than 2^62 "
+                "points (dataset indices are 64-bit); use smaller sizes"
+            )
         self.questions = tuple(f"q{i}" for i in range(self.n_q))
         self.answers = tuple(f"a{i}" for i in range(self.n_a))
         self.vocab = self.questions + (RESPONSE,) + self.answers
@@ -193,7 +228,12 @@ class SequenceClassification(Task):
     def __init__(self, length: int = 3, alphabet: int = 3, seed: int = 0, n_points: int | None = None):
         self.L = _check_int("length", length)
         self.M = _check_int("alphabet", alphabet)
-        total = self.M**self.L
+        total = bounded_pow(self.M, self.L)
+        if total is None:
+            raise BadInput(
+                f"--alphabet {self.M} --length {self.L} gives more than 2^62 sequences "
+                "(dataset indices are 64-bit); use smaller sizes"
+            )
         self.seed = _check_int("seed", seed, low=0)
         n = total if n_points is None else _check_int("n-points", n_points, high=total)
         if n > self.MAX_POINTS:

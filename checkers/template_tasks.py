@@ -18,7 +18,8 @@ from math import factorial, perm
 import numpy as np
 
 from checkers.errors import BadInput
-from checkers.tasks import CLS, RESPONSE, Task, _check_int, decode_partial_permutations
+from checkers.layout import MAX_DIM
+from checkers.tasks import CLS, RESPONSE, Task, _check_int, bounded_pow, decode_partial_permutations
 
 MAX_TEMPLATES = 200_000
 MAX_TUPLES = 2_000_000
@@ -123,8 +124,11 @@ class TemplateMatching(Task):
     def __init__(self, l: int = 3, alphabet: int | None = None):
         self.l = _check_int("l", l)
         self.m = _check_int("alphabet", self.l if alphabet is None else alphabet)
-        if self.m**self.l > 2**62:
+        if bounded_pow(self.m, self.l) is None:  # without computing m**l (--l 1000000)
             raise BadInput(f"--alphabet {self.m} --l {self.l} gives more than 2^62 points")
+        if self.l + 1 > MAX_DIM:  # --alphabet 1: one point, but templates are enumerated recursively
+            raise BadInput(f"tm --l {self.l} has sequences of length {self.l + 1}, more positions than any model "
+                           f"may have (d' limit {MAX_DIM})")
         self.templates = _Templates(self.l, self.m)
         self.tokens = tuple(f"t{i}" for i in range(self.m))
         self.vocab = self.tokens + (CLS,)
@@ -204,6 +208,12 @@ class InContextTemplateMatching(Task):
         self.n_a = _check_int("n-answers", self.k + 2 if n_answers is None else n_answers)
         if self.k > self.n_a:
             raise BadInput(f"--k {self.k} is larger than the number of answer tokens ({self.n_a})")
+        length = self.k * (self.l + 2) + self.l + 1
+        if length > MAX_DIM:  # checked before counting templates, which is quadratic in l
+            raise BadInput(
+                f"ictm --k {self.k} --l {self.l} has sequences of length {length}, more positions than "
+                f"any model may have (d' limit {MAX_DIM})"
+            )
         n_t = count_templates(self.l, self.m)
         if self.k > n_t:
             raise BadInput(

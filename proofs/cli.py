@@ -36,6 +36,9 @@ def run_main(fn, argv=None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 2
+    except MemoryError:
+        print("error: out of memory: the requested sizes are too large for this machine", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # output piped into `head`
         sys.stderr.close()
         return 0
@@ -138,6 +141,8 @@ def _verify_construction(argv) -> int:
     task = task_from_args(args)
     if args.batch_size < 1:
         raise BadInput("--batch-size must be >= 1")
+    if args.max_points < 1:
+        raise BadInput(f"--max-points must be >= 1, got {args.max_points}")
     if args.weights:
         if args.variant or args.as_printed:
             raise BadInput("--weights verifies the given file; it takes no --variant or --as-printed")
