@@ -151,6 +151,8 @@ def test_theorem6_target_and_printed():
     t = make_task("ictm", k=2, l=2, alphabet=3, n_answers=2)
     v = check(registry.build(t, "parsing-copying-matching").model, t)
     assert v.verified and v.points_covered == 648 and v.min_margin == Fraction(1, 2)
+    full = verify(registry.build(t, "parsing-copying-matching").model, t)  # every point, no symmetry
+    assert full.verified and full.points_checked == 648 and full.min_margin == v.min_margin
     m = registry.build(t, "parsing-copying-matching", as_printed=True).model
     assert m.heads == (1, 1, 4) and m.dim == t.m + 1 + t.n_a + t.length + t.l + 2
     v = check(m, t)
