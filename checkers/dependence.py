@@ -789,13 +789,55 @@ def _cert_members(data: Data, remaining: list[int], cert: Certificate, out) -> l
     return idx
 
 
-def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 256) -> AccuracyBounds:
+def _embed_table(src: GroupProblem, T: np.ndarray, dst: GroupProblem) -> np.ndarray:
+    """T (over src's (j, v) pairs) re-indexed over dst's pairs; pairs src never saw get 0."""
+    where = {key: k for k, key in enumerate(src.jv_keys)}
+    out = np.zeros((len(dst.jv_keys), dst.C), dtype=np.int64)
+    for k, key in enumerate(dst.jv_keys):
+        if key in where:
+            out[k] = T[where[key]]
+    return out
+
+
+def _fittable_subset(data: Data, members: list[int], rng, out, sample: int, name: str, deadline: float, rule: int):
+    """Delete one point of each certificate found until the rest fits, then add deleted points back
+    while it still fits.  rule 0 deletes the heaviest certificate point, later rules a random one.
+    Returns (problem, integer table) or None on timeout."""
+    remaining = list(members)
+    removed = []
+    while time.perf_counter() < deadline:
+        cert, fit = _search_certificate(data, remaining, rng, out, sample, name)
+        if cert is None:
+            rng.shuffle(removed)
+            for p in removed:
+                if time.perf_counter() > deadline:
+                    break
+                trial = data.problem(remaining + [p])
+                xt = trial.solve_primal()
+                if xt is not None:
+                    remaining.append(p)
+                    fit = (trial, xt)
+            prob, x = fit
+            return prob, round_table(prob, x)
+        idx = _cert_members(data, remaining, cert, out)
+        if rule == 0:
+            k = max(range(len(idx)), key=lambda k: cert.points[k].total)
+        else:
+            k = rng.randrange(len(idx))
+        remaining.remove(idx[k])
+        removed.append(idx[k])
+    return None
+
+
+def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 256,
+                    max_rounds: int = 20) -> AccuracyBounds:
     """Exact bounds on the best accuracy of any one-layer model on `task` (see AccuracyBounds).
 
     upper: greedily collect pairwise disjoint certificates (each checked).
     lower: delete one point of each certificate found until the rest is fittable (paper 13.1: drop
     one of the four sequences and the other three fit), then count the fitted model's correct
-    points exactly on the whole dataset.  Half the time budget each; on timeout both stay valid.
+    points exactly on the whole dataset; up to `max_rounds` randomised rounds, stopping early when
+    the bounds meet.  Half the time budget each; on timeout both stay valid.
     """
     t0 = time.perf_counter()
     rng = random.Random(seed)
@@ -807,27 +849,11 @@ def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 25
     complete = True
     fits = []
     groups = sorted(data.groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))
-    lower_deadline = t0 + seconds / 2
-    for (n, last), members in groups:
+    upper_deadline = t0 + seconds / 2
+    per_group_certs = {}
+    for key, members in groups:
         remaining = list(members)
-        T = None
-        while time.perf_counter() < lower_deadline:
-            cert, fit = _search_certificate(data, remaining, rng, out, sample, task.name)
-            if cert is None:
-                prob, x = fit
-                T = round_table(prob, x)
-                break
-            idx = _cert_members(data, remaining, cert, out)
-            heavy = max(range(len(idx)), key=lambda k: cert.points[k].total)
-            remaining.remove(idx[heavy])
-        if T is None:
-            prob = data.problem(members)
-            T = _best_partial_table(prob)
-        fits.append(GroupFit(n, last, {(j, data.vocab[v]): tuple(int(t) for t in T[k])
-                                       for k, (j, v) in enumerate(prob.jv_keys)}))
-    upper_deadline = t0 + seconds
-    for (n, last), members in groups:
-        remaining = list(members)
+        per_group_certs[key] = 0
         while remaining:
             if time.perf_counter() > upper_deadline:
                 complete = False
@@ -836,8 +862,36 @@ def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 25
             if cert is None:
                 break
             certs.append(cert)
+            per_group_certs[key] += 1
             for i in _cert_members(data, remaining, cert, out):
                 remaining.remove(i)
+    for gi, ((n, last), members) in enumerate(groups):
+        now = time.perf_counter()
+        lower_deadline = now + max(0.0, (t0 + seconds - now)) / (len(groups) - gi)
+        target = len(members) - per_group_certs[(n, last)]
+        T, prob, best_good = None, None, -1
+        for rule in range(max_rounds):
+            if time.perf_counter() > lower_deadline:
+                break
+            got = _fittable_subset(data, members, rng, out, sample, task.name, lower_deadline, rule)
+            if got is None:
+                break
+            p2, T2 = got
+            if T2 is None:
+                continue
+            full = data.problem(members)
+            Tf = _embed_table(p2, T2, full)
+            Lf = logits_of_table(full, Tf, np.arange(full.N))
+            good = sum(correct(Lf[i], int(full.y[i])) for i in range(full.N))
+            if good > best_good:
+                T, prob, best_good = Tf, full, good
+            if good >= target:
+                break
+        if T is None:
+            prob = data.problem(members)
+            T = _best_partial_table(prob)
+        fits.append(GroupFit(n, last, {(j, data.vocab[v]): tuple(int(t) for t in T[k])
+                                       for k, (j, v) in enumerate(prob.jv_keys)}))
     model = build_one_layer_model(task.vocab, task.classes, task.length, fits, name=f"best partial one-layer fit of {task.name}")
     good = count_correct(model, task)
     return AccuracyBounds(task.size, good, task.size - len(certs), tuple(certs), model, complete,
