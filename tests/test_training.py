@@ -1,0 +1,140 @@
+"""Trainer tests (issue 7).  Skipped as a whole when PyTorch is not installed."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from checkers.evaluate import Evaluator, logits_fraction_reference  # noqa: E402
+from checkers.tasks import make_task  # noqa: E402
+from constructions import registry  # noqa: E402
+from training.cli import train_main  # noqa: E402
+from training.data import Sampler, held_out_mask, split_for  # noqa: E402
+from training.model import from_exact, parsing_qk  # noqa: E402
+from training.reproduce import map_similarity  # noqa: E402
+from training.train import TrainConfig, train  # noqa: E402
+
+CONSTRUCTED = [
+    ("icqa", {"k": 2, "n_questions": 3, "n_answers": 3}, "copy-matching"),
+    ("sc", {"length": 2, "alphabet": 3}, "heads"),
+]
+
+
+def _torch_logits(model, ids):
+    tm = from_exact(model)
+    with torch.no_grad():
+        return tm(torch.as_tensor(ids)).numpy()
+
+
+@pytest.mark.parametrize("name,options,variant", CONSTRUCTED)
+def test_forward_matches_exact_evaluator(name, options, variant):
+    """float64 torch forward == exact integer evaluator (float tolerance: a consistency check)."""
+    task = make_task(name, **options)
+    model = registry.build(task, variant, as_printed=False).model
+    idx = np.arange(min(task.size, 64))
+    ids, _ = task.decode(idx)
+    num, den = Evaluator(model).logits(ids)
+    exact = np.array(num, dtype=np.float64) / float(den)
+    got = _torch_logits(model, ids)
+    scale = max(1.0, float(np.abs(exact).max()))
+    np.testing.assert_allclose(got, exact, rtol=1e-9, atol=1e-9 * scale)
+
+
+@pytest.mark.parametrize("name,options,variant", CONSTRUCTED)
+def test_forward_matches_fraction_reference(name, options, variant):
+    task = make_task(name, **options)
+    model = registry.build(task, variant, as_printed=False).model
+    ids, _ = task.decode(np.arange(3))
+    got = _torch_logits(model, ids)
+    for row, seq in zip(got, ids):
+        ref = np.array([float(v) for v in logits_fraction_reference(model, list(seq))])
+        np.testing.assert_allclose(row, ref, rtol=1e-9, atol=1e-9)
+
+
+def test_multihop_construction_forward_if_available():
+    if not registry.variants("multihop"):
+        pytest.skip("no multihop construction")
+    task = make_task("multihop", hops=2, k=2, n_entities=3)
+    model = registry.build(task, None, as_printed=False).model
+    ids, _ = task.decode(np.arange(task.size))
+    num, den = Evaluator(model).logits(ids)
+    np.testing.assert_allclose(_torch_logits(model, ids), np.array(num, dtype=np.float64) / float(den), rtol=1e-9, atol=1e-9)
+
+
+def test_smoke_train_icqa():
+    cfg = TrainConfig(task="icqa", layers=2, steps=5, seed=1, eval_every=2, eval_size=50,
+                      task_options=(("k", 2),), qk_init="construction")
+    result, model = train(cfg)
+    assert len(result.steps) == 5
+    assert [e.step for e in result.evals] == [2, 4, 5]
+    assert 0.0 <= result.final.test_acc <= 1.0
+    json.dumps(result.to_json())
+    assert model.shape.heads == (1, 1)
+
+
+def test_smoke_train_is_reproducible():
+    cfg = TrainConfig(task="sc", layers=1, steps=4, seed=3, eval_size=20, task_options=(("length", 2), ("alphabet", 3)))
+    a, _ = train(cfg)
+    b, _ = train(cfg)
+    assert a.steps == b.steps
+
+
+@pytest.mark.parametrize("name,options", [("icqa", {"k": 2}), ("tm", {"l": 3, "alphabet": 5})])
+def test_training_batches_avoid_held_out(name, options):
+    task = make_task(name, **options)
+    split = split_for(task)
+    s = Sampler(task, np.random.default_rng(0))
+    idx, ids, _ = s.train_batch(200)
+    assert not held_out_mask(task, split, idx, ids).any()
+    eidx, eids, _ = s.eval_set(100)
+    assert held_out_mask(task, split, eidx, eids).all()
+
+
+def test_parsing_init_shape_and_rejects_other_tasks():
+    task = make_task("tm", l=3, alphabet=4)
+    W = parsing_qk(task, len(task.vocab) + task.length + 2)
+    assert W.shape == (len(task.vocab) + task.length + 2,) * 2
+    from checkers.errors import BadInput
+
+    with pytest.raises(BadInput):
+        parsing_qk(make_task("icqa", k=2), 20)
+
+
+def test_map_similarity_identity():
+    A = np.random.default_rng(0).random((3, 5, 5))
+    s = map_similarity(A, A)
+    assert s["cosine"] == pytest.approx(1.0)
+    assert s["mass_on_construction_support"] == pytest.approx(1.0)
+
+
+def test_cli_json_and_log(tmp_path, capsys):
+    log = tmp_path / "run.json"
+    rc = train_main(["icqa", "--k", "2", "--layers", "1", "--steps", "3", "--eval-size", "20", "--json", "--log", str(log)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"].startswith("OBSERVED")
+    data = json.loads(log.read_text())
+    assert len(data["steps"]) == 3
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["nosuchtask", "--steps", "1"],
+        ["icqa", "--layers", "0", "--steps", "1"],
+        ["icqa", "--width", "3", "--steps", "1"],
+        ["icqa", "--alphabet", "3", "--steps", "1"],
+        ["icqa", "--steps", "1", "--log", "/nonexistent-folder/x.json"],
+        ["icqa", "--steps", "abc"],
+        ["sc", "--qk-init", "construction", "--variant", "nope", "--steps", "1"],
+    ],
+)
+def test_cli_bad_input_exits_2_one_line(argv, capsys):
+    rc = train_main(argv + ["--json"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
