@@ -43,3 +43,5 @@ def read_json(path: str, what: str):
         raise BadInput(f"{what} file {path} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:
         raise BadInput(f"{what} file {path} is nested too deeply") from None
+    except ValueError as exc:  # e.g. an int literal beyond Python's 4300-digit conversion limit
+        raise BadInput(f"{what} file {path} is not usable JSON: {str(exc).splitlines()[0][:120]}") from None

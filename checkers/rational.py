@@ -6,7 +6,9 @@ from fractions import Fraction
 
 from checkers.errors import BadInput
 
-_RATIONAL = re.compile(r"^\s*([+-]?\d+)\s*(?:/\s*(\d+)\s*)?$")
+# ASCII digits only: "\d" would also accept e.g. Arabic-Indic digits, which int() reads silently
+_RATIONAL = re.compile(r"^\s*([+-]?[0-9]+)\s*(?:/\s*([0-9]+)\s*)?$", re.ASCII)
+MAX_DIGITS = 4000  # inputs: below Python's default int/str conversion limit (4300 digits)
 
 
 def parse_rational(value, where: str) -> Fraction:
@@ -14,11 +16,15 @@ def parse_rational(value, where: str) -> Fraction:
     if isinstance(value, bool):
         raise BadInput(f"{where}: expected an int or a 'p/q' string, got {value!r}")
     if isinstance(value, int):
+        if value.bit_length() > MAX_DIGITS * 10 // 3:
+            raise BadInput(f"{where}: a number with more than {MAX_DIGITS} digits")
         return Fraction(value)
     if isinstance(value, str):
         m = _RATIONAL.match(value)
         if not m:
             raise BadInput(f"{where}: {value!r} is not an exact rational (int or 'p/q')")
+        if len(m.group(1)) > MAX_DIGITS or len(m.group(2) or "") > MAX_DIGITS:
+            raise BadInput(f"{where}: a number with more than {MAX_DIGITS} digits")
         num, den = int(m.group(1)), int(m.group(2) or 1)
         if den == 0:
             raise BadInput(f"{where}: zero denominator in {value!r}")

@@ -28,6 +28,10 @@ class _Parser(argparse.ArgumentParser):
 
 def run_main(fn, argv=None) -> int:
     """Run a command body; BadInput -> 'error: ...' on stderr and exit code 2."""
+    if hasattr(sys, "set_int_max_str_digits"):
+        # exact results (margins, logits) can have more than Python's default 4300 digits
+        # (multihop --as-printed --hops 5); inputs are capped separately (checkers/rational.py)
+        sys.set_int_max_str_digits(0)
     try:
         return fn(argv)
     except BadInput as exc:
