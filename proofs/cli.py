@@ -156,12 +156,18 @@ def _verify_construction(argv) -> int:
         c = registry.build(task, args.variant, args.as_printed)
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
     check_compatible(model, task)
-    if args.export:
-        from checkers.atomic import write_json_atomic
-        from checkers.weights_file import model_to_json
 
-        write_json_atomic(args.export, model_to_json(model))
+    def export():  # only once every input check has passed: exit 2 must leave no file behind
+        if args.export:
+            from checkers.atomic import write_json_atomic
+            from checkers.weights_file import model_to_json
+
+            write_json_atomic(args.export, model_to_json(model))
+
     if args.point is not None:
+        if args.point >= task.size:
+            raise BadInput(f"--point {args.point} is outside the dataset (0 .. {task.size - 1})")
+        export()
         return _show_point(args, task, model, theorem)
     plan = plan_points(model, task, args.symmetry)
     if plan.n_eval > args.max_points:
@@ -169,6 +175,7 @@ def _verify_construction(argv) -> int:
             f"{task.describe()} needs {plan.n_eval} points evaluated ({plan.note}), above the limit "
             f"{args.max_points}; raise it with --max-points {plan.n_eval}"
         )
+    export()
     v = verify(model, task, batch_size=args.batch_size, progress=None if not args.json else False,
                force_exact=args.exact, plan=plan, workers=args.workers)
     info = {
