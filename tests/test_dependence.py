@@ -1,0 +1,232 @@
+"""One-layer decision (checkers/dependence.py), dataset files and the find-dependence CLI."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkers.certificate import check_certificate
+from checkers.dataset_file import DatasetTask, dataset_from_json, load_dataset
+from checkers.dependence import Data, accuracy_bounds, decide, decide_task
+from checkers.errors import BadInput
+from checkers.exhaustive import verify
+from checkers.tasks import make_task
+
+THEOREM2 = [("a = x b = y a =", "x"), ("a = y b = x b =", "x"), ("a = y b = x a =", "y"), ("a = x b = y b =", "y")]
+
+
+def dataset_obj(seqs, labels):
+    return {"format": "depthcert.dataset", "version": 1, "sequences": seqs, "labels": labels}
+
+
+def points_of(task):
+    out = {}
+    for i in range(task.size):
+        p = task.point(i)
+        out[tuple(p.tokens)] = p.label
+    return out
+
+
+def assert_speaks_about(cert_obj, labelled):
+    for p in cert_obj["points"]:
+        assert labelled[tuple(p["tokens"])] == p["label"]
+
+
+def test_theorem2_decided_with_four_points():
+    d = Data([s.split() for s, _ in THEOREM2], [lab for _, lab in THEOREM2])
+    dec = decide(d)
+    assert not dec.fittable and len(dec.certificate.points) == 4
+    assert dec.certificate.check()[0]
+    lam = dict(dec.certificate.dependences())["x"]
+    assert sorted(lam) == [-1, -1, 1, 1]
+
+
+def test_tm_length2_is_aa_plus_bb_equals_ab_plus_ba():
+    task = make_task("tm", l=2, alphabet=2)
+    res = decide_task(task, progress=False)
+    cert = res.decision.certificate
+    assert not res.decision.fittable and len(cert.points) == 4
+    toks = sorted(tuple(p.tokens[:2]) for p in cert.points)
+    assert toks == [("t0", "t0"), ("t0", "t1"), ("t1", "t0"), ("t1", "t1")]
+    assert check_certificate(cert.to_json())[0]
+    assert_speaks_about(cert.to_json(), points_of(task))
+
+
+@pytest.mark.parametrize("name,opts", [("icqa", {"k": 2}), ("tm", {"l": 3}), ("ictm", {"k": 2, "l": 2, "alphabet": 2, "n_answers": 2}),
+                                       ("multihop", {"hops": 2})])
+def test_paper_tasks_get_small_checked_certificates(name, opts):
+    task = make_task(name, **opts)
+    res = decide_task(task, progress=False)
+    assert not res.decision.fittable
+    obj = res.decision.certificate.to_json()
+    assert check_certificate(obj)[0]
+    assert len(obj["points"]) == 4
+    assert_speaks_about(obj, points_of(task))
+
+
+def test_sc_distinct_labels_fittable_and_model_verifies():
+    task = make_task("sc", length=2, alphabet=3)
+    res = decide_task(task, progress=False)
+    assert res.decision.fittable and res.decision.certificate is None
+    assert res.verdict.verified and res.verdict.points_checked == task.size
+    assert len(res.model.layers) == 1
+    assert verify(res.model, task, progress=False, force_exact=True).verified
+
+
+def test_fitted_model_breaks_when_the_classifier_ties():
+    """The emitted model is really what makes the verdict: make one class copy another's logit."""
+    task = make_task("sc", length=2, alphabet=3)
+    res = decide_task(task, progress=False)
+    m = res.model
+    y = m.classes.index(task.point(0).label)
+    other = (y + 1) % len(m.classes)
+    off = m.layout.offset("classes")
+    broken = m.with_weight(("W_O", y, off + y), 0).with_weight(("W_O", y, off + other), 1)
+    v = verify(broken, task, progress=False)
+    assert not v.verified and v.counterexample.tie
+
+
+labelled_datasets = st.integers(1, 3).flatmap(
+    lambda n: st.dictionaries(
+        st.tuples(*[st.sampled_from("abc")] * n).map(lambda t: t + ("r",)),
+        st.sampled_from(["p", "q", "s"]),
+        min_size=1,
+        max_size=12,
+    )
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(labelled_datasets, st.booleans())
+def test_decision_is_always_one_checked_outcome(points, mixed):
+    seqs = [list(s) for s in points]
+    labels = list(points.values())
+    if mixed and len(seqs) > 1:  # also sequences of another length (another group)
+        seqs[-1] = seqs[-1] + ["r"]
+    task = DatasetTask(seqs, labels)
+    res = decide_task(task, progress=False)
+    dec = res.decision
+    assert dec.fittable in (True, False)
+    if dec.fittable:
+        assert dec.certificate is None and res.verdict.verified and res.verdict.points_checked == len(seqs)
+    else:
+        obj = dec.certificate.to_json()
+        assert check_certificate(obj)[0]
+        labelled = {tuple(s): lab for s, lab in zip(seqs, labels)}
+        assert_speaks_about(obj, labelled)
+        assert res.model is None
+
+
+def test_accuracy_bounds_theorem2_is_three_quarters():
+    task = DatasetTask([s.split() for s, _ in THEOREM2], [lab for _, lab in THEOREM2])
+    b = accuracy_bounds(task, seconds=20)
+    assert (b.lower_correct, b.upper_correct, b.total) == (3, 3, 4)
+    assert all(c.check()[0] for c in b.certificates)
+
+
+def test_accuracy_bounds_icqa_two_by_two():
+    task = make_task("icqa", k=2, n_questions=2, n_answers=2)
+    b = accuracy_bounds(task, seconds=20)
+    assert b.upper_correct == 6 and len(b.certificates) == 2
+    assert 5 <= b.lower_correct <= 6
+    ids = [set(tuple(p.tokens) for p in c.points) for c in b.certificates]
+    assert not (ids[0] & ids[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# dataset files
+
+
+def test_dataset_mixed_lengths_batches_grouped():
+    t = DatasetTask([[1, 2], [3, 1, 2], [2, 2]], ["u", "v", "u"])
+    assert t.length == 3 and t.vocab == ("1", "2", "3") and t.classes == ("u", "v")
+    shapes = sorted(b.ids.shape for b in t.batches())
+    assert shapes == [(1, 3), (2, 2)]
+    assert sorted(int(i) for b in t.batches() for i in b.index) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("obj,field", [
+    ({"format": "x", "version": 1, "sequences": [["a"]], "labels": ["p"]}, "format"),
+    ({"format": "depthcert.dataset", "version": 3, "sequences": [["a"]], "labels": ["p"]}, "version"),
+    (dataset_obj([], []), "empty"),
+    (dataset_obj("ab", ["p"]), "sequences"),
+    (dataset_obj([["a"]], ["p", "q"]), "labels"),
+    (dataset_obj([["a", 1]], ["p"]), "mix"),
+    (dataset_obj([["a"], ["b"]], ["p", 2]), "labels[1]"),
+    (dataset_obj([["a"], ["a"]], ["p", "q"]), "conflicting"),
+    (dataset_obj([[]], ["p"]), "sequences[0]"),
+    (dataset_obj([["a", None]], ["p"]), "sequences[0][1]"),
+    (dataset_obj([["a", True]], ["p"]), "sequences[0][1]"),
+    (dataset_obj([["a", 1.5]], ["p"]), "sequences[0][1]"),
+    ({"format": "depthcert.dataset", "version": 1, "labels": ["p"]}, "sequences"),
+    ({**dataset_obj([["a"]], ["p"]), "weird": 1}, "weird"),
+    ([1, 2], "object"),
+])
+def test_dataset_bad_input_names_field(obj, field):
+    with pytest.raises(BadInput) as e:
+        dataset_from_json(obj)
+    assert field in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def test_cli_dataset_not_fittable_json_and_out(tmp_path, capsys):
+    from proofs.cli_dependence import find_dependence_main
+
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps(dataset_obj([s.split() for s, _ in THEOREM2], [lab for _, lab in THEOREM2])))
+    out = tmp_path / "cert.json"
+    assert find_dependence_main(["--dataset", str(f), "--json", "--out", str(out)]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["fittable"] is False and rep["points_in_certificate"] == 4
+    assert check_certificate(rep["certificate"])[0]
+    assert check_certificate(json.loads(out.read_text()))[0]
+
+
+def test_cli_human_output_reads_like_the_paper(capsys):
+    from proofs.cli_dependence import find_dependence_main
+
+    assert find_dependence_main(["--task", "tm", "--len", "2", "--alphabet", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "E0 (+) E1 = E2 (+) E3" in text
+    assert "NOT fittable" in text and "softmax" in text and "any number of heads" in text
+
+
+def test_cli_fittable_export_reloads_and_verifies(tmp_path, capsys):
+    from checkers.atomic import read_json
+    from checkers.weights_file import model_from_json
+    from proofs.cli_dependence import find_dependence_main
+
+    f = tmp_path / "d.json"
+    seqs = [[a, b, "c"] for a, b in itertools.product([0, 1, 2], repeat=2)]
+    labels = list(range(len(seqs)))
+    seqs = [[str(t) for t in s] for s in seqs]
+    f.write_text(json.dumps(dataset_obj(seqs, labels)))
+    w = tmp_path / "w.json"
+    assert find_dependence_main(["--dataset", str(f), "--json", "--export", str(w)]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["fittable"] is True and rep["model"]["verified"] is True
+    task = load_dataset(str(f))
+    model = model_from_json(read_json(str(w), "weights"), task)
+    assert verify(model, task, progress=False).verified
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--task", "nosuch"], "unknown task"),
+    ([], "--task"),
+    (["--dataset", "/nonexistent/d.json"], "cannot read"),
+    (["--task", "tm", "--len", "2", "--out", "/nonexistent/dir/c.json"], "does not exist"),
+    (["--task", "icqa", "--hops", "2"], "hops"),
+])
+def test_cli_bad_input_exit_2_one_line(argv, needle, capsys):
+    from proofs.cli_dependence import find_dependence_main
+
+    assert find_dependence_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
