@@ -62,11 +62,26 @@ TASK_OPTIONS = (
 )
 
 
-def positive_int(text: str) -> int:
+def _int_arg(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    """An int >= 1 (sizes, limits, batch sizes): 0 and negatives are refused by the parser."""
+    value = _int_arg(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """An int >= 0 (seeds, point indices)."""
+    value = _int_arg(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
     return value
 
 
@@ -76,7 +91,8 @@ def add_task_options(p: argparse.ArgumentParser) -> None:
         flags = [f"--{name.replace('_', '-')}"]
         if name == "l":
             flags.append("--len")
-        g.add_argument(*flags, dest=name, type=positive_int, default=None, help=help_text)
+        g.add_argument(*flags, dest=name, type=nonnegative_int if name == "seed" else positive_int, default=None,
+                       help=help_text)
 
 
 def task_from_args(args):
@@ -115,7 +131,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--as-printed", action="store_true", help="the weights exactly as the paper prints them")
     p.add_argument("--weights", metavar="FILE", help="verify these weights (depthcert.weights JSON) instead")
     p.add_argument("--export", metavar="FILE", help="write the construction's exact weights as JSON")
-    p.add_argument("--point", type=positive_int, metavar="N", help="evaluate only dataset point N and show it")
+    p.add_argument("--point", type=nonnegative_int, metavar="N", help="evaluate only dataset point N and show it")
     p.add_argument("--max-points", type=positive_int, default=DEFAULT_MAX_POINTS,
                    help=f"refuse runs that would evaluate more points (default {DEFAULT_MAX_POINTS})")
     p.add_argument("--symmetry", choices=("auto", "off"), default="auto",
