@@ -37,6 +37,10 @@ def _term(coef: int, name: str) -> str:
     return name if coef == 1 else f"{coef} (x) {name}"
 
 
+def _term_o(coef: int, i: int) -> str:
+    return f"o{i}" if coef == 1 else f"{coef} o{i}"
+
+
 def render_certificate(cert) -> list[str]:
     """The certificate the way the paper writes it: sequences, dependence, contradiction."""
     lines = []
@@ -57,8 +61,10 @@ def render_certificate(cert) -> list[str]:
         lhs = " (+) ".join(_term(v, f"E{i}") for i, v in enumerate(lam) if v > 0)
         rhs = " (+) ".join(_term(-v, f"E{i}") for i, v in enumerate(lam) if v < 0)
         lines.append(f"  {lhs} = {rhs}      [lambda from class {c}]")
+        olhs = " + ".join(_term_o(v, i) for i, v in enumerate(lam) if v > 0)
+        orhs = " + ".join(_term_o(-v, i) for i, v in enumerate(lam) if v < 0)
+        lines.append(f"    => {olhs} = {orhs}  for every one-layer model (paper Prop. 8)")
     lines.append("contradiction:")
-    lines.append("  any one-layer model has, for each dependence above, sum_i lambda_i o_i = 0 (paper Prop. 8);")
     ineq = []
     for i, p in enumerate(pts):
         for c, k in p.mu:
