@@ -82,7 +82,7 @@ def model_from_json(obj, task=None) -> Model:
         raise BadInput("weights file: top level must be a JSON object")
     if obj.get("format") != FORMAT:
         raise BadInput(f"weights file: \"format\" must be {FORMAT!r}, got {obj.get('format')!r}")
-    if obj.get("version") != VERSION:
+    if isinstance(obj.get("version"), bool) or obj.get("version") != VERSION:  # true == 1 in Python
         raise BadInput(f"weights file: unsupported \"version\" {obj.get('version')!r} (this tool reads {VERSION})")
     known = {"format", "version", "name", "vocab", "max_length", "classes", "layout", "layers", "W_O", "notes"}
     extra = sorted(set(obj) - known)
