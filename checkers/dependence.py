@@ -55,7 +55,6 @@ class Certificate:
     task: str = ""
 
     def to_json(self, extra: dict | None = None) -> dict:
-        labels = [p.label for p in self.points]
         classes = []
         for p in self.points:
             for c in [p.label] + [c for c, _ in p.mu]:
@@ -73,7 +72,6 @@ class Certificate:
         }
         if extra:
             obj.update(extra)
-        del labels
         return obj
 
     def check(self) -> tuple[bool, str]:
