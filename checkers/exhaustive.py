@@ -52,15 +52,15 @@ class Verdict:
 
 
 def check_compatible(model: Model, task: Task) -> dict[int, int]:
-    """The model must embed the task's tokens in the task's order; returns task class -> model row."""
-    V = len(task.vocab)
-    if tuple(model.vocab) != tuple(task.vocab):
-        if len(model.vocab) != V:
-            raise BadInput(
-                f"model vocabulary has {len(model.vocab)} tokens but task {task.name} has {V} "
-                f"({', '.join(task.vocab[:6])}{', ...' if V > 6 else ''})"
-            )
-        raise BadInput("model vocabulary order differs from the task's: " f"{model.vocab[:6]} vs {task.vocab[:6]}")
+    """The model must embed every task token and score every task label; returns task class ->
+    model row.  The model's vocabulary may list the tokens in its own order (see token_rows)."""
+    known = set(model.vocab)
+    missing = [t for t in task.vocab if t not in known]
+    if missing:
+        raise BadInput(
+            f"model vocabulary lacks {len(missing)} token(s) of task {task.name}: "
+            f"{', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}"
+        )
     if model.max_length < task.length:
         raise BadInput(f"model has {model.max_length} positions but task {task.name} needs {task.length}")
     rows = {c: i for i, c in enumerate(model.classes)}
@@ -70,9 +70,17 @@ def check_compatible(model: Model, task: Task) -> dict[int, int]:
     return {ti: rows[c] for ti, c in enumerate(task.classes)}
 
 
-def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray):
+def token_rows(model: Model, task: Task) -> np.ndarray | None:
+    """task token id -> model embedding row, or None when the orders agree."""
+    if tuple(model.vocab[: len(task.vocab)]) == tuple(task.vocab):
+        return None
+    index = {t: i for i, t in enumerate(model.vocab)}
+    return np.array([index[t] for t in task.vocab], dtype=np.int64)
+
+
+def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray, tokens: np.ndarray | None = None):
     """(margins numerators (B,), denominator, first failing position or -1, numerators (B,C))."""
-    num, den = ev.logits(batch.ids)
+    num, den = ev.logits(batch.ids if tokens is None else tokens[batch.ids])
     rows = class_rows[batch.labels]
     B = len(rows)
     correct = num[np.arange(B), rows]
@@ -139,7 +147,8 @@ _WORKER = {}
 
 
 def _worker_init(model, task, class_rows, force_exact):
-    _WORKER.update(ev=Evaluator(model, force_exact=force_exact), task=task, rows=class_rows)
+    _WORKER.update(ev=Evaluator(model, force_exact=force_exact), task=task, rows=class_rows,
+                   tokens=token_rows(model, task))
 
 
 def _worker_chunk(args) -> _ChunkResult:
@@ -147,7 +156,7 @@ def _worker_chunk(args) -> _ChunkResult:
     ev, task, rows = _WORKER["ev"], _WORKER["task"], _WORKER["rows"]
     checked, min_num = 0, None
     for batch in task.batches(batch_size, lo, hi):
-        margins, _, bad, _ = check_batch(ev, batch, rows)
+        margins, _, bad, _ = check_batch(ev, batch, rows, _WORKER["tokens"])
         if len(margins) and margins[0] is not None:
             m = int(min(margins[: bad + 1] if bad >= 0 else margins))
             min_num = m if min_num is None else min(min_num, m)
@@ -192,6 +201,7 @@ def verify(
     t0 = time.perf_counter()
     class_map = check_compatible(model, task)
     class_rows = np.array([class_map[i] for i in range(len(task.classes))], dtype=np.int64)
+    tokens = token_rows(model, task)
     ev = Evaluator(model, force_exact=force_exact)
     plan = plan or plan_points(model, task, symmetry)
     if plan.indices is None:
@@ -221,7 +231,7 @@ def verify(
                 continue
             # re-run the failing point's batch here to build the counterexample
             batch = next(task.batches_of([batch.bad_index]))
-        margins, den, bad, num = check_batch(ev, batch, class_rows)
+        margins, den, bad, num = check_batch(ev, batch, class_rows, tokens)
         checked += len(batch.index) if bad < 0 else bad + 1
         if bar is not None:
             bar.update(len(batch.index))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from checkers.errors import BadInput
 from checkers.evaluate import Evaluator
 from checkers.layout import BlockMatrix, Layout
 from checkers.model import Head, Model
@@ -31,7 +32,27 @@ def layouts(d: int, n: int) -> tuple[Layout, Layout]:
     return inp, slots
 
 
+def _check_dataset_shape(task) -> None:
+    if isinstance(task, SequenceClassification):
+        return
+    lengths, last, labels = set(), set(), []
+    for batch in task.batches(4096):
+        lengths.add(batch.ids.shape[1])
+        last.update(int(t) for t in batch.ids[:, -1])
+        labels.extend(int(y) for y in batch.labels)
+    if len(lengths) > 1:
+        raise BadInput(f"Theorem 1's construction needs sequences of one length; the dataset has lengths {sorted(lengths)}")
+    if len(last) > 1:
+        raise BadInput("Theorem 1's construction reads positions 0..n-2 from the last one: every sequence must end "
+                       "with the same token (the paper appends a CLS token)")
+    if len(set(labels)) != len(labels):
+        raise BadInput("Theorem 1 (Lemma 3) needs pairwise distinct labels; the dataset repeats a label")
+
+
 def build(task: SequenceClassification, as_printed: bool = False) -> Construction:
+    """Also accepts a user dataset (checkers.dataset_file.DatasetTask) of equal-length sequences
+    sharing their last token (the CLS) with pairwise distinct labels."""
+    _check_dataset_shape(task)
     d, n = len(task.vocab), task.length
     inp, slots = layouts(d, n)
     heads = []

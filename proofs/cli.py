@@ -125,7 +125,10 @@ def _build_parser() -> _Parser:
         epilog="Dataset sizes: sc M^L; icqa A(n_q,k)*A(n_a,k)*k; tm m^l (Bell(l) templates); "
         "ictm and multihop: see docs/. Each point is an integer index: replay one with --point N.",
     )
-    p.add_argument("task", help="sc (classification), icqa, tm (template), ictm, multihop")
+    p.add_argument("task", nargs="?", help="sc (classification), icqa, tm (template), ictm, multihop")
+    p.add_argument("--dataset", metavar="FILE",
+                   help="a labelled dataset (depthcert.dataset JSON) instead of a task's: checks --weights on it, "
+                   "or builds the Theorem 1 memorization construction for it (task sc)")
     add_task_options(p)
     p.add_argument("--variant", default=None, help="which construction (default: the task's first)")
     p.add_argument("--as-printed", action="store_true", help="the weights exactly as the paper prints them")
@@ -145,6 +148,27 @@ def _build_parser() -> _Parser:
     return p
 
 
+def _task_or_dataset(args):
+    if not args.dataset:
+        if not args.task:
+            raise BadInput("give a TASK (sc, icqa, tm, ictm, multihop) or --dataset FILE")
+        return task_from_args(args)
+    from checkers.dataset_file import load_dataset
+    from checkers.tasks import canonical_task
+
+    given = [name for name, _ in TASK_OPTIONS if getattr(args, name) is not None]
+    if given:
+        raise BadInput(f"--{given[0].replace('_', '-')} does not apply with --dataset (the file fixes the data)")
+    if args.task and canonical_task(args.task) != "sc":
+        raise BadInput("--dataset is checked with --weights, or with task sc (the Theorem 1 construction)")
+    if not args.task and not args.weights:
+        raise BadInput("--dataset needs --weights FILE, or task sc to build the Theorem 1 construction")
+    task = load_dataset(args.dataset)
+    if args.task:
+        task.name = "sc"  # the construction registry's key for this dataset
+    return task
+
+
 def _load_model(args, task):
     from checkers.atomic import read_json
     from checkers.weights_file import model_from_json
@@ -158,7 +182,7 @@ def _verify_construction(argv) -> int:
     from constructions import registry
 
     args = _build_parser().parse_args(argv)
-    task = task_from_args(args)
+    task = _task_or_dataset(args)
     if args.batch_size < 1:
         raise BadInput("--batch-size must be >= 1")
     if args.max_points < 1:
@@ -253,14 +277,15 @@ def _print_human(info: dict, task, v, description: str) -> None:
 
 def _show_point(args, task, model, theorem) -> int:
     from checkers.evaluate import Evaluator
-    from checkers.exhaustive import check_compatible
+    from checkers.exhaustive import check_compatible, token_rows
 
     if args.point >= task.size:
         raise BadInput(f"--point {args.point} is outside the dataset (0 .. {task.size - 1})")
     rows = check_compatible(model, task)
     p = task.point(args.point)
     ids, labels = task.decode(np.array([args.point], dtype=np.int64))
-    num, den = Evaluator(model, force_exact=args.exact).logits(ids)
+    tokens = token_rows(model, task)
+    num, den = Evaluator(model, force_exact=args.exact).logits(ids if tokens is None else tokens[ids])
     logits = [Fraction(int(x), den) for x in num[0]]
     y = rows[int(labels[0])]
     others = [q for i, q in enumerate(logits) if i != y]

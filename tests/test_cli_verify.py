@@ -100,3 +100,53 @@ def test_failed_run_writes_no_export(tmp_path, capsys):
     target = tmp_path / "out.json"
     code, _, _ = run(["icqa", "--k", "5", "--n-questions", "3", "--export", str(target)], capsys)
     assert code == 2 and not target.exists()
+
+
+def _write(path, obj):
+    path.write_text(json.dumps(obj))
+    return str(path)
+
+
+def test_user_weights_may_order_their_vocabulary_freely(tmp_path, capsys):
+    w = tmp_path / "w.json"
+    assert run(["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3", "--export", str(w), "--json"], capsys)[0] == 0
+    obj = json.loads(w.read_text())
+    V = len(obj["vocab"])
+    order = list(range(V))[::-1]  # reverse the token rows and permute every matrix to match
+    perm = order + list(range(V, len(obj["W_O"][0])))
+    obj["vocab"] = [obj["vocab"][i] for i in order]
+    for layer in obj["layers"]:
+        for head in layer:
+            for key in ("W_QK", "W_V"):
+                head[key] = [[head[key][r][c] for c in perm] for r in perm]
+    obj["W_O"] = [[row[c] for c in perm] for row in obj["W_O"]]
+    obj.pop("layout")
+    _write(w, obj)
+    code, out, _ = run(["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3", "--weights", str(w), "--json"], capsys)
+    info = json.loads(out)
+    assert code == 0 and info["verdict"] == "verified" and info["min_margin"] == 3
+    obj["vocab"][0] = "zz"  # a task token the model no longer embeds
+    _write(w, obj)
+    code, _, err = run(["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3", "--weights", str(w)], capsys)
+    assert code == 2 and "lacks" in err
+
+
+def test_dataset_file_with_sc_construction_and_with_weights(tmp_path, capsys):
+    seqs = [[a, b, "c"] for a in "xyz" for b in "xy"]
+    ds = _write(tmp_path / "d.json", {"format": "depthcert.dataset", "version": 1, "sequences": seqs,
+                                     "labels": [f"L{i}" for i in range(len(seqs))]})
+    w = tmp_path / "w.json"
+    code, out, _ = run(["sc", "--dataset", ds, "--export", str(w), "--json"], capsys)
+    assert code == 0 and json.loads(out)["points_checked"] == 6
+    code, out, _ = run(["--dataset", ds, "--weights", str(w), "--json"], capsys)
+    assert code == 0 and json.loads(out)["verdict"] == "verified"
+    relabel = _write(tmp_path / "d2.json", {"format": "depthcert.dataset", "version": 1, "sequences": seqs,
+                                            "labels": [f"L{(i + 1) % len(seqs)}" for i in range(len(seqs))]})
+    code, out, _ = run(["--dataset", relabel, "--weights", str(w), "--json"], capsys)
+    assert code == 1 and json.loads(out)["verdict"] == "refuted"
+    mixed = _write(tmp_path / "d3.json", {"format": "depthcert.dataset", "version": 1,
+                                          "sequences": [["x", "c"], ["y", "d"]], "labels": ["A", "B"]})
+    code, _, err = run(["sc", "--dataset", mixed], capsys)
+    assert code == 2 and "same token" in err
+    code, _, err = run(["icqa", "--dataset", ds], capsys)
+    assert code == 2 and "--dataset" in err
