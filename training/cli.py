@@ -20,8 +20,8 @@ TASK_OPTIONS = (
     ("--alphabet", "alphabet", int),
     ("--length", "length", int),
     ("--hops", "hops", int),
+    ("--n-entities", "n_entities", int),
     ("--n-points", "n_points", int),
-    ("--n-templates", "n_templates", int),
     ("--task-seed", "task_seed", int),
 )
 
@@ -65,14 +65,14 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr", type=float, default=0.02)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--optimizer", default="sgd", help="sgd (paper) or adam")
     p.add_argument("--attention", default="relu", help="relu (paper) or softmax")
     p.add_argument("--qk-init", default="normal", help="uniform (paper, sc), normal, zero, construction (paper, layer 1)")
     p.add_argument("--v-init", default="identity", help="ones (paper), identity, normal, zero")
     p.add_argument("--out-init", default="normal", help="uniform (paper), normal, zero")
-    p.add_argument("--init-scale", type=float, default=0.1, help="std of the normal inits")
+    p.add_argument("--init-scale", type=float, default=0.02, help="std of the normal inits")
     p.add_argument("--variant", default=None, help="construction variant for --qk-init construction")
     p.add_argument("--grad-clip", type=float, default=1.0, help="clip gradient norm (0 = off)")
     p.add_argument("--eval-every", type=int, default=50)

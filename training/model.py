@@ -99,7 +99,7 @@ def initialize(
     qk: str = "normal",
     v: str = "identity",
     out: str = "normal",
-    scale: float = 0.1,
+    scale: float = 0.02,
     first_qk: np.ndarray | None = None,
 ) -> None:
     """Paper appendix 9.1 choices: W_QK uniform [0,1) (or normal*scale, zero, or layer 1 from a

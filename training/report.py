@@ -17,17 +17,17 @@ vocabulary order), one-hot positions, zeros up to d'; each layer H <- H + (1/m) 
 CPU, one thread.  `tests/test_training.py` checks that the torch forward pass equals the exact evaluator
 (`checkers.evaluate`) on verified constructions.
 
-**Training.** SGD (momentum 0.9, lr 0.05, batch 64) on cross-entropy, gradient-norm clipping at 1.0,
+**Training.** SGD (momentum 0.9, lr 0.02, batch 64) on cross-entropy, gradient-norm clipping at 1.0,
 as in paper appendix 9.1 apart from the momentum and clipping (the paper does not state them; clipping
 keeps the un-normalized ReLU attention of 3-4 layer models from overflowing in the first steps).
 
-**Initialization (appendix 9.1).**  SC: W_QK and W_O uniform in [0,1) as in the paper.  ICQA: layer-1
-W_QK from the verified copy-matching construction (`constructions/registry`, converted to floats), as in
-the paper.  TM and ICTM: layer-1 W_QK set to the paper's "parsing" pattern (sections 14.2 and 15:
-score 1 between equal word tokens of the same question, -2 across questions), written in floats in
-`training/model.py::parsing_qk` because the registry had no TM/ICTM construction when this ran; it is
-only an initialization, it is not verified.  Other W_QK: normal(0, 0.1).  W_V: identity (the paper says
-"a value of 1"; all-ones W_V is available as `--v-init ones`).  W_O: normal(0, 0.1) except SC.
+**Initialization (appendix 9.1).**  SC: W_QK and W_O uniform in [0,1) as in the paper.  ICQA, TM, ICTM:
+layer-1 W_QK (every head) copied from the verified construction in `constructions/registry` (icqa
+copy-matching, tm heads, ictm parsing-copying-matching; Fractions converted to floats, scratch rows cut to
+the trained width, which changes nothing at layer 1 because H0 is zero there), as in the paper.  Other
+W_QK: normal(0, 0.02).  W_V: identity (the paper says "a value of 1"; all-ones W_V is `--v-init ones`).
+W_O: normal(0, 0.02) except SC.  (`--qk-init parsing` is a float re-implementation of the paper's
+parsing pattern, kept as an option; it is not verified.)
 
 **Held-out evaluation.** SC is memorization, so it is evaluated on its training points (all of them).
 ICQA: points whose index hashes into 1 of 5 buckets are never trained on.  TM and ICTM: held-out
@@ -90,7 +90,7 @@ def _figure2(data: dict, img_rel: str) -> list[str]:
 def _figure3(data: dict, img_rel: str) -> list[str]:
     out = ["## Figure 3: trained vs constructed attention maps (OBSERVED, not proven)", ""]
     out.append(f"Command: `{data.get('command', 'reproduce figure3')}` ({data['seconds']:.0f} s).  Two-layer, one-head "
-               "models trained from a random init (normal(0, 0.1), nothing from the construction) and from the "
+               "models trained from a random init (normal(0, 0.02), nothing from the construction) and from the "
                "paper's init (layer-1 W_QK from the construction), compared with the construction on the same "
                "inputs.  Maps are ReLU scores normalized per query column.  *cosine*: cosine similarity of the "
                "normalized maps (all queries); *last q*: the same for the last query only (the only query whose "

@@ -37,24 +37,24 @@ class Column:
 
 FIGURE2 = (
     Column(
-        "sc", "Memorization (SC)", (("length", 3), ("alphabet", 4)), (1, 2, 3), 600,
+        "sc", "Memorization (SC)", (("length", 3), ("alphabet", 4)), (1, 2, 3), 1000,
         (("qk_init", "uniform"), ("out_init", "uniform"), ("width", 20)),
         "1 layer memorizes (all depths reach 100%)", 1,
     ),
     Column(
-        "icqa", "Reasoning (ICQA)", (("k", 3),), (1, 2, 3), 1500,
+        "icqa", "Reasoning (ICQA)", (("k", 3),), (1, 2, 3), 1000,
         (("qk_init", "construction"),),
         "1 layer ~ random guess; 2 layers learn with enough steps", 2,
     ),
     Column(
         "tm", "Generalization (TM)", (("l", 4), ("alphabet", 8)), (1, 2, 3), 1500,
-        (("qk_init", "parsing"),),
+        (("qk_init", "construction"),),
         "1 layer fails; 2 layers generalize quickly", 2,
     ),
     Column(
         "ictm", "Contextual generalization (ICTM)", (("k", 2), ("l", 3), ("alphabet", 6), ("n_answers", 4)),
-        (1, 2, 3, 4), 2000,
-        (("qk_init", "parsing"),),
+        (1, 2, 3, 4), 2500,
+        (("qk_init", "construction"),),
         "1 and 2 layers ~ random guess; 3 layers solve it; 4 layers learn faster (appendix 9.3)", 3,
     ),
 )
@@ -207,7 +207,7 @@ class MapCase:
 FIGURE3 = (
     MapCase("icqa", (("k", 2), ("n_questions", 4), ("n_answers", 4)), ("copy-matching",),
             (("q0", "=", "a1", "q1", "=", "a2", "q0", "="), ("q0", "=", "a1", "q1", "=", "a2", "q1", "=")), 3000),
-    MapCase("tm", (("l", 3), ("alphabet", 6)), ("ternary", "heads", "parsing-mapping"),
+    MapCase("tm", (("l", 3), ("alphabet", 6)), ("heads", "ternary"),
             (("t0", "t0", "t1", "<cls>"), ("t0", "t1", "t1", "<cls>")), 3000),
 )
 
@@ -326,39 +326,40 @@ def run_figure3(out: str, steps: int | None, seeds: int | None, tasks, progress:
 
 
 def plot_figure3(entry: dict, path: str) -> None:
-    """Rows: examples x (construction, trained from random init, trained from the paper's init);
-    columns: layers.  Each map is key (rows) x query (columns), column-normalized."""
+    """Rows: constructed, trained from random init, trained from the paper's init; columns: each example's
+    layers (paper Figure 3 layout).  Each map is key (rows) x query (columns), column-normalized."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     sources = [("constructed", entry["construction_maps"])] + [
-        (f"trained ({'random' if k == 'normal' else k} init), acc {v['final_test_acc']:.2f}", v["maps"])
+        (f"trained, {'random' if k == 'normal' else k} init (acc {v['final_test_acc']:.2f})", v["maps"])
         for k, v in entry["trained"].items()
     ]
     n_layers = max(len(m) for _, m in sources)
-    rows = [(ei, name, maps) for ei in range(len(entry["examples"])) for name, maps in sources]
-    fig, axes = plt.subplots(len(rows), n_layers, figsize=(3.2 * n_layers, 2.9 * len(rows)), squeeze=False)
-    for r, (ei, name, maps) in enumerate(rows):
-        toks = entry["examples"][ei]
-        for li in range(n_layers):
-            ax = axes[r][li]
-            if li >= len(maps):
-                ax.axis("off")
-                continue
-            A = column_normalize(np.array(maps[li])[ei])
-            ax.imshow(A, cmap="viridis", vmin=0, vmax=1)
-            ax.set_xticks(range(len(toks)))
-            ax.set_yticks(range(len(toks)))
-            ax.set_xticklabels(toks, fontsize=6, rotation=90)
-            ax.set_yticklabels(toks, fontsize=6)
-            ax.set_title(f"{name}\nlayer {li + 1}", fontsize=7)
-            if li == 0:
-                ax.set_ylabel("key", fontsize=7)
-            ax.set_xlabel("query", fontsize=7)
-    fig.suptitle(f"{entry['task']}: attention (column-normalized), OBSERVED", fontsize=9)
-    fig.tight_layout()
+    n_ex = len(entry["examples"])
+    fig, axes = plt.subplots(len(sources), n_ex * n_layers, figsize=(2.6 * n_ex * n_layers, 2.8 * len(sources)),
+                             squeeze=False)
+    for r, (name, maps) in enumerate(sources):
+        for ei, toks in enumerate(entry["examples"]):
+            for li in range(n_layers):
+                ax = axes[r][ei * n_layers + li]
+                if li >= len(maps):
+                    ax.axis("off")
+                    continue
+                A = column_normalize(np.array(maps[li])[ei])
+                ax.imshow(A, cmap="viridis", vmin=0, vmax=1)
+                ax.set_xticks(range(len(toks)))
+                ax.set_yticks(range(len(toks)))
+                ax.set_xticklabels(toks, fontsize=6, rotation=90)
+                ax.set_yticklabels(toks, fontsize=6)
+                ax.set_title(f"{name}\n\"{' '.join(toks)}\" layer {li + 1}", fontsize=6)
+                if ei == 0 and li == 0:
+                    ax.set_ylabel("key", fontsize=7)
+                ax.set_xlabel("query", fontsize=6)
+    fig.suptitle(f"{entry['task']}: attention maps, column-normalized (OBSERVED, not proven)", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=70)
     plt.close(fig)
 
@@ -369,12 +370,12 @@ def plot_figure3(entry: dict, path: str) -> None:
 ICTM_OPTIONS = FIGURE2[3].options
 ICTM2_GRID = (
     # (layers, heads, width multiplier, qk_init, attention)
-    (2, 1, 1, "parsing", "relu"),
-    (2, 4, 1, "parsing", "relu"),
-    (2, 8, 2, "parsing", "relu"),
-    (2, 4, 3, "normal", "relu"),
-    (2, 4, 3, "parsing", "softmax"),
-    (3, 1, 1, "parsing", "relu"),  # reference: the paper's depth
+    (2, 1, 1, "construction", "relu"),
+    (2, 4, 2, "construction", "relu"),
+    (2, 8, 3, "construction", "relu"),
+    (2, 4, 2, "normal", "relu"),
+    (2, 4, 2, "construction", "softmax"),
+    (3, 1, 1, "construction", "relu"),  # reference: the paper's depth
 )
 
 

@@ -30,14 +30,14 @@ class TrainConfig:
     steps: int = 1000
     seed: int = 0
     batch_size: int = 64
-    lr: float = 0.05
+    lr: float = 0.02
     momentum: float = 0.9
     optimizer: str = "sgd"
     attention: str = "relu"
     qk_init: str = "normal"
     v_init: str = "identity"
     out_init: str = "normal"
-    init_scale: float = 0.1
+    init_scale: float = 0.02
     construction_variant: str | None = None
     grad_clip: float = 1.0
     eval_every: int = 50
