@@ -3,7 +3,7 @@
     show-construction TASK [size options] [--variant V] [--as-printed] [--point N] --out DIR
 
 writes into DIR
-    overview.png                 every head's attention map (layer by layer, left to right) above the
+    overview.png                 every head's attention map (layer by layer, 6 per row) above the
                                  residual stream after every layer, on the chosen point
     layer<l>-attention.png       layer l: every head's map relu(H^T W_QK H), query rows x key columns,
                                  axes labelled "position token"; exact values written in the cells
@@ -29,6 +29,7 @@ import numpy as np
 from checkers.errors import BadInput
 
 INSTALL_HINT = "show-construction needs matplotlib: pip install depthcert[plot]"
+MAX_COLS = 6  # panels per row of overview.png
 LOG_ABOVE = 50  # colour by sign * log10(1 + |v|) when some |v| exceeds this
 GOLDEN = (618033988, 10**9)  # default point: floor(size * 0.618...), rarely a degenerate example
 
@@ -216,23 +217,25 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
     fig.suptitle(head_line, fontsize=8)
     save(fig, "residual.png")
 
-    # overview: every head's attention map in a row (layer by layer), the residual stream below
+    # overview: every head's attention map (layer by layer, wrapped after MAX_COLS panels), the
+    # residual stream after every layer below
     panels = [(li, hi, S) for li, heads in enumerate(tr.attention) for hi, S in enumerate(heads)]
-    cols = max(len(panels), L, 1)
-    fig, axes = plt.subplots(2, cols, figsize=(cell * cols + 1, cell + hcell), squeeze=False,
-                             gridspec_kw={"height_ratios": [cell, hcell]}, layout="constrained")
-    for i in range(cols):
-        ax = axes[0][i]
-        if i < len(panels):
-            li, hi, S = panels[i]
-            _attention_panel(ax, fig, S, tokens, f"layer {li + 1} head {hi + 1}: attention")
-        else:
-            ax.axis("off")
-        ax = axes[1][i]
-        if i < L:
-            _residual_panel(ax, fig, tr.H[i], lay, tokens, "H0 (input)" if i == 0 else f"H{i} (after layer {i})")
-        else:
-            ax.axis("off")
+    cols = max(1, min(MAX_COLS, max(len(panels), L)))
+    att_rows, res_rows = -(-len(panels) // cols), -(-L // cols)
+    fig, axes = plt.subplots(att_rows + res_rows, cols,
+                             figsize=(cell * cols + 1, cell * att_rows + hcell * res_rows), squeeze=False,
+                             gridspec_kw={"height_ratios": [cell] * att_rows + [hcell] * res_rows},
+                             layout="constrained")
+    for ax in axes.flat:
+        ax.axis("off")
+    for i, (li, hi, S) in enumerate(panels):
+        ax = axes[i // cols][i % cols]
+        ax.axis("on")
+        _attention_panel(ax, fig, S, tokens, f"layer {li + 1} head {hi + 1}: attention")
+    for i, H in enumerate(tr.H):
+        ax = axes[att_rows + i // cols][i % cols]
+        ax.axis("on")
+        _residual_panel(ax, fig, H, lay, tokens, "H0 (input)" if i == 0 else f"H{i} (after layer {i})")
     logits = ", ".join(f"{c}={short(v) or ('%.3g' % float(v) if abs(v) < 10**300 else 'huge')}"
                        for c, v in zip(model.classes[:8], tr.logits[:8]))
     fig.suptitle(f"{head_line}\npredicted {model.classes[tr.predicted]}; logits {logits}"
