@@ -216,7 +216,6 @@ WEIGHT_CASES = [
     ("max_length huge", _set(("max_length",), 10**30), "smaller than vocabulary"),
     ("vocab duplicates", lambda o: o.__setitem__("vocab", o["vocab"][:-1] + [o["vocab"][0]]), "duplicate"),
     ("vocab wrong size", lambda o: o.__setitem__("vocab", o["vocab"] + ["zz"]), "vocabulary"),
-    ("vocab order differs", lambda o: o.__setitem__("vocab", o["vocab"][::-1]), "order"),
     ("vocab empty", _set(("vocab",), []), "vocab"),
     ("vocab entry null", _set(("vocab", 0), None), "vocab[0]"),
     ("classes lack labels", _set(("classes",), ["a0", "a1", "a2", "zz"]), "lack task labels"),
@@ -254,8 +253,9 @@ OPTION_CASES = [
     (["icqa", "--k", "-3"], "--k"),
     (["icqa", "--k"], "expected one argument"),
     (["icqa", "--bogus", "1"], "unrecognized arguments"),
-    ([], "required"),
-    ([""], "unknown task"),
+    ([], "task"),
+    ([""], "task"),
+    (["nosuchtask"], "unknown task"),
     (["icqa", "--k", "1000000"], "more than 2^62"),
     (["icqa", "--k", "99999999999999999999999999"], "more than 2^62"),
     (["icqa", "--k", "30"], "more than 2^62"),
@@ -539,21 +539,69 @@ def test_max_points_counts_points_evaluated_after_symmetry_reduction(capsys):
 
 
 @needs_dependence
-def test_find_dependence_refuses_huge_tasks_naming_the_number(capsys):
-    n = ICQA(k=5).size
-    code, out, err = run(cli_dependence._find_dependence_safe, ["--task", "icqa", "--k", "5"], capsys)
-    assert_bad_input(code, out, err, str(n))
+def test_find_dependence_refuses_what_it_cannot_load_naming_the_number(capsys, monkeypatch):
+    """find-dependence loads every point to decide a fittable dataset; past its load limit it
+    must refuse in one line naming the number of points (limit lowered here to 50 so that a
+    64-point fittable task exercises it: one-layer memorization fits sc)."""
+    from checkers import dependence
+
+    monkeypatch.setattr(dependence, "LOAD_LIMIT", 50)
+    code, out, err = run(cli_dependence._find_dependence_safe, ["--task", "sc", "--length", "3", "--alphabet", "4"],
+                         capsys)
+    assert_bad_input(code, out, err, "64 points")
 
 
 @needs_dependence
-def test_find_dependence_guard_names_the_option_that_lifts_it(capsys):
+def test_find_dependence_guard_names_the_option_that_lifts_it(capsys, monkeypatch):
     help_text = cli_dependence._build_parser().format_help()
     if "--max-points" not in help_text:
-        pytest.skip("find-dependence has no --max-points option yet (its limit is fixed)")
-    n = ICQA(k=5).size
-    code, out, err = run(cli_dependence._find_dependence_safe, ["--task", "icqa", "--k", "5", "--max-points", "10"],
+        pytest.skip("find-dependence has no --max-points option yet (its load limit is fixed)")
+    from checkers import dependence
+
+    monkeypatch.setattr(dependence, "LOAD_LIMIT", 50)
+    code, out, err = run(cli_dependence._find_dependence_safe,
+                         ["--task", "sc", "--length", "3", "--alphabet", "4", "--max-points", "10"], capsys)
+    assert_bad_input(code, out, err, "--max-points 64")
+
+
+# --------------------------------------------------------------------------- verify-construction --dataset
+
+needs_vc_dataset = pytest.mark.skipif("--dataset" not in _verify_construction_help(),
+                                      reason="verify-construction has no --dataset yet")
+
+
+@needs_vc_dataset
+@pytest.mark.parametrize("name,fields,needle", DATASET_CASES, ids=[c[0] for c in DATASET_CASES])
+def test_verify_construction_hostile_dataset(tmp_path, capsys, name, fields, needle):
+    d = tmp_path / "d.json"
+    d.write_text(json.dumps(_dataset(fields)))
+    code, out, err = run(_verify_construction, ["sc", "--dataset", str(d), "--export", str(tmp_path / "w.json")],
                          capsys)
-    assert_bad_input(code, out, err, f"--max-points {n}")
+    assert_bad_input(code, out, err, needle)
+    no_files_but(tmp_path, ["d.json"])
+
+
+@needs_vc_dataset
+@pytest.mark.parametrize("name,content,needle", _file_cases(json.dumps(VALID_DATASET)),
+                         ids=[c[0] for c in _file_cases("x")])
+def test_verify_construction_dataset_file_unreadable(tmp_path, capsys, name, content, needle):
+    path = _materialise(tmp_path, name, content)
+    code, out, err = run(_verify_construction, ["sc", "--dataset", path, "--export", str(tmp_path / "w.json")], capsys)
+    assert_bad_input(code, out, err, needle)
+    no_files_but(tmp_path, ["in.json"])
+
+
+@needs_vc_dataset
+def test_verify_construction_dataset_max_points(tmp_path, capsys):
+    d = tmp_path / "d.json"
+    d.write_text(json.dumps(_dataset({"sequences": [["a", "b", "r"], ["b", "a", "r"], ["a", "a", "r"], ["b", "b", "r"]],
+                                      "labels": ["x", "y", "z", "w"]})))
+    code, out, err = run(_verify_construction, ["sc", "--dataset", str(d), "--max-points", "3",
+                                                "--export", str(tmp_path / "w.json")], capsys)
+    assert_bad_input(code, out, err, "--max-points 4")
+    no_files_but(tmp_path, ["d.json"])
+    code, out, err = run(_verify_construction, ["sc", "--dataset", str(d), "--max-points", "4", "--json"], capsys)
+    assert code == 0 and json.loads(out)["verdict"] == "verified"
 
 
 # --------------------------------------------------------------------------- fuzzing
