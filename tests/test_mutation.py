@@ -9,6 +9,7 @@ including the first failure) and the index of the first counterexample.
 """
 from __future__ import annotations
 
+import inspect
 import random
 from fractions import Fraction
 
@@ -26,8 +27,11 @@ from mutation_cases import PER_CASE, PER_CASE_TASK, SMALL, constructions, mutati
 CASES = constructions()
 
 
-def _verify_triple(model, task, batch_size=2048):
-    v = verify(model, task, batch_size=batch_size, progress=False)
+HAS_SYMMETRY = "symmetry" in inspect.signature(verify).parameters
+
+
+def _verify_triple(model, task, batch_size=2048, **kw):
+    v = verify(model, task, batch_size=batch_size, progress=False, **kw)
     ce = v.counterexample
     return v.verdict, v.min_margin, None if ce is None else ce.index
 
@@ -55,6 +59,12 @@ def test_single_entry_mutations_agree_with_oracle(label, task, construction):
         want = oracle_verdict(mutant, task)
         if got != want:
             mismatches.append((name, where, f"{old} -> {new} ({kind})", bs, got, want))
+        if HAS_SYMMETRY:
+            # symmetry reduction (used only when equivariance is proven on the mutant's weights)
+            # must reach the same verdict, margin and first counterexample as every point
+            got = _verify_triple(mutant, task, bs, symmetry="auto")
+            if got != want:
+                mismatches.append((name, where, f"{old} -> {new} ({kind})", bs, "symmetry", got, want))
     assert not mismatches, mismatches[:3]
 
 
