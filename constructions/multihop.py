@@ -165,4 +165,70 @@ def build_paper(task, as_printed: bool = False) -> Construction:
     )
 
 
-BUILDERS = {"multihop": {"paper": build_paper, "linear": build_linear, "doubling": build_doubling}}
+def build_relu_and(task, as_printed: bool = False) -> Construction:
+    """Two hops in two layers (h = 2 only): a ReLU score that is the AND of two facts.
+
+    Layer 1 (k + 3 heads, W_V scaled by m = k + 3 against the 1/m): k Lemma 1 heads copy the
+    source x_c of every pair into slot_c of the last column; one copies s into block `s` of every
+    pair column 3m; one copies y_m into block `y` of 3m; one content head (Lemma 2 mask -1) gives
+    3m the predecessor indicator ptr[c] = [y_c = x_m].
+    Layer 2 (N heads, one per entity v, W_V = N (ans <- y)): for key 3m and the last column,
+        score_v = relu( sum_c ptr_m[c] * slot_c[v]  +  s_m[v] * relation_last  -  1 )
+                = [the predecessor of x_m with source v exists] AND [s = v],
+    so sum_v score_v(m) = [x_m = f(s)] and the last column receives y_m = f(f(s)).  Every other
+    (key, query) pair gets -2 (content <= 2).  Margin 1.
+    """
+    task = _check(task)
+    if task.hops != 2:
+        raise BadInput(f"--variant relu-and is the two-layer construction for --hops 2 (got --hops {task.hops})")
+    N, k, n = task.n_entities, task.k, task.length
+    last = n - 1
+    slots = tuple(f"slot{c}" for c in range(k))
+    lay = Layout.of(("entity", N), ("relation", 1), ("position", n), *[(b, N) for b in slots],
+                    ("s", N), ("y", N), ("ptr", k), ("ans", N))
+    m1 = k + 3
+    heads1 = []
+    for c in range(k):
+        qk = instructive_attention(lay, position_map(n, [(3 * c, last)]))
+        heads1.append(Head(qk, BlockMatrix(lay, lay).set(slots[c], "entity", m1).build()))
+    qk = instructive_attention(lay, position_map(n, [(n - 2, 3 * j) for j in range(k)]))
+    heads1.append(Head(qk, BlockMatrix(lay, lay).set("s", "entity", m1).build()))
+    qk = instructive_attention(lay, position_map(n, [(3 * j + 2, 3 * j) for j in range(k)]))
+    heads1.append(Head(qk, BlockMatrix(lay, lay).set("y", "entity", m1).build()))
+    allowed = np.zeros((n, n), dtype=bool)
+    for c in range(k):
+        for j in range(k):
+            allowed[3 * c + 2, 3 * j] = True
+    qk = constrained_attention(lay, BlockMatrix(lay, lay).set("entity", "entity", 1), allowed, MASK)
+    shift = np.zeros((k, n), dtype=object)
+    for c in range(k):
+        shift[c, 3 * c + 2] = m1
+    heads1.append(Head(qk, BlockMatrix(lay, lay).set("ptr", "position", shift).build()))
+
+    allowed2 = np.zeros((n, n), dtype=bool)
+    for j in range(k):
+        allowed2[3 * j, last] = True
+    bias = np.where(allowed2, -1, 0).astype(object)
+    heads2 = []
+    for v in range(N):
+        content = BlockMatrix(lay, lay)
+        for c in range(k):
+            content.entry("ptr", c, slots[c], v, 1)
+        content.entry("s", v, "relation", 0, 1)
+        content.add("position", "position", bias)
+        qk = constrained_attention(lay, content, allowed2, -2)
+        heads2.append(Head(qk, BlockMatrix(lay, lay).set("ans", "y", N).build()))
+
+    W_O = BlockMatrix(Layout.of(("class", N)), lay).set("class", "ans", 1).build()
+    tags = {lay.index(b, i): (b, e) for b in slots + ("s", "y", "ans") for i, e in enumerate(task.entities)}
+    model = Model(task.vocab, n, task.classes, lay, (tuple(heads1), tuple(heads2)), W_O, name="multihop-relu-and",
+                  notes={"row_tokens": tags})
+    return Construction(
+        "multihop", "relu-and", THEOREM, model, as_printed,
+        f"two hops in two layers: {m1} heads (copies, predecessor pointers), then {N} ReLU-AND heads",
+        ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
+    )
+
+
+BUILDERS = {"multihop": {"paper": build_paper, "linear": build_linear, "doubling": build_doubling,
+                         "relu-and": build_relu_and}}

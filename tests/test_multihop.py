@@ -82,6 +82,30 @@ def test_variants_verify_k3(variant):
     assert v.verified and v.points_covered == 486 and v.min_margin == 1
 
 
+@pytest.mark.parametrize("k,n_entities", [(2, 2), (2, 3), (3, 3), (3, 4)])
+def test_relu_and_two_hops_in_two_layers(k, n_entities):
+    """h = 2 needs only 2 layers (one-layer impossible at k = 3: test_one_layer_certificate)."""
+    task = make_task("multihop", hops=2, k=k, n_entities=n_entities)
+    c = registry.build(task, "relu-and")
+    assert c.model.n_layers == 2 and c.model.heads == (k + 3, n_entities)
+    v = verify(c.model, task, progress=False)
+    assert v.verified and v.points_covered == task.size and v.min_margin == 1
+
+
+def test_relu_and_only_for_two_hops():
+    with pytest.raises(BadInput, match="--hops 2"):
+        registry.build(make_task("multihop", hops=3, k=2), "relu-and")
+
+
+def test_one_layer_certificate():
+    """No one-layer model does 1 hop (k = 2) or 2 hops (k = 3): checked Def. 3 certificates."""
+    from checkers.dependence import decide_task
+
+    for hops, k in ((1, 2), (2, 3)):
+        result = decide_task(make_task("multihop", hops=hops, k=k), progress=False)
+        assert not result.decision.fittable and result.decision.certificate is not None
+
+
 @pytest.mark.parametrize("hops", range(1, 10))
 def test_layer_counts(hops):
     task = MultiHop(hops, 2, 2)
