@@ -165,70 +165,107 @@ def build_paper(task, as_printed: bool = False) -> Construction:
     )
 
 
-def build_relu_and(task, as_printed: bool = False) -> Construction:
-    """Two hops in two layers (h = 2 only): a ReLU score that is the AND of two facts.
+def relu_and_schedule(hops: int) -> tuple[int, int, int]:
+    """(layers L, a2, b) with h = a2 + 3 b, a2 in {0, 1, 2}, b < 2^(L-2), L >= 2 smallest.
 
-    Layer 1 (k + 3 heads, W_V scaled by m = k + 3 against the 1/m): k Lemma 1 heads copy the
-    source x_c of every pair into slot_c of the last column; one copies s into block `s` of every
-    pair column 3m; one copies y_m into block `y` of 3m; one content head (Lemma 2 mask -1) gives
-    3m the predecessor indicator ptr[c] = [y_c = x_m].
-    Layer 2 (N heads, one per entity v, W_V = N (ans <- y)): for key 3m and the last column,
-        score_v = relu( sum_c ptr_m[c] * slot_c[v]  +  s_m[v] * relation_last  -  1 )
-                = [the predecessor of x_m with source v exists] AND [s = v],
-    so sum_v score_v(m) = [x_m = f(s)] and the last column receives y_m = f(f(s)).  Every other
-    (key, query) pair gets -2 (content <= 2).  Margin 1.
+    After layer 2 the last column is a2 hops from s and every pair column 3 hops from its x_i;
+    layers 3..L double the pair columns (3, 6, 12, ...) and move the last column at b's set bits,
+    so L layers reach h <= 3 * 2^(L-2) - 1."""
+    L = 2
+    while 3 * 2 ** (L - 2) - 1 < hops:
+        L += 1
+    return L, hops % 3, hops // 3
+
+
+def relu_and_heads(task: MultiHop, lay: Layout, queries, m: int) -> list[Head]:
+    """Layer-2 heads (one per entity v) moving every query column's `cur` two hops at once.
+
+    score_v(key 3j, query q) = relu( sum_c ptr_j[c] slot_c,q[v] + cur_q[v] * (entity sum of key) - 1 )
+                             = [f(v) = x_j] AND [cur_q = v]       (bias -1; other pairs -2)
+    value = m (cur_j - e_v) = m (y_j - v): cur_q becomes y_j = f(f(cur_q)).
+    """
+    N, k, n = task.n_entities, task.k, task.length
+    allowed = np.zeros((n, n), dtype=bool)
+    for j in pair_columns(task):
+        for q in queries:
+            allowed[j, q] = True
+    bias = np.where(allowed, -1, 0).astype(object)
+    heads = []
+    for v in range(N):
+        content = BlockMatrix(lay, lay)
+        for c in range(k):
+            content.entry("ptr", c, f"slot{c}", v, 1)
+        for e in range(N):
+            content.entry("entity", e, "cur", v, 1)
+        content.add("position", "position", bias)
+        qk = constrained_attention(lay, content, allowed, -2)
+        value = BlockMatrix(lay, lay).set("cur", "cur", m)
+        for e in range(N):
+            value.entry("cur", v, "entity", e, -m)
+        heads.append(Head(qk, value.build()))
+    return heads
+
+
+def build_relu_and(task, as_printed: bool = False) -> Construction:
+    """Two hops per layer where it counts: L layers reach h <= 3 * 2^(L-2) - 1.
+
+    Layer 1 (k + 2 heads, W_V scaled by m = k + 2 against the 1/m): the copy of the other
+    variants (y_i -> cur of pair column 3i, s -> cur of the last column); k Lemma 1 heads copy
+    every source x_c into slot_c of every pair column and of the last column; one content head
+    (Lemma 2 mask -1) gives pair column 3j the predecessor indicator ptr_j[c] = [y_c = x_j].
+    Layer 2 (N ReLU-AND heads, see relu_and_heads, plus one plain hop head when h = 1 mod 3):
+    pair columns go from f to f^3, the last column moves a2 = h mod 3 hops.
+    Layers 3..L: pointer doubling of the pair columns (f^3, f^6, ...) while the last column hops
+    at the set bits of b = h div 3.  One-hot throughout, margin 1.
     """
     task = _check(task)
-    if task.hops != 2:
-        raise BadInput(f"--variant relu-and is the two-layer construction for --hops 2 (got --hops {task.hops})")
     N, k, n = task.n_entities, task.k, task.length
     last = n - 1
+    L, a2, b = relu_and_schedule(task.hops)
     slots = tuple(f"slot{c}" for c in range(k))
-    lay = Layout.of(("entity", N), ("relation", 1), ("position", n), *[(b, N) for b in slots],
-                    ("s", N), ("y", N), ("ptr", k), ("ans", N))
-    m1 = k + 3
+    lay = Layout.of(("entity", N), ("relation", 1), ("position", n), *[(sb, N) for sb in slots],
+                    ("ptr", k), ("cur", N))
+    pairs = pair_columns(task)
+
+    m1 = k + 2
     heads1 = []
+    copy = copy_head(task, lay, "cur", True)
+    heads1.append(Head(copy.W_QK, BlockMatrix(lay, lay).set("cur", "entity", m1).build()))
     for c in range(k):
-        qk = instructive_attention(lay, position_map(n, [(3 * c, last)]))
+        qk = instructive_attention(lay, position_map(n, [(3 * c, q) for q in pairs + [last]]))
         heads1.append(Head(qk, BlockMatrix(lay, lay).set(slots[c], "entity", m1).build()))
-    qk = instructive_attention(lay, position_map(n, [(n - 2, 3 * j) for j in range(k)]))
-    heads1.append(Head(qk, BlockMatrix(lay, lay).set("s", "entity", m1).build()))
-    qk = instructive_attention(lay, position_map(n, [(3 * j + 2, 3 * j) for j in range(k)]))
-    heads1.append(Head(qk, BlockMatrix(lay, lay).set("y", "entity", m1).build()))
     allowed = np.zeros((n, n), dtype=bool)
     for c in range(k):
-        for j in range(k):
-            allowed[3 * c + 2, 3 * j] = True
+        for j in pairs:
+            allowed[3 * c + 2, j] = True
     qk = constrained_attention(lay, BlockMatrix(lay, lay).set("entity", "entity", 1), allowed, MASK)
     shift = np.zeros((k, n), dtype=object)
     for c in range(k):
         shift[c, 3 * c + 2] = m1
     heads1.append(Head(qk, BlockMatrix(lay, lay).set("ptr", "position", shift).build()))
 
-    allowed2 = np.zeros((n, n), dtype=bool)
-    for j in range(k):
-        allowed2[3 * j, last] = True
-    bias = np.where(allowed2, -1, 0).astype(object)
-    heads2 = []
-    for v in range(N):
-        content = BlockMatrix(lay, lay)
-        for c in range(k):
-            content.entry("ptr", c, slots[c], v, 1)
-        content.entry("s", v, "relation", 0, 1)
-        content.add("position", "position", bias)
-        qk = constrained_attention(lay, content, allowed2, -2)
-        heads2.append(Head(qk, BlockMatrix(lay, lay).set("ans", "y", N).build()))
+    and_queries = (pairs if b > 0 else []) + ([last] if a2 == 2 else [])
+    m2 = (N if and_queries else 0) + (1 if a2 == 1 else 0)
+    heads2 = relu_and_heads(task, lay, and_queries, m2) if and_queries else []
+    if a2 == 1:
+        plain = hop_head(task, lay, [last], "cur", "cur")
+        heads2.append(Head(plain.W_QK, BlockMatrix(lay, lay).set("cur", "cur", m2).set("cur", "entity", -m2).build()))
+    layers = [tuple(heads1), tuple(heads2)]
+    T = L - 2
+    for t in range(T):
+        queries = (pairs if b >> (t + 1) else []) + ([last] if b >> t & 1 else [])
+        layers.append((hop_head(task, lay, queries, "cur", "cur"),))
 
-    W_O = BlockMatrix(Layout.of(("class", N)), lay).set("class", "ans", 1).build()
-    tags = {lay.index(b, i): (b, e) for b in slots + ("s", "y", "ans") for i, e in enumerate(task.entities)}
-    model = Model(task.vocab, n, task.classes, lay, (tuple(heads1), tuple(heads2)), W_O, name="multihop-relu-and",
+    W_O = BlockMatrix(Layout.of(("class", N)), lay).set("class", "cur", 1).build()
+    tags = {lay.index(blk, i): (blk, e) for blk in slots + ("cur",) for i, e in enumerate(task.entities)}
+    model = Model(task.vocab, n, task.classes, lay, tuple(layers), W_O, name="multihop-relu-and",
                   notes={"row_tokens": tags})
     return Construction(
         "multihop", "relu-and", THEOREM, model, as_printed,
-        f"two hops in two layers: {m1} heads (copies, predecessor pointers), then {N} ReLU-AND heads",
+        f"copy + predecessor pointers, ReLU-AND double hop (pairs f -> f^3, last +{a2}), "
+        f"{T} doubling stage(s) over b = {b}: {L} layers",
         ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
     )
-
 
 BUILDERS = {"multihop": {"paper": build_paper, "linear": build_linear, "doubling": build_doubling,
                          "relu-and": build_relu_and}}

@@ -18,7 +18,7 @@ from checkers.tasks import make_task
 from checkers.trace import trace
 from constructions import multihop, registry
 
-VARIANTS = ("paper", "linear", "doubling")
+VARIANTS = ("paper", "linear", "doubling", "relu-and")
 
 
 def brute_force(n_entities: int, k: int, hops: int) -> set[tuple[tuple[str, ...], str]]:
@@ -72,7 +72,8 @@ def test_variants_verify_exhaustively(variant, hops):
     v = verify(c.model, task, progress=False)
     assert v.verified and v.points_covered == task.size == 48
     assert v.min_margin == 1
-    assert c.model.heads == (1,) * c.model.n_layers
+    if variant != "relu-and":
+        assert c.model.heads == (1,) * c.model.n_layers
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -87,14 +88,20 @@ def test_relu_and_two_hops_in_two_layers(k, n_entities):
     """h = 2 needs only 2 layers (one-layer impossible at k = 3: test_one_layer_certificate)."""
     task = make_task("multihop", hops=2, k=k, n_entities=n_entities)
     c = registry.build(task, "relu-and")
-    assert c.model.n_layers == 2 and c.model.heads == (k + 3, n_entities)
+    assert c.model.n_layers == 2 and c.model.heads == (k + 2, n_entities)
     v = verify(c.model, task, progress=False)
     assert v.verified and v.points_covered == task.size and v.min_margin == 1
 
 
-def test_relu_and_only_for_two_hops():
-    with pytest.raises(BadInput, match="--hops 2"):
-        registry.build(make_task("multihop", hops=3, k=2), "relu-and")
+@pytest.mark.parametrize("hops", range(1, 13))
+def test_relu_and_any_hops(hops):
+    """L layers reach h <= 3 * 2^(L-2) - 1: 2 layers for h <= 2, 3 for h <= 5, 4 for h <= 11."""
+    task = make_task("multihop", hops=hops, k=2, n_entities=3)
+    c = registry.build(task, "relu-and")
+    L = 2 if hops <= 2 else 3 if hops <= 5 else 4 if hops <= 11 else 5
+    assert c.model.n_layers == L
+    v = verify(c.model, task, progress=False)
+    assert v.verified and v.points_covered == 48 and v.min_margin == 1
 
 
 def test_one_layer_certificate():
@@ -110,7 +117,8 @@ def test_one_layer_certificate():
 def test_layer_counts(hops):
     task = MultiHop(hops, 2, 2)
     layers = {v: registry.build(task, v).model.n_layers for v in VARIANTS}
-    assert layers == {"paper": 2 * hops, "linear": hops + 1, "doubling": hops.bit_length() + 1}
+    relu_and = next(L for L in range(2, 10) if 3 * 2 ** (L - 2) - 1 >= hops)
+    assert layers == {"paper": 2 * hops, "linear": hops + 1, "doubling": hops.bit_length() + 1, "relu-and": relu_and}
     assert hops.bit_length() + 1 == int(np.floor(np.log2(hops))) + 2
 
 
@@ -124,13 +132,21 @@ def test_paper_as_printed_is_refuted():
     assert ce.logits == (Fraction(3), Fraction(6), Fraction(0))
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", ("paper", "linear", "doubling"))
 def test_entity_symmetry_is_proven(variant):
     task = make_task("multihop", hops=3, k=3, n_entities=4)
     rep = check_equivariance(registry.build(task, variant).model, task.symmetry_groups())
     assert rep.ok, rep.reason
     idx, sizes = task.orbit_representatives()
     assert sum(sizes) == task.size and len(idx) == 3**3 * 3
+
+
+def test_relu_and_heads_are_permuted_not_invariant():
+    """relu-and's layer-2 heads (one per entity) are permuted by an entity permutation, so the
+    per-head equivariance proof does not apply and verify-construction evaluates every point."""
+    task = make_task("multihop", hops=2, k=2, n_entities=3)
+    rep = check_equivariance(registry.build(task, "relu-and").model, task.symmetry_groups())
+    assert not rep.ok and "layer 1 head 0" in rep.reason
 
 
 @settings(max_examples=30, deadline=None)
