@@ -230,3 +230,16 @@ def test_cli_bad_input_exit_2_one_line(argv, needle, capsys):
     assert find_dependence_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
+
+
+def test_huge_task_certificate_from_sampled_windows():
+    """ICQA at the paper's 100-token scale (2.8e12 points): a 4-point certificate on sampled points."""
+    task = make_task("icqa", k=3, n_questions=100, n_answers=100)
+    res = decide_task(task, progress=False)
+    obj = res.decision.certificate.to_json()
+    assert not res.decision.fittable and check_certificate(obj)[0] and len(obj["points"]) == 4
+    for p in obj["points"]:  # every point obeys the task's rule: label = answer after the queried question
+        t = p["tokens"]
+        pairs = {t[3 * i]: t[3 * i + 2] for i in range(3)}
+        assert t[-1] == "=" and pairs[t[-2]] == p["label"]
+
