@@ -138,3 +138,23 @@ def test_cli_bad_input_exits_2_one_line(argv, capsys):
     assert rc == 2
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
+
+
+def test_export_of_construction_init_is_exactly_checkable():
+    """Rounding a torch copy of a verified construction gives back a model the exact evaluator accepts."""
+    from training.export import exact_accuracy, to_exact
+
+    task = make_task("icqa", k=2, n_questions=3, n_answers=3)
+    exact = registry.build(task, "copy-matching", as_printed=False).model
+    tm = from_exact(exact)
+    chk = exact_accuracy(to_exact(tm, task, bits=16), task, bits=16)
+    assert chk.points == task.size
+    assert chk.correct == task.size
+
+
+def test_cli_exact_check(capsys):
+    rc = train_main(["icqa", "--k", "2", "--n-questions", "2", "--n-answers", "3", "--steps", "2",
+                     "--eval-size", "10", "--json", "--exact-check", "8"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["exact_check"]["points"] == make_task("icqa", k=2, n_questions=2, n_answers=3).size

@@ -79,6 +79,9 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-size", type=int, default=1000)
     for flag, dest, typ in TASK_OPTIONS:
         p.add_argument(flag, dest=dest, type=typ, default=None)
+    p.add_argument("--exact-check", type=int, default=None, metavar="BITS",
+                   help="round the trained weights to multiples of 2^-BITS and decide their accuracy on every "
+                        "point with the exact evaluator (finite tasks up to 200000 points)")
     p.add_argument("--log", default=None, help="write the per-step JSON log here (atomically)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, no progress bar")
     return p
@@ -130,8 +133,21 @@ def train_main(argv=None) -> int:
             folder = os.path.dirname(os.path.abspath(args.log)) or "."
             if not os.path.isdir(folder):
                 raise BadInput(f"cannot write {args.log}: folder {folder} does not exist")
-        result, _ = train(config, progress=not args.json)
+        if args.exact_check is not None and not 1 <= args.exact_check <= 30:
+            raise BadInput(f"--exact-check must be between 1 and 30 bits, got {args.exact_check}")
+        result, model = train(config, progress=not args.json)
         log = _clean(result.to_json())
+        if args.exact_check is not None:
+            from training.export import exact_accuracy, to_exact
+            from training.train import build_task
+
+            task = build_task(config)
+            chk = exact_accuracy(to_exact(model, task, args.exact_check), task, bits=args.exact_check)
+            log["exact_check"] = {
+                "status": "EXACT for these rounded weights (checkers.evaluate), every point of the task",
+                "bits": chk.bits, "points": chk.points, "correct": chk.correct, "accuracy": chk.accuracy,
+                "evaluator": chk.path,
+            }
         if args.log is not None:
             write_json_atomic(args.log, log)
         f = result.final
@@ -146,6 +162,10 @@ def train_main(argv=None) -> int:
                 f"({result.seconds:.1f}s; split: {result.split})"
                 + (" DIVERGED" if result.diverged else "")
             )
+            if "exact_check" in log:
+                c = log["exact_check"]
+                print(f"EXACT (weights rounded to 2^-{c['bits']}): {c['correct']}/{c['points']} points correct "
+                      f"({c['evaluator']})")
         return 0
     except BadInput as exc:
         return _die(str(exc))

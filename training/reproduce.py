@@ -207,8 +207,8 @@ class MapCase:
 FIGURE3 = (
     MapCase("icqa", (("k", 2), ("n_questions", 4), ("n_answers", 4)), ("copy-matching",),
             (("q0", "=", "a1", "q1", "=", "a2", "q0", "="), ("q0", "=", "a1", "q1", "=", "a2", "q1", "=")), 3000),
-    MapCase("tm", (("l", 3), ("alphabet", 6)), ("heads", "ternary"),
-            (("t0", "t0", "t1", "<cls>"), ("t0", "t1", "t1", "<cls>")), 3000),
+    MapCase("tm", (("l", 4), ("alphabet", 8)), ("heads", "ternary"),
+            (("t0", "t0", "t1", "t2", "<cls>"), ("t0", "t1", "t1", "t2", "<cls>")), 3000),
 )
 
 
@@ -228,8 +228,11 @@ def map_similarity(trained: np.ndarray, constructed: np.ndarray) -> dict:
     def cos(a, b):
         a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
         na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+        if not (nb > 0).any():
+            return float("nan")  # the construction does not attend from these queries
         ok = (na > 0) & (nb > 0)
-        return float(np.mean(np.where(ok, (a * b).sum(1) / np.where(ok, na * nb, 1), 0.0)))
+        vals = np.where(ok, (a * b).sum(1) / np.where(ok, na * nb, 1), 0.0)
+        return float(np.mean(vals[nb > 0]))
 
     support = C > 0
     used = support.any(axis=-2)  # (B, n_queries)
