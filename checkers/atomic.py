@@ -21,6 +21,9 @@ def write_json_atomic(path: str, obj) -> None:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        mask = os.umask(0)  # mkstemp creates 0600; give the file the mode open() would have
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         os.replace(tmp, path)
     except OSError as exc:
         try:
