@@ -197,6 +197,7 @@ def main(argv=None) -> int:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(args.out)), suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, args.out)
         print(f"wrote {args.out}: {len(results)} mutations")
     else:

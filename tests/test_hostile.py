@@ -317,6 +317,16 @@ def test_write_json_atomic_leaves_nothing_on_failure(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["d", "x.json"] and (tmp_path / "x.json").read_text() == "old"
 
 
+def test_write_json_atomic_honours_the_umask(tmp_path):
+    """Regression: mkstemp's 0600 leaked into every --export / --out file."""
+    old = os.umask(0o022)
+    try:
+        write_json_atomic(str(tmp_path / "x.json"), {"a": 1})
+    finally:
+        os.umask(old)
+    assert (os.stat(tmp_path / "x.json").st_mode & 0o777) == 0o644
+
+
 # --------------------------------------------------------------------------- datasets
 
 DATASET_CASES = [
