@@ -79,6 +79,20 @@ def _task_description(task) -> str:
     return f"{task.name} ({params})" if params else task.name
 
 
+def _seconds(text: str) -> float:
+    """A finite time budget > 0 (nan, inf and negatives were accepted and gave silent results)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
+    return value
+
+
 def _build_parser() -> _Parser:
     p = _Parser(
         prog="find-dependence",
@@ -94,7 +108,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--search-seed", type=int, default=0, help="seed of the search's sampling")
     p.add_argument("--bounds", action="store_true",
                    help="when not fittable, also bound the best one-layer accuracy (disjoint certificates, explicit partial model)")
-    p.add_argument("--bounds-seconds", type=float, default=30.0, help="time budget of --bounds (default 30)")
+    p.add_argument("--bounds-seconds", type=_seconds, default=30.0, help="time budget of --bounds (default 30)")
     p.add_argument("--out", metavar="FILE", help="save the certificate JSON (atomic)")
     p.add_argument("--export", metavar="FILE", help="save the fitted one-layer model's weights when fittable")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
