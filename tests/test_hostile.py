@@ -412,6 +412,10 @@ FD_OPTION_CASES = [
     (["--task", "sc", "--length", "2", "--search-seed", "x"], "--search-seed"),
     (["--task", "sc", "--length", "2", "--out", "same.json", "--export", "same.json"], "same file"),
     (["--dataset", "d.json", "--k", "3"], "does not apply"),
+    (["--task", "tm", "--l", "2", "--bounds", "--bounds-seconds", "nan"], "--bounds-seconds"),
+    (["--task", "tm", "--l", "2", "--bounds", "--bounds-seconds", "-1"], "--bounds-seconds"),
+    (["--task", "tm", "--l", "2", "--bounds", "--bounds-seconds", "inf"], "--bounds-seconds"),
+    (["--task", "tm", "--l", "2", "--bounds", "--bounds-seconds", "x"], "--bounds-seconds"),
 ]
 
 
