@@ -149,3 +149,27 @@ def test_margin_does_not_depend_on_batch_size():
     results = {bs: _verify_triple(mutant, task, bs) for bs in (1, 2, 5, 2048)}
     assert set(results.values()) == {("refuted", margins[first], first)}, results
     assert results[1] == oracle_verdict(mutant, task)
+
+
+HAS_WORKERS = "workers" in inspect.signature(verify).parameters
+
+
+@pytest.mark.skipif(not HAS_WORKERS, reason="verify has no parallel workers")
+@pytest.mark.parametrize("label,task,construction", CASES, ids=[c[0] for c in CASES])
+def test_parallel_chunks_agree_with_oracle(label, task, construction, monkeypatch):
+    """verify(workers=2) on many tiny chunks (the parallel path, normally only from 400k points)
+    reports the same verdict, margin and first counterexample as the oracle, for one mutant that
+    the oracle refutes and one it verifies."""
+    from checkers import exhaustive
+
+    monkeypatch.setattr(exhaustive, "PARALLEL_MIN_POINTS", 1)
+    model = construction.model
+    picked = {}
+    for name, where, old, kind, new in mutations(label, model, PER_CASE_TASK.get(task.name, PER_CASE)):
+        mutant = model.with_weight(where, new)
+        want = oracle_verdict(mutant, task)
+        picked.setdefault(want[0], (mutant, want))
+        if len(picked) == 2:
+            break
+    for mutant, want in picked.values():
+        assert _verify_triple(mutant, task, 2, workers=2) == want
