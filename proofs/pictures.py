@@ -141,10 +141,36 @@ def _attention_panel(ax, fig, S: np.ndarray, tokens, title: str):
     ax.set_title(title, fontsize=8)
 
 
-def _residual_panel(ax, fig, H: np.ndarray, layout, tokens, title: str):
+def row_names(model) -> list[str]:
+    """A short name per residual row: the token of a token row, the index of a position row, the
+    token a construction tagged the row with (Model.notes["row_tokens"]), else ''."""
+    names = [""] * model.dim
+    V = len(model.vocab)
+    for i, t in enumerate(model.vocab):
+        names[i] = str(t)
+    for p in range(model.max_length):
+        if V + p < model.dim:
+            names[V + p] = str(p)
+    tags = model.notes.get("row_tokens", {}) if model.notes else {}
+    for r, (_, tok) in tags.items():
+        if 0 <= r < model.dim:
+            names[r] = str(tok)
+    return names
+
+
+def _residual_panel(ax, fig, H: np.ndarray, layout, tokens, title: str, rows: list[str] | None = None):
     n = len(tokens)
     _heat(ax, fig, H, "RdBu_r", annotate=H.shape[0] <= 48 and n <= 24, diverging=True)
     _block_axis(ax, layout, "y")
+    if rows is not None and len(rows) <= 64:
+        # block names move left of the per-row names
+        centres = list(ax.get_yticks())
+        labels = [lab.get_text() for lab in ax.get_yticklabels()]
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels(rows, fontsize=5)
+        for y, lab in zip(centres, labels):
+            ax.annotate(lab, xy=(0, y), xycoords=("axes fraction", "data"), xytext=(-14, 0),
+                        textcoords="offset points", ha="right", va="center", fontsize=7)
     ax.set_xticks(range(n))
     ax.set_xticklabels(_token_labels(tokens), fontsize=6 if n <= 20 else 5, rotation=90)
     ax.set_title(title, fontsize=8)
@@ -186,6 +212,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
 
     # per head: W_QK and W_V with block names
     lay = model.layout
+    rows = row_names(model)
     wcell = max(3.2, 0.2 * lay.dim)
     for li, layer in enumerate(model.layers):
         for hi, head in enumerate(layer):
@@ -213,7 +240,8 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
     hcell = max(2.6, 0.18 * lay.dim)
     fig, axes = plt.subplots(1, L, figsize=(cell * L + 1, hcell), squeeze=False, layout="constrained")
     for li, H in enumerate(tr.H):
-        _residual_panel(axes[0][li], fig, H, lay, tokens, "H0 (input)" if li == 0 else f"H{li} (after layer {li})")
+        _residual_panel(axes[0][li], fig, H, lay, tokens, "H0 (input)" if li == 0 else f"H{li} (after layer {li})",
+                        rows)
     fig.suptitle(head_line, fontsize=8)
     save(fig, "residual.png")
 
@@ -235,7 +263,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
     for i, H in enumerate(tr.H):
         ax = axes[att_rows + i // cols][i % cols]
         ax.axis("on")
-        _residual_panel(ax, fig, H, lay, tokens, "H0 (input)" if i == 0 else f"H{i} (after layer {i})")
+        _residual_panel(ax, fig, H, lay, tokens, "H0 (input)" if i == 0 else f"H{i} (after layer {i})", rows)
     logits = ", ".join(f"{c}={short(v) or ('%.3g' % float(v) if abs(v) < 10**300 else 'huge')}"
                        for c, v in zip(model.classes[:8], tr.logits[:8]))
     fig.suptitle(f"{head_line}\npredicted {model.classes[tr.predicted]}; logits {logits}"
