@@ -178,7 +178,8 @@ def plot_figure2(data: dict, path: str) -> None:
         if base:
             ax_a.axhline(np.mean(base), color="gray", ls=":", lw=1, label="majority class")
         opts = ", ".join(f"{k}={v}" for k, v in col["options"])
-        ax_a.set_title(f"{col['title']}\n{opts}", fontsize=9)
+        evald = " (eval = training points)" if col["task"] == "sc" else ""
+        ax_a.set_title(f"{col['title']}\n{opts}{evald}", fontsize=9)
         ax_a.set_ylim(-0.02, 1.02)
         ax_a.set_ylabel("held-out accuracy" if ci == 0 else "")
         ax_l.set_ylabel("training loss" if ci == 0 else "")
@@ -375,7 +376,7 @@ ICTM2_GRID = (
     # (layers, heads, width multiplier, qk_init, attention)
     (2, 1, 1, "construction", "relu"),
     (2, 4, 2, "construction", "relu"),
-    (2, 8, 3, "construction", "relu"),
+    (2, 8, 1, "construction", "relu"),
     (2, 4, 2, "normal", "relu"),
     (2, 4, 2, "construction", "softmax"),
     (3, 1, 1, "construction", "relu"),  # reference: the paper's depth
@@ -388,7 +389,7 @@ def run_ictm2(out: str, steps: int | None, seeds: int | None, tasks, progress: b
     task = make_task("ictm", **dict(ICTM_OPTIONS))
     base_width = len(task.vocab) + task.length
     n_seeds = seeds or 2
-    n_steps = steps or 3000
+    n_steps = steps or 2000
     bar = _progress(progress, len(ICTM2_GRID) * n_seeds, "ictm2")
     runs = []
     t0 = time.perf_counter()
