@@ -307,6 +307,10 @@ def _show_construction(argv) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--out {out}: cannot create the directory ({exc.strerror})") from None
     paths = render(construction, task, point, out)
     p = task.point(point)
     print(f"show-construction {task.describe()} [{construction.variant}{' as printed' if construction.as_printed else ''}]")
