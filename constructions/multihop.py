@@ -267,5 +267,70 @@ def build_relu_and(task, as_printed: bool = False) -> Construction:
         ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
     )
 
+DNF_MAX_HEADS = 5000
+
+
+def build_dnf(task, as_printed: bool = False) -> Construction:
+    """Any h in two layers, paid for with N^h k^h heads (depth is only meaningful per head budget).
+
+    Layer 1 (2k + 1 Lemma 1 heads, W_V scaled by m = 2k + 1): every source x_c, target y_c and s
+    is copied into its own slot of the last column (Lemma 4 style).
+    Layer 2: one head per value path (v_0..v_{h-1}) in N^h and pair path (c_0..c_{h-1}) in k^h,
+    attending from the last column to the key 3c_{h-1}+2 only:
+        relu( [s = v_0] + sum_t [x_{c_t} = v_t] + sum_{t<h-1} [y_{c_t} = v_{t+1}] - (2h - 1) )
+    is the AND of 2h facts, each a slot entry of the query times the key's entity sum (= 1); it
+    fires for exactly one head, whose key holds y_{c_{h-1}} = f^h(s); W_V = m (ans <- entity).
+    """
+    task = _check(task)
+    N, k, n, h = task.n_entities, task.k, task.length, task.hops
+    heads2 = N**h * k**h
+    if heads2 > DNF_MAX_HEADS:
+        raise BadInput(f"--variant dnf needs N^h k^h = {heads2} heads (limit {DNF_MAX_HEADS}); use smaller sizes")
+    last = n - 1
+    xs = tuple(f"x{c}" for c in range(k))
+    ys = tuple(f"y{c}" for c in range(k))
+    lay = Layout.of(("entity", N), ("relation", 1), ("position", n), *[(b, N) for b in xs + ys],
+                    ("s", N), ("ans", N))
+    m1 = 2 * k + 1
+    heads1 = []
+    for c in range(k):
+        for block, pos in ((xs[c], 3 * c), (ys[c], 3 * c + 2)):
+            qk = instructive_attention(lay, position_map(n, [(pos, last)]))
+            heads1.append(Head(qk, BlockMatrix(lay, lay).set(block, "entity", m1).build()))
+    qk = instructive_attention(lay, position_map(n, [(n - 2, last)]))
+    heads1.append(Head(qk, BlockMatrix(lay, lay).set("s", "entity", m1).build()))
+
+    value = BlockMatrix(lay, lay).set("ans", "entity", heads2).build()
+    heads = []
+    import itertools
+
+    for vs in itertools.product(range(N), repeat=h):
+        for cs in itertools.product(range(k), repeat=h):
+            key = 3 * cs[-1] + 2
+            facts = [("s", vs[0])] + [(xs[cs[t]], vs[t]) for t in range(h)]
+            facts += [(ys[cs[t]], vs[t + 1]) for t in range(h - 1)]
+            content = BlockMatrix(lay, lay)
+            for block, v in facts:
+                for e in range(N):
+                    content.add("entity", block, _unit(N, e, N, v))
+            allowed = np.zeros((n, n), dtype=bool)
+            allowed[key, last] = True
+            content.add("position", "position", np.where(allowed, -(2 * h - 1), 0).astype(object))
+            heads.append(Head(constrained_attention(lay, content, allowed, -2 * h), value))
+    W_O = BlockMatrix(Layout.of(("class", N)), lay).set("class", "ans", 1).build()
+    model = Model(task.vocab, n, task.classes, lay, (tuple(heads1), tuple(heads)), W_O, name="multihop-dnf")
+    return Construction(
+        "multihop", "dnf", THEOREM, model, as_printed,
+        f"two layers for any h: {m1} slot heads, then {heads2} AND heads (one per value and pair path)",
+        ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
+    )
+
+
+def _unit(rows: int, i: int, cols: int, j: int) -> np.ndarray:
+    out = np.zeros((rows, cols), dtype=object)
+    out[i, j] = 1
+    return out
+
+
 BUILDERS = {"multihop": {"paper": build_paper, "linear": build_linear, "doubling": build_doubling,
-                         "relu-and": build_relu_and}}
+                         "relu-and": build_relu_and, "dnf": build_dnf}}

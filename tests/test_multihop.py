@@ -104,6 +104,21 @@ def test_relu_and_any_hops(hops):
     assert v.verified and v.points_covered == 48 and v.min_margin == 1
 
 
+@pytest.mark.parametrize("k,n_entities,hops", [(2, 3, 3), (2, 2, 4), (3, 3, 2)])
+def test_dnf_any_hops_in_two_layers(k, n_entities, hops):
+    """With N^h k^h heads two layers do any h (one layer cannot: test_one_layer_certificate)."""
+    task = make_task("multihop", hops=hops, k=k, n_entities=n_entities)
+    c = registry.build(task, "dnf")
+    assert c.model.n_layers == 2 and c.model.heads == (2 * k + 1, n_entities**hops * k**hops)
+    v = verify(c.model, task, progress=False)
+    assert v.verified and v.points_covered == task.size and v.min_margin == 1
+
+
+def test_dnf_head_limit():
+    with pytest.raises(BadInput, match="heads"):
+        registry.build(make_task("multihop", hops=6, k=3), "dnf")
+
+
 def test_one_layer_certificate():
     """No one-layer model does 1 hop (k = 2) or 2 hops (k = 3): checked Def. 3 certificates."""
     from checkers.dependence import decide_task
