@@ -556,6 +556,29 @@ def _neighbourhood(data: Data, members: Sequence[int], size: int, rng: random.Ra
     return sorted(members[k] for k in order)
 
 
+def memorization_fit(data: Data, members: Sequence[int]) -> GroupFit | None:
+    """phi(j, v)[c] = 2 [x^(c)_j = v] when each class has exactly one sequence in the group and the
+    sequences are distinct (paper Lemma 4 / Theorem 1 memorization): logit_c(X) = 2 * #agreements
+    with x^(c), which is 2n for the own class and at most 2n - 2 for any other.  No LP needed;
+    the verdict still comes from the exhaustive check of the built model."""
+    seen_class, seen_seq = {}, set()
+    for i in members:
+        c = data.labels[i]
+        if c in seen_class or data.seqs[i] in seen_seq:
+            return None
+        seen_class[c] = i
+        seen_seq.add(data.seqs[i])
+    cid = {c: k for k, c in enumerate(data.classes)}
+    C = len(data.classes)
+    table: dict = {}
+    for c, i in seen_class.items():
+        for j, v in enumerate(data.seqs[i]):
+            row = table.setdefault((j, v), [0] * C)
+            row[cid[c]] = 2
+    n, last = len(data.seqs[members[0]]), data.seqs[members[0]][-1]
+    return GroupFit(n, last, {k: tuple(v) for k, v in table.items()})
+
+
 def _shrink(data: Data, members, cert: Certificate, rng, task: str, out, tries: int, mip_seconds: float) -> Certificate:
     """Fewer points: MIPs on 64-point Hamming neighbourhoods of the certificate's own points."""
     if len(cert.points) <= 4 or mip_seconds <= 0 or len(members) <= 4:
@@ -586,6 +609,10 @@ def decide(data: Data, task: str = "", sample: int | None = 256, seed: int = 0, 
     fits = []
     searched = 0
     for (n, last), members in sorted(data.groups.items(), key=lambda kv: (-len(kv[1]), kv[0][0])):
+        memo = memorization_fit(data, members)
+        if memo is not None:
+            fits.append(memo)
+            continue
         best = None
         if sample is not None and len(members) > sample:
             for _ in range(tries):
@@ -735,52 +762,61 @@ def decide_task(task, sample: int | None = 256, seed: int = 0, progress: bool | 
 
 def build_one_layer_model(vocab: Sequence[str], classes: Sequence[str], max_length: int,
                           fits: Sequence[GroupFit], name: str = "one-layer fit"):
-    """One layer, one ReLU head per (group, key position) (the "if" direction of Prop. 7).
+    """One layer, one ReLU head per (group, key position): the "if" direction of paper Prop. 7.
 
-    Head (n, t, j): score(key, query) = [key pos = j] + [query token = t] + [query pos = n-1] - 2,
+    Layout [token V | position P | slot_1 V | slot_2 V | ...], one slot per head.  Head
+    (n, t, j) has the gate
+
+        score(key, query) = [key pos = j] + [query token = t] + [query pos = n-1] - 2,
+
     which is 1 exactly for key position j of a query at the last position of a length-n sequence
-    ending in t, and <= 0 otherwise (H0 has no bias row: the constant -2 sits in the
-    (position, position) block, since every column has exactly one position one-hot).
-    W_V writes m * phi(j, v) into the class block for the key token v; W_O reads the class block.
+    ending in t, and <= 0 otherwise.  H0 has no bias row, so every term is bilinear: [key pos = j]
+    is row p_j of the (position, position) block (each query has one position one-hot), [query
+    pos = n-1] is column p_{n-1} of that block, [query token = t] is column t of the (position,
+    token) block (each key has one position one-hot), and -2 fills the (position, position) block.
+    W_V copies the key's token one-hot into the head's slot (times m, undoing the 1/m), so at the
+    last position slot (n, t, j) holds e_{x_j} for the sequence's own group and 0 for the others.
+    W_O holds the table: W_O[c, slot (n, t, j), v] = phi_(n,t)(j, v)[c], so the logits are
+    exactly sum_j phi(j, x_j) (the Lemma 4 memorization construction, with the table in W_O).
     """
-    from checkers.layout import BlockMatrix, Layout, eye, zeros
+    from checkers.layout import BlockMatrix, Layout, zeros
     from checkers.model import Head, Model
 
     vocab = tuple(vocab)
     classes = tuple(classes)
     V, P, C = len(vocab), max_length, len(classes)
-    layout = Layout.of(("token", V), ("position", P), ("classes", C))
     tid = {t: i for i, t in enumerate(vocab)}
     heads_spec = []
     for fit in fits:
+        if fit.length > max_length:
+            raise BadInput(f"a group has length {fit.length} > max_length {max_length}")
         for j in range(fit.length):
             col = {v: fit.table[(jj, v)] for (jj, v) in fit.table if jj == j}
             if any(any(vals) for vals in col.values()):
                 heads_spec.append((fit.length, fit.last, j, col))
-    if not heads_spec:  # a model needs at least one head; an all-zero head changes nothing
+    if not heads_spec:  # a model needs at least one head; an all-zero table needs no slot content
         heads_spec.append((1, vocab[0], 0, {}))
     m = len(heads_spec)
+    layout = Layout.of(("token", V), ("position", P), *[(f"slot{h}", V) for h in range(m)])
     heads = []
-    for n, last, j, col in heads_spec:
-        if n > max_length:
-            raise BadInput(f"a group has length {n} > max_length {max_length}")
+    WO = BlockMatrix(Layout.of(("classes", C)), layout)
+    for h, (n, last, j, col) in enumerate(heads_spec):
         W = BlockMatrix(layout, layout)
         pp = np.full((P, P), Fraction(-2), dtype=object)
         pp[j, :] += 1  # key position j
         pp[:, n - 1] += 1  # query position n-1
         W.set("position", "position", pp)
         pt = zeros(P, V)
-        pt[:, tid[last]] = Fraction(1)  # query token t (each key has one position one-hot)
+        pt[:, tid[last]] = Fraction(1)  # query token t
         W.set("position", "token", pt)
-        Wv = BlockMatrix(layout, layout)
-        ct = zeros(C, V)
+        Wv = BlockMatrix(layout, layout).set(f"slot{h}", "token", m)
+        heads.append(Head(W.build(), Wv.build()))
+        block = zeros(C, V)
         for v, vals in col.items():
             for c in range(C):
-                ct[c, tid[v]] = Fraction(m * vals[c])
-        Wv.set("classes", "token", ct)
-        heads.append(Head(W.build(), Wv.build()))
-    WO = BlockMatrix(Layout.of(("classes", C)), layout).set("classes", "classes", eye(C)).build()
-    return Model(vocab, max_length, classes, layout, (tuple(heads),), WO, name=name)
+                block[c, tid[v]] = Fraction(vals[c])
+        WO.set("classes", f"slot{h}", block)
+    return Model(vocab, max_length, classes, layout, (tuple(heads),), WO.build(), name=name)
 
 
 # ----------------------------------------------------------------------------------------------
