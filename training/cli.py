@@ -135,6 +135,8 @@ def train_main(argv=None) -> int:
                 raise BadInput(f"cannot write {args.log}: folder {folder} does not exist")
         if args.exact_check is not None and not 1 <= args.exact_check <= 30:
             raise BadInput(f"--exact-check must be between 1 and 30 bits, got {args.exact_check}")
+        if args.exact_check is not None and config.attention != "relu":
+            raise BadInput("--exact-check needs --attention relu (the verifier's model class)")
         result, model = train(config, progress=not args.json)
         log = _clean(result.to_json())
         if args.exact_check is not None:

@@ -51,8 +51,12 @@ class TrainConfig:
                 raise BadInput(f"--{name.replace('_', '-')} must be an integer >= {low}, got {v!r}")
         if self.seed < 0:
             raise BadInput(f"--seed must be >= 0, got {self.seed}")
-        if not self.lr > 0:
-            raise BadInput(f"--lr must be positive, got {self.lr}")
+        if not (self.lr > 0 and self.lr < float("inf")):
+            raise BadInput(f"--lr must be positive and finite, got {self.lr}")
+        if not (self.init_scale >= 0 and self.init_scale < float("inf")):
+            raise BadInput(f"--init-scale must be a finite number >= 0, got {self.init_scale}")
+        if not (self.grad_clip >= 0 and self.momentum >= 0):
+            raise BadInput("--grad-clip and --momentum must be >= 0")
         if self.optimizer not in OPTIMIZERS:
             raise BadInput(f"unknown --optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
 
