@@ -585,7 +585,8 @@ def _shrink(data: Data, members, cert: Certificate, rng, task: str, out, tries: 
         return cert
     centers = _cert_members(data, members, cert, out)
     rng.shuffle(centers)
-    for center in centers[:tries]:
+    centers = centers[:tries] + [None] * tries  # then neighbourhoods of random points
+    for center in centers:
         sub = _neighbourhood(data, members, min(64, len(members)), rng, center)
         better, _ = find_group_certificate(data, sub, task, mip_seconds=mip_seconds, **out)
         if better is not None and len(better.points) < len(cert.points):

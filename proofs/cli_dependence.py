@@ -193,12 +193,12 @@ def _find_dependence(argv) -> int:
     else:
         v = res.verdict
         m = res.model
-        report.update({"model": {"layers": 1, "heads": m.heads[0], "dim": m.dim, "verified": v.verified,
+        report.update({"certificate": None, "points_in_certificate": 0, "model": {"layers": 1, "heads": m.heads[0], "dim": m.dim, "verified": v.verified,
                                  "points_checked": v.points_checked, "min_margin": str(v.min_margin),
                                  "path": v.path}})
         lines.append("FITTABLE by a one-layer transformer.")
         lines.append(
-            f"explicit model: 1 layer, {m.heads[0]} ReLU heads (one per (length, last token, key position)), "
+            f"explicit model: 1 layer, {m.heads[0]} ReLU heads (one per used (length, last token, key position)), "
             f"d' = {m.dim}; exhaustive exact check: {v.verdict} on {v.points_checked} points, "
             f"min margin {v.min_margin} ({v.path})"
         )
