@@ -318,7 +318,9 @@ def build_dnf(task, as_printed: bool = False) -> Construction:
             content.add("position", "position", np.where(allowed, -(2 * h - 1), 0).astype(object))
             heads.append(Head(constrained_attention(lay, content, allowed, -2 * h), value))
     W_O = BlockMatrix(Layout.of(("class", N)), lay).set("class", "ans", 1).build()
-    model = Model(task.vocab, n, task.classes, lay, (tuple(heads1), tuple(heads)), W_O, name="multihop-dnf")
+    tags = {lay.index(b, i): (b, e) for b in xs + ys + ("s", "ans") for i, e in enumerate(task.entities)}
+    model = Model(task.vocab, n, task.classes, lay, (tuple(heads1), tuple(heads)), W_O, name="multihop-dnf",
+                  notes={"row_tokens": tags})
     return Construction(
         "multihop", "dnf", THEOREM, model, as_printed,
         f"two layers for any h: {m1} slot heads, then {heads2} AND heads (one per value and pair path)",
