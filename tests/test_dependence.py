@@ -245,3 +245,29 @@ def test_huge_task_certificate_from_sampled_windows():
         pairs = {t[3 * i]: t[3 * i + 2] for i in range(3)}
         assert t[-1] == "=" and pairs[t[-2]] == p["label"]
 
+
+
+def _all_points(task):
+    out = {}
+    for b in task.batches(8192):
+        for row, lab in zip(b.ids.tolist(), b.labels.tolist()):
+            out[tuple(task.vocab[t] for t in row)] = task.classes[lab]
+    return out
+
+
+def test_stored_task_certificates_speak_about_their_datasets():
+    import glob
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    n = 0
+    for path in sorted(glob.glob(os.path.join(root, "proofs", "certificates", "*.json"))):
+        obj = json.load(open(path))
+        claims = obj.get("claims", {})
+        if "params" not in claims or "task" not in claims:
+            continue
+        task = make_task(claims["task"], **claims["params"])
+        assert check_certificate(obj)[0], path
+        assert_speaks_about(obj, _all_points(task))
+        n += 1
+    assert n >= 7
