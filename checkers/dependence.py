@@ -702,12 +702,13 @@ def _data_from_indices(task, indices) -> Data:
     return Data(seqs, labels, vocab=task.vocab, classes=task.classes)
 
 
-def data_from_task(task, limit: int = LOAD_LIMIT) -> Data:
+def data_from_task(task, limit: int | None = None) -> Data:
     """All points of a task (token names in task.vocab, labels in task.classes)."""
+    limit = LOAD_LIMIT if limit is None else limit
     if task.size > limit:
         raise BadInput(
-            f"task {task.name} has {task.size} points; deciding one-layer fittability loads all of them "
-            f"(limit {limit}); use smaller options"
+            f"task {task.name} has {task.size} points; this loads all of them (limit {limit}): "
+            f"use --max-points {task.size} or smaller options"
         )
     return _data_from_indices(task, range(task.size))
 
@@ -729,24 +730,27 @@ class TaskDecision:
     verdict: object | None  # checkers.exhaustive.Verdict of the model on every point
 
 
-def decide_task(task, sample: int | None = 256, seed: int = 0, progress: bool | None = None) -> TaskDecision:
+def decide_task(task, sample: int | None = 256, seed: int = 0, progress: bool | None = None,
+                load_limit: int | None = None) -> TaskDecision:
     """Decide a Task; a fittable verdict comes with an exhaustively verified one-layer model."""
     from checkers.exhaustive import verify
 
     tok = getattr(task, "token_out", None)
     lab = getattr(task, "label_out", None)
     outs = {"token_out": (tok.get if tok else None), "label_out": (lab.get if lab else None)}
-    if task.size > LOAD_LIMIT:
+    limit = LOAD_LIMIT if load_limit is None else load_limit
+    if task.size > limit:
         # too many points to load: a certificate on a subset still certifies the whole dataset
         idx = window_indices(task.size, random.Random(seed))
         dec = decide_by_class_pairs(_data_from_indices(task, idx), task.name, seed=seed, **outs)
         if dec is None or dec.fittable:
             raise BadInput(
-                f"task {task.name} has {task.size} points (more than {LOAD_LIMIT}); no certificate was found in "
-                f"{len(idx)} sampled points, and deciding fittability needs every point: use smaller options"
+                f"task {task.name} has {task.size} points (load limit {limit}); no certificate was found in "
+                f"{len(idx)} sampled points, and deciding fittability needs every point: "
+                f"use --max-points {task.size} or smaller options"
             )
         return TaskDecision(dec, None, None)
-    data = data_from_task(task)
+    data = data_from_task(task, limit)
     dec = decide(data, task.name, sample=sample, seed=seed, **outs)
     if not dec.fittable:
         return TaskDecision(dec, None, None)
@@ -945,7 +949,7 @@ def _fittable_subset(data: Data, members: list[int], rng, out, sample: int, name
     return None
 
 
-def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 256,
+def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 256, load_limit: int | None = None,
                     max_rounds: int = 20) -> AccuracyBounds:
     """Exact bounds on the best accuracy of any one-layer model on `task` (see AccuracyBounds).
 
@@ -957,7 +961,7 @@ def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 25
     """
     t0 = time.perf_counter()
     rng = random.Random(seed)
-    data = data_from_task(task)
+    data = data_from_task(task, load_limit)
     tok = getattr(task, "token_out", None)
     lab = getattr(task, "label_out", None)
     out = {"token_out": (tok.get if tok else None), "label_out": (lab.get if lab else None)}

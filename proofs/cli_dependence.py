@@ -109,6 +109,9 @@ def _build_parser() -> _Parser:
     p.add_argument("--bounds", action="store_true",
                    help="when not fittable, also bound the best one-layer accuracy (disjoint certificates, explicit partial model)")
     p.add_argument("--bounds-seconds", type=_seconds, default=30.0, help="time budget of --bounds (default 30)")
+    p.add_argument("--max-points", type=positive_int, default=None,
+                   help="load at most this many dataset points (default 400000); larger tasks are searched "
+                   "for a certificate on sampled index windows only")
     p.add_argument("--out", metavar="FILE", help="save the certificate JSON (atomic)")
     p.add_argument("--export", metavar="FILE", help="save the fitted one-layer model's weights when fittable")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -136,7 +139,8 @@ def _find_dependence(argv) -> int:
         raise BadInput("--out and --export name the same file")
     t0 = time.perf_counter()
     try:
-        res = decide_task(task, sample=args.sample, seed=args.search_seed, progress=False if args.json else None)
+        res = decide_task(task, sample=args.sample, seed=args.search_seed, progress=False if args.json else None,
+                          load_limit=args.max_points)
     except RuntimeError as exc:
         print(f"error: internal failure, please report: {exc}", file=sys.stderr)
         return 1
@@ -167,7 +171,8 @@ def _find_dependence(argv) -> int:
         lines.append("rules out:")
         lines += [f"  - {r}" for r in RULES_OUT]
         if args.bounds:
-            b = accuracy_bounds(task, seconds=args.bounds_seconds, seed=args.search_seed, sample=args.sample)
+            b = accuracy_bounds(task, seconds=args.bounds_seconds, seed=args.search_seed, sample=args.sample,
+                                load_limit=args.max_points)
             for c in b.certificates:
                 okc, msgc = c.check()
                 if not okc:
