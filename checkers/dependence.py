@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -950,7 +951,7 @@ def _fittable_subset(data: Data, members: list[int], rng, out, sample: int, name
 
 
 def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 256, load_limit: int | None = None,
-                    max_rounds: int = 20) -> AccuracyBounds:
+                    max_rounds: int = 20, progress: bool = False) -> AccuracyBounds:
     """Exact bounds on the best accuracy of any one-layer model on `task` (see AccuracyBounds).
 
     upper: greedily collect pairwise disjoint certificates (each checked).
@@ -971,6 +972,11 @@ def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 25
     groups = sorted(data.groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))
     upper_deadline = t0 + seconds / 2
     per_group_certs = {}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(desc="disjoint certificates", unit="cert", leave=False, file=sys.stderr)
     for key, members in groups:
         remaining = list(members)
         per_group_certs[key] = 0
@@ -983,8 +989,12 @@ def accuracy_bounds(task, seconds: float = 30.0, seed: int = 0, sample: int = 25
                 break
             certs.append(cert)
             per_group_certs[key] += 1
+            if bar is not None:
+                bar.update(1)
             for i in _cert_members(data, remaining, cert, out):
                 remaining.remove(i)
+    if bar is not None:
+        bar.close()
     for gi, ((n, last), members) in enumerate(groups):
         now = time.perf_counter()
         lower_deadline = now + max(0.0, (t0 + seconds - now)) / (len(groups) - gi)

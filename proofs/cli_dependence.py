@@ -172,7 +172,7 @@ def _find_dependence(argv) -> int:
         lines += [f"  - {r}" for r in RULES_OUT]
         if args.bounds:
             b = accuracy_bounds(task, seconds=args.bounds_seconds, seed=args.search_seed, sample=args.sample,
-                                load_limit=args.max_points)
+                                load_limit=args.max_points, progress=(not args.json) and sys.stderr.isatty())
             for c in b.certificates:
                 okc, msgc = c.check()
                 if not okc:
