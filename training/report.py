@@ -36,7 +36,9 @@ of 5 buckets, so evaluated questions use token combinations never seen as a (que
 training.  Accuracies are on up to 1000 held-out points.
 
 **Sizes** are far smaller than the paper's (which used 500-word alphabets, d' = 508): chosen so the whole
-default sweep runs in minutes on a shared 2-core CPU.
+default sweep runs in minutes on a shared 2-core CPU.  Width d' = vocabulary + positions (no padding, as
+in the paper) except SC, which uses d' = 20, the width of the verified memorization construction at
+that size.
 """
 
 
