@@ -79,6 +79,19 @@ def _figure2(data: dict, img_rel: str) -> list[str]:
             out.append(f"| {col['task']} | {sizes} | {depth} | {rs[0]['steps']} | {', '.join(_fmt(a) for a in accs)} | "
                        f"{_fmt(mean)} | {_fmt(base)} | {claim} | {verdict} |")
     out += ["", "\"solves\" means mean final accuracy >= 0.95; \"fails\" means below it.", ""]
+    err_runs = [r for r in data["runs"] if r.get("error_groups") and r["layers"] == 3]
+    if err_runs:
+        out.append("ICTM, 3 layers: held-out errors by template of (context question 1, context question 2, "
+                   "query), the groups with most errors per seed (3000 held-out points):")
+        out += ["", "| seed | templates | points | wrong | error rate |", "|---|---|---|---|---|"]
+        for r in err_runs:
+            total = sum(g["wrong"] for g in r["error_groups"])
+            for g in r["error_groups"][:5]:
+                out.append(f"| {r['seed']} | {' / '.join(g['templates'])} | {g['points']} | {g['wrong']} | "
+                           f"{g['wrong'] / g['points']:.2f} |")
+            n_all = sum(g["points"] for g in r["error_groups"])
+            out.append(f"| {r['seed']} | all groups | {n_all} | {total} | {total / n_all:.2f} |")
+        out.append("")
     if verdicts:
         out.append("Not in line with the paper at these sizes and step budgets:")
         out.append("")

@@ -107,6 +107,32 @@ def _baseline(config: TrainConfig) -> float:
     return float(np.bincount(y, minlength=len(task.classes)).max() / len(y))
 
 
+def ictm_error_groups(model, config: TrainConfig, count: int = 3000) -> list[dict]:
+    """Held-out ICTM errors grouped by (template of context question 0, of question 1, of the query)."""
+    import torch
+
+    from checkers.template_tasks import canonical_patterns, pattern_name
+    from training.data import Sampler
+    from training.train import build_task
+
+    task = build_task(config)
+    _, ids, y = Sampler(task, np.random.default_rng(10_000 + config.seed)).eval_set(count)
+    with torch.no_grad():
+        pred = model(torch.as_tensor(ids)).argmax(1).numpy()
+    step = task.l + 2
+    starts = [i * step for i in range(task.k + 1)]
+    names = [[pattern_name(p) for p in canonical_patterns(ids[:, a:a + task.l])] for a in starts]
+    groups: dict[tuple, list[int]] = {}
+    for r in range(len(ids)):
+        key = tuple(names[b][r] for b in range(len(starts)))
+        g = groups.setdefault(key, [0, 0])
+        g[0] += 1
+        g[1] += int(pred[r] != y[r])
+    rows = [{"templates": list(k), "points": v[0], "wrong": v[1]} for k, v in groups.items()]
+    rows.sort(key=lambda d: (-d["wrong"], -d["points"]))
+    return rows
+
+
 def run_figure2(out: str, steps: int | None, seeds: int | None, tasks, progress: bool) -> dict:
     cols = [c for c in FIGURE2 if tasks is None or c.task in tasks]
     n_seeds = seeds or DEFAULT_SEEDS
@@ -120,8 +146,11 @@ def run_figure2(out: str, steps: int | None, seeds: int | None, tasks, progress:
                 cfg = TrainConfig(task=col.task, layers=depth, steps=steps or col.steps, seed=seed,
                                   task_options=col.options, eval_every=max(1, (steps or col.steps) // 30),
                                   **dict(col.train))
-                result, _ = train(cfg)
-                runs.append(_summary(result, _baseline(cfg)))
+                result, model = train(cfg)
+                summary = _summary(result, _baseline(cfg))
+                if col.task == "ictm":
+                    summary["error_groups"] = ictm_error_groups(model, cfg)
+                runs.append(summary)
                 if bar is not None:
                     bar.set_postfix(task=col.task, L=depth, acc=f"{result.final.test_acc:.2f}")
                     bar.update(1)
