@@ -158,3 +158,32 @@ def test_cli_exact_check(capsys):
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["exact_check"]["points"] == make_task("icqa", k=2, n_questions=2, n_answers=3).size
+
+
+def test_reproduce_figure2_tiny(tmp_path):
+    """The sweep pipeline end to end at a few steps: JSON, PNG and the markdown report."""
+    pytest.importorskip("matplotlib")
+    from training.cli import reproduce_main
+
+    out = tmp_path / "img"
+    out.mkdir()
+    doc = tmp_path / "experiments.md"
+    rc = reproduce_main(["figure2", "--tasks", "icqa,ictm", "--steps", "3", "--seeds", "1", "--out", str(out),
+                         "--doc", str(doc), "--json"])
+    assert rc == 0
+    data = json.loads((out / "figure2.json").read_text())
+    assert {r["task"] for r in data["runs"]} == {"icqa", "ictm"}
+    assert any(r.get("error_groups") for r in data["runs"])
+    assert (out / "figure2.png").stat().st_size > 0
+    text = doc.read_text()
+    assert "OBSERVED" in text and "| icqa |" in text
+
+
+def test_reproduce_bad_input(tmp_path, capsys):
+    from training.cli import reproduce_main
+
+    assert reproduce_main(["figure7"]) == 2
+    assert reproduce_main(["figure2", "--out", str(tmp_path / "missing")]) == 2
+    assert reproduce_main(["figure2", "--tasks", "nope", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("error:") for line in err)
