@@ -628,6 +628,12 @@ def decide(data: Data, task: str = "", sample: int | None = 256, seed: int = 0, 
             if best is not None:
                 best = _shrink(data, members, best, rng, task, out, tries, mip_seconds)
                 return Decision(False, best, (), searched, time.perf_counter() - t0)
+            if len(data.classes) > 2:
+                # many classes make the full LP N (C-1) rows: first try two classes at a time
+                pair = decide_by_class_pairs(data, task, seed=seed, groups=[((n, last), members)], **out)
+                if pair is not None:
+                    return Decision(False, pair.certificate, (), max(searched, pair.points_searched),
+                                    time.perf_counter() - t0, pair.notes)
         size = len(members) if sample is None else min(sample, len(members))
         while True:
             sub = members if size >= len(members) else sorted(rng.sample(members, size))
@@ -650,12 +656,13 @@ def decide(data: Data, task: str = "", sample: int | None = 256, seed: int = 0, 
 
 
 def decide_by_class_pairs(data: Data, task: str = "", seed: int = 0, pairs: int = 12, max_points: int = 2000,
-                          **out) -> Decision | None:
+                          groups=None, **out) -> Decision | None:
     """Certificate search restricted to two classes at a time (mu on c1, c2 only is still a valid
     certificate: the other classes' equations are 0 = 0).  For datasets with many classes, where
     the full LP has N (C-1) rows.  Returns a non-fittable Decision, or None if nothing was found."""
     t0 = time.perf_counter()
-    for (n, last), members in sorted(data.groups.items(), key=lambda kv: -len(kv[1])):
+    groups = sorted(data.groups.items(), key=lambda kv: -len(kv[1])) if groups is None else groups
+    for (n, last), members in groups:
         by_label: dict = {}
         for i in members:
             by_label.setdefault(data.labels[i], []).append(i)
