@@ -32,6 +32,20 @@ def layouts(d: int, n: int) -> tuple[Layout, Layout]:
     return inp, slots
 
 
+def lemma4_heads(lay: Layout, slots: Layout, n: int, source: str, copies: int) -> list[Head]:
+    """Lemma 4's heads: head i (i < copies) attends from the last position to position i and
+    writes n * (block `source` of that column) into slot i; the last head cancels the residual."""
+    heads = []
+    for i in range(copies):
+        qk = instructive_attention(lay, position_map(n, [(i, n - 1)]))
+        heads.append(Head(qk, BlockMatrix(slots, lay).set(f"slot{i}", source, n).build()))
+    neutral_v = BlockMatrix(lay, lay)
+    for b in lay.names:
+        neutral_v.set(b, b, -n)
+    heads.append(Head(instructive_attention(lay, position_map(n, [(j, j) for j in range(n)])), neutral_v.build()))
+    return heads
+
+
 def _check_dataset_shape(task) -> None:
     if isinstance(task, SequenceClassification):
         return
@@ -55,16 +69,7 @@ def build(task: SequenceClassification, as_printed: bool = False) -> Constructio
     _check_dataset_shape(task)
     d, n = len(task.vocab), task.length
     inp, slots = layouts(d, n)
-    heads = []
-    for i in range(n - 1):
-        qk = instructive_attention(inp, position_map(n, [(i, n - 1)]))
-        v = BlockMatrix(slots, inp).set(f"slot{i}", "token", n).build()
-        heads.append(Head(qk, v))
-    neutral_qk = instructive_attention(inp, position_map(n, [(j, j) for j in range(n)]))
-    neutral_v = BlockMatrix(inp, inp)
-    for b in inp.names:
-        neutral_v.set(b, b, -n)
-    heads.append(Head(neutral_qk, neutral_v.build()))
+    heads = lemma4_heads(inp, slots, n, "token", n - 1)
 
     # Read the layer's actual last column on every point (W_O = I), then apply Lemma 3 to
     # those exact vectors: the classifier rests on what the layer computes, not on the lemma.

@@ -38,6 +38,7 @@ from checkers.model import Head, Model
 from checkers.template_tasks import TemplateMatching
 from constructions.attention import instructive_attention, position_map
 from constructions.classifier import lemma3_classifier
+from constructions.memorization import lemma4_heads
 from constructions.registry import Construction
 
 THEOREM = "Theorem 5 (two-layer parsing-mapping)"
@@ -137,16 +138,7 @@ def build_heads_with(task: TemplateMatching, fixes: frozenset) -> Construction:
     dim = max(l * s, base.dim)
     lay = base.padded(dim, "pad")
     slots = Layout.of(*[(f"slot{i}", s) for i in range(l)]).padded(dim, "pad")
-    heads = []
-    for i in range(l):
-        qk = instructive_attention(lay, position_map(n, [(i, n - 1)]))
-        v = BlockMatrix(slots, lay).set(f"slot{i}", src, n).build()
-        heads.append(Head(qk, v))
-    neutral_qk = instructive_attention(lay, position_map(n, [(j, j) for j in range(n)]))
-    neutral_v = BlockMatrix(lay, lay)
-    for b in lay.names:
-        neutral_v.set(b, b, -n)
-    heads.append(Head(neutral_qk, neutral_v.build()))
+    heads = lemma4_heads(lay, slots, n, src, l)
     layers = ((parsing_layer(lay, n, "value-columns" not in fixes),), tuple(heads))
     notes: list[str] = []
     model = _model(task, lay, layers, "parsing-mapping-heads", notes)
