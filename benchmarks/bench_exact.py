@@ -22,10 +22,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from checkers.evaluate import embed_batch  # noqa: E402
-from checkers.exhaustive import verify  # noqa: E402
-from checkers.tasks import ICQA  # noqa: E402
-from constructions import registry  # noqa: E402
+from depthcert.checkers.evaluate import embed_batch  # noqa: E402
+from depthcert.checkers.exhaustive import verify  # noqa: E402
+from depthcert.checkers.tasks import ICQA  # noqa: E402
+from depthcert.constructions import registry  # noqa: E402
 
 
 def float_forward_accuracy(model, task, batch_size=2048) -> tuple[int, float]:

@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from checkers.exhaustive import verify  # noqa: E402
+from depthcert.checkers.exhaustive import verify  # noqa: E402
 from mutation_cases import NUDGES_NONZERO, NUDGES_ZERO, SMALL, constructions, matrices  # noqa: E402
 
 

@@ -5,7 +5,7 @@ import json
 import os
 import tempfile
 
-from checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput
 
 
 def write_json_atomic(path: str, obj) -> None:

@@ -15,9 +15,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from checkers.atomic import read_json
-from checkers.errors import BadInput
-from checkers.tasks import Batch, Task
+from depthcert.checkers.atomic import read_json
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.tasks import Batch, Task
 
 FORMAT = "depthcert.dataset"
 VERSION = 1

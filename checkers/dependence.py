@@ -28,8 +28,8 @@ from typing import Hashable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from checkers import certificate as certcheck
-from checkers.errors import BadInput
+from depthcert.checkers import certificate as certcheck
+from depthcert.checkers.errors import BadInput
 
 TOL = 1e-9
 
@@ -741,7 +741,7 @@ class TaskDecision:
 def decide_task(task, sample: int | None = 256, seed: int = 0, progress: bool | None = None,
                 load_limit: int | None = None) -> TaskDecision:
     """Decide a Task; a fittable verdict comes with an exhaustively verified one-layer model."""
-    from checkers.exhaustive import verify
+    from depthcert.checkers.exhaustive import verify
 
     tok = getattr(task, "token_out", None)
     lab = getattr(task, "label_out", None)
@@ -792,8 +792,8 @@ def build_one_layer_model(vocab: Sequence[str], classes: Sequence[str], max_leng
     W_O holds the table: W_O[c, slot (n, t, j), v] = phi_(n,t)(j, v)[c], so the logits are
     exactly sum_j phi(j, x_j) (the Lemma 4 memorization construction, with the table in W_O).
     """
-    from checkers.layout import BlockMatrix, Layout, zeros
-    from checkers.model import Head, Model
+    from depthcert.checkers.layout import BlockMatrix, Layout, zeros
+    from depthcert.checkers.model import Head, Model
 
     vocab = tuple(vocab)
     classes = tuple(classes)
@@ -856,8 +856,8 @@ class AccuracyBounds:
 
 def count_correct(model, task) -> int:
     """Exact count of points whose label logit is strictly above every other logit."""
-    from checkers.evaluate import Evaluator
-    from checkers.exhaustive import check_compatible
+    from depthcert.checkers.evaluate import Evaluator
+    from depthcert.checkers.exhaustive import check_compatible
 
     cmap = check_compatible(model, task)
     rows = np.array([cmap[i] for i in range(len(task.classes))], dtype=np.int64)

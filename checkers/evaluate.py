@@ -23,7 +23,7 @@ from math import lcm
 
 import numpy as np
 
-from checkers.model import Model
+from depthcert.checkers.model import Model
 
 FLOAT_EXACT_LIMIT = 2**53
 
@@ -214,7 +214,7 @@ class Evaluator:
 
 def logits_fraction_reference(model: Model, token_ids) -> list[Fraction]:
     """Per-point evaluation straight from eq. 1-3 in Fractions: slow, obviously correct."""
-    from checkers.model import embed_exact
+    from depthcert.checkers.model import embed_exact
 
     H = embed_exact(model, token_ids)
     d, n = model.dim, len(token_ids)

@@ -13,10 +13,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.evaluate import Evaluator
-from checkers.model import Model
-from checkers.tasks import Batch, Task
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.evaluate import Evaluator
+from depthcert.checkers.model import Model
+from depthcert.checkers.tasks import Batch, Task
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def plan_points(model: Model, task: Task, symmetry: str = "auto") -> Plan:
     if symmetry not in ("auto", "off"):
         raise BadInput(f"--symmetry must be auto or off, got {symmetry!r}")
     if symmetry == "auto":
-        from checkers.symmetry import check_equivariance
+        from depthcert.checkers.symmetry import check_equivariance
 
         groups = task.symmetry_groups()
         reps = task.orbit_representatives() if groups else None

@@ -17,7 +17,7 @@ from typing import Iterable
 
 import numpy as np
 
-from checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput
 
 
 # Largest residual stream accepted: a d' x d' matrix of Fractions is 8 d'^2 bytes of pointers

@@ -15,8 +15,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.layout import Layout
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.layout import Layout
 
 
 @dataclass(frozen=True)

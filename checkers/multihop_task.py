@@ -10,8 +10,8 @@ from math import perm
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.tasks import (INDEX_LIMIT, Task, _check_int, bounded_perm, bounded_pow, bounded_product,
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.tasks import (INDEX_LIMIT, Task, _check_int, bounded_perm, bounded_pow, bounded_product,
                             decode_partial_permutations)
 
 RELATION = ">"

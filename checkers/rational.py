@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput
 
 # ASCII digits only: "\d" would also accept e.g. Arabic-Indic digits, which int() reads silently
 _RATIONAL = re.compile(r"^\s*([+-]?[0-9]+)\s*(?:/\s*([0-9]+)\s*)?$", re.ASCII)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from checkers.model import Model
+from depthcert.checkers.model import Model
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput
 
 RESPONSE = "="
 CLS = "<cls>"
@@ -309,11 +309,11 @@ def make_task(name: str, **options) -> Task:
     if key == "icqa":
         return ICQA(**take("k", "n_questions", "n_answers"))
     if key in ("tm", "ictm"):
-        from checkers import template_tasks
+        from depthcert.checkers import template_tasks
 
         return template_tasks.make(key, take)
     if key == "multihop":
-        from checkers import multihop_task
+        from depthcert.checkers import multihop_task
 
         return multihop_task.make(take)
     raise BadInput(f"unknown task {name!r}")

@@ -17,9 +17,9 @@ from math import factorial, perm
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.layout import MAX_DIM
-from checkers.tasks import CLS, RESPONSE, Task, _check_int, bounded_pow, decode_partial_permutations
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.layout import MAX_DIM
+from depthcert.checkers.tasks import CLS, RESPONSE, Task, _check_int, bounded_pow, decode_partial_permutations
 
 MAX_TEMPLATES = 200_000
 MAX_TUPLES = 2_000_000

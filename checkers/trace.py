@@ -14,8 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.model import Model, embed_exact
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.model import Model, embed_exact
 
 
 @dataclass(frozen=True)

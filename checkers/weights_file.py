@@ -18,10 +18,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.layout import Block, Layout
-from checkers.model import Head, Model
-from checkers.rational import format_rational, parse_rational
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.layout import Block, Layout
+from depthcert.checkers.model import Head, Model
+from depthcert.checkers.rational import format_rational, parse_rational
 
 FORMAT = "depthcert.weights"
 VERSION = 1

@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from checkers.layout import BlockMatrix, Layout
+from depthcert.checkers.layout import BlockMatrix, Layout
 
 
 def instructive_attention(layout: Layout, alpha, position_block: str = "position") -> np.ndarray:

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput
 
 
 def _dot(a: Sequence[Fraction], b: Sequence[Fraction]) -> Fraction:

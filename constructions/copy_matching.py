@@ -9,11 +9,11 @@ its answer three times.  W_O reads the answer block.
 """
 from __future__ import annotations
 
-from checkers.layout import BlockMatrix, Layout
-from checkers.model import Head, Model
-from checkers.tasks import ICQA
-from constructions.attention import instructive_attention, position_map
-from constructions.registry import Construction
+from depthcert.checkers.layout import BlockMatrix, Layout
+from depthcert.checkers.model import Head, Model
+from depthcert.checkers.tasks import ICQA
+from depthcert.constructions.attention import instructive_attention, position_map
+from depthcert.constructions.registry import Construction
 
 THEOREM = "Theorem 3 (two-layer copy-matching)"
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from checkers.errors import BadInput
-from checkers.evaluate import Evaluator
-from checkers.layout import BlockMatrix, Layout
-from checkers.model import Head, Model
-from checkers.tasks import SequenceClassification
-from constructions.attention import instructive_attention, position_map
-from constructions.classifier import lemma3_classifier
-from constructions.registry import Construction
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.evaluate import Evaluator
+from depthcert.checkers.layout import BlockMatrix, Layout
+from depthcert.checkers.model import Head, Model
+from depthcert.checkers.tasks import SequenceClassification
+from depthcert.constructions.attention import instructive_attention, position_map
+from depthcert.constructions.classifier import lemma3_classifier
+from depthcert.constructions.registry import Construction
 
 THEOREM = "Theorem 1 / Lemma 4 (one-layer memorization, n heads)"
 

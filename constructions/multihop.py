@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.layout import BlockMatrix, Layout
-from checkers.model import Head, Model
-from checkers.multihop_task import MultiHop
-from constructions.attention import constrained_attention, instructive_attention, position_map
-from constructions.registry import Construction
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.layout import BlockMatrix, Layout
+from depthcert.checkers.model import Head, Model
+from depthcert.checkers.multihop_task import MultiHop
+from depthcert.constructions.attention import constrained_attention, instructive_attention, position_map
+from depthcert.constructions.registry import Construction
 
 THEOREM = "Section 7 (nested in-context QA by repeated copy-matching)"
 MASK = -1  # Lemma 2 mask: content scores are 0/1, so -1 already silences a masked pair
@@ -136,7 +136,7 @@ def build_paper(task, as_printed: bool = False) -> Construction:
     task = _check(task)
     h, n = task.hops, task.length
     if as_printed:
-        from constructions.copy_matching import copy_map
+        from depthcert.constructions.copy_matching import copy_map
 
         lay = layout(task, ())
         ident = BlockMatrix(lay, lay)

@@ -31,15 +31,15 @@ from fractions import Fraction
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.evaluate import Evaluator
-from checkers.layout import BlockMatrix, Layout, eye
-from checkers.model import Head, Model
-from checkers.template_tasks import TemplateMatching
-from constructions.attention import instructive_attention, position_map
-from constructions.classifier import lemma3_classifier
-from constructions.memorization import lemma4_heads
-from constructions.registry import Construction
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.evaluate import Evaluator
+from depthcert.checkers.layout import BlockMatrix, Layout, eye
+from depthcert.checkers.model import Head, Model
+from depthcert.checkers.template_tasks import TemplateMatching
+from depthcert.constructions.attention import instructive_attention, position_map
+from depthcert.constructions.classifier import lemma3_classifier
+from depthcert.constructions.memorization import lemma4_heads
+from depthcert.constructions.registry import Construction
 
 THEOREM = "Theorem 5 (two-layer parsing-mapping)"
 

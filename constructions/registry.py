@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from checkers.errors import BadInput
-from checkers.model import Model
-from checkers.tasks import Task
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.model import Model
+from depthcert.checkers.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,13 @@ Builder = Callable[[Task, bool], Construction]
 
 
 def _builders() -> dict[str, dict[str, Builder]]:
-    from constructions import copy_matching, memorization
+    from depthcert.constructions import copy_matching, memorization
 
     table: dict[str, dict[str, Builder]] = {
         "sc": {"heads": memorization.build},
         "icqa": {"copy-matching": copy_matching.build},
     }
-    for extra in ("constructions.parsing_mapping", "constructions.parsing_copying_matching", "constructions.multihop"):
+    for extra in ("depthcert.constructions.parsing_mapping", "depthcert.constructions.parsing_copying_matching", "depthcert.constructions.multihop"):
         try:
             mod = __import__(extra, fromlist=["BUILDERS"])
         except ModuleNotFoundError as exc:

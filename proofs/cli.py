@@ -13,8 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.rational import format_rational
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.rational import format_rational
 
 DEFAULT_MAX_POINTS = 20_000_000
 
@@ -96,7 +96,7 @@ def add_task_options(p: argparse.ArgumentParser) -> None:
 
 
 def task_from_args(args):
-    from checkers.tasks import make_task
+    from depthcert.checkers.tasks import make_task
 
     opts = {name: getattr(args, name) for name, _ in TASK_OPTIONS}
     return make_task(args.task, **opts)
@@ -153,8 +153,8 @@ def _task_or_dataset(args):
         if not args.task:
             raise BadInput("give a TASK (sc, icqa, tm, ictm, multihop) or --dataset FILE")
         return task_from_args(args)
-    from checkers.dataset_file import load_dataset
-    from checkers.tasks import canonical_task
+    from depthcert.checkers.dataset_file import load_dataset
+    from depthcert.checkers.tasks import canonical_task
 
     given = [name for name, _ in TASK_OPTIONS if getattr(args, name) is not None]
     if given:
@@ -170,16 +170,16 @@ def _task_or_dataset(args):
 
 
 def _load_model(args, task):
-    from checkers.atomic import read_json
-    from checkers.weights_file import model_from_json
+    from depthcert.checkers.atomic import read_json
+    from depthcert.checkers.weights_file import model_from_json
 
     model = model_from_json(read_json(args.weights, "weights"), task)
     return model
 
 
 def _verify_construction(argv) -> int:
-    from checkers.exhaustive import check_compatible, plan_points, verify
-    from constructions import registry
+    from depthcert.checkers.exhaustive import check_compatible, plan_points, verify
+    from depthcert.constructions import registry
 
     args = _build_parser().parse_args(argv)
     task = _task_or_dataset(args)
@@ -199,8 +199,8 @@ def _verify_construction(argv) -> int:
 
     def export():  # only once every input check has passed: exit 2 must leave no file behind
         if args.export:
-            from checkers.atomic import write_json_atomic
-            from checkers.weights_file import model_to_json
+            from depthcert.checkers.atomic import write_json_atomic
+            from depthcert.checkers.weights_file import model_to_json
 
             write_json_atomic(args.export, model_to_json(model))
 
@@ -276,8 +276,8 @@ def _print_human(info: dict, task, v, description: str) -> None:
 
 
 def _show_point(args, task, model, theorem) -> int:
-    from checkers.evaluate import Evaluator
-    from checkers.exhaustive import check_compatible, token_rows
+    from depthcert.checkers.evaluate import Evaluator
+    from depthcert.checkers.exhaustive import check_compatible, token_rows
 
     if args.point >= task.size:
         raise BadInput(f"--point {args.point} is outside the dataset (0 .. {task.size - 1})")
@@ -317,7 +317,7 @@ if __name__ == "__main__":
 
 
 def _reproduce_paper(argv) -> int:
-    from proofs.theorems import CLAIMS, check_claim, sizes_text
+    from depthcert.proofs.theorems import CLAIMS, check_claim, sizes_text
 
     p = _Parser(prog="reproduce-paper",
                 description="Check every claim of arXiv 2404.01601 that depthcert covers: constructions on every "

@@ -15,8 +15,8 @@ import json
 import sys
 import time
 
-from checkers.errors import BadInput
-from proofs.cli import _Parser, add_task_options, positive_int, run_main, task_from_args
+from depthcert.checkers.errors import BadInput
+from depthcert.proofs.cli import _Parser, add_task_options, positive_int, run_main, task_from_args
 
 RULES_OUT = (
     "one-layer attention-only transformers with ReLU, linear or any other entrywise attention "
@@ -119,15 +119,15 @@ def _build_parser() -> _Parser:
 
 
 def _find_dependence(argv) -> int:
-    from checkers.atomic import write_json_atomic
-    from checkers.dependence import accuracy_bounds, decide_task
+    from depthcert.checkers.atomic import write_json_atomic
+    from depthcert.checkers.dependence import accuracy_bounds, decide_task
 
     args = _build_parser().parse_args(argv)
     if args.task is None and args.dataset is None:
         raise BadInput("give --task TASK or --dataset FILE")
     if args.dataset is not None:
-        from checkers.dataset_file import load_dataset
-        from proofs.cli import TASK_OPTIONS
+        from depthcert.checkers.dataset_file import load_dataset
+        from depthcert.proofs.cli import TASK_OPTIONS
 
         given = [n for n, _ in TASK_OPTIONS if getattr(args, n) is not None]
         if given:
@@ -155,7 +155,7 @@ def _find_dependence(argv) -> int:
     lines = [f"task: {_task_description(task)}, {task.size} points"]
     if not dec.fittable:
         cert = dec.certificate
-        from checkers.certificate import check_certificate
+        from depthcert.checkers.certificate import check_certificate
 
         obj = cert.to_json({"claims": {"task": task.name, "params": task.params,
                                        "rules_out": list(RULES_OUT)}})
@@ -208,7 +208,7 @@ def _find_dependence(argv) -> int:
             f"min margin {v.min_margin} ({v.path})"
         )
         if args.export:
-            from checkers.weights_file import model_to_json
+            from depthcert.checkers.weights_file import model_to_json
 
             write_json_atomic(args.export, model_to_json(m))
             lines.append(f"weights written to {args.export}")
@@ -238,8 +238,8 @@ def find_dependence_main(argv=None) -> int:
 def _check_certificate(argv) -> int:
     import argparse
 
-    from checkers import certificate as cc
-    from checkers.atomic import read_json
+    from depthcert.checkers import certificate as cc
+    from depthcert.checkers.atomic import read_json
 
     p = _Parser(prog="check-certificate",
                 description="Re-check a one-layer impossibility certificate with the independent checker "

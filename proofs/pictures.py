@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput
 
 INSTALL_HINT = "show-construction needs matplotlib: pip install depthcert[plot]"
 MAX_COLS = 6  # panels per row of overview.png
@@ -181,7 +181,7 @@ def _residual_panel(ax, fig, H: np.ndarray, layout, tokens, title: str, rows: li
 def render(construction, task, point: int, out: Path) -> list[Path]:
     """Write every picture of `construction` on dataset point `point` into `out`; returns the paths."""
     plt = _require_matplotlib()
-    from checkers.trace import trace
+    from depthcert.checkers.trace import trace
 
     model = construction.model
     p = task.point(point)
@@ -275,7 +275,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
 # ---------------------------------------------------------------- command line
 
 def _build_parser():
-    from proofs.cli import _Parser, add_task_options
+    from depthcert.proofs.cli import _Parser, add_task_options
 
     p = _Parser(
         prog="show-construction",
@@ -296,8 +296,8 @@ def _build_parser():
 def _show_construction(argv) -> int:
     args = _build_parser().parse_args(argv)
     _require_matplotlib()  # fail fast, before any work
-    from constructions import registry
-    from proofs.cli import task_from_args
+    from depthcert.constructions import registry
+    from depthcert.proofs.cli import task_from_args
 
     task = task_from_args(args)
     construction = registry.build(task, args.variant, args.as_printed)
@@ -320,7 +320,7 @@ def _show_construction(argv) -> int:
 
 
 def show_construction_main(argv=None) -> int:
-    from proofs.cli import run_main
+    from depthcert.proofs.cli import run_main
 
     sys.exit(run_main(_show_construction, argv))
 

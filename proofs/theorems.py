@@ -16,8 +16,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from checkers.errors import BadInput
-from checkers.rational import format_rational
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.rational import format_rational
 
 CERT_DIR = os.path.join(os.path.dirname(__file__), "certificates")
 
@@ -98,8 +98,8 @@ def certificate_speaks_about(cert: dict, task) -> str | None:
 
 
 def _check_construction(claim: Claim, task) -> tuple[str, str]:
-    from checkers.exhaustive import verify
-    from constructions import registry
+    from depthcert.checkers.exhaustive import verify
+    from depthcert.constructions import registry
 
     c = registry.build(task, claim.variant, as_printed=False)
     v = verify(c.model, task, symmetry="auto", progress=False)
@@ -113,7 +113,7 @@ def _check_construction(claim: Claim, task) -> tuple[str, str]:
 
 
 def _check_certificate_claim(claim: Claim, task) -> tuple[str, str]:
-    from checkers.certificate import check_certificate
+    from depthcert.checkers.certificate import check_certificate
 
     path = os.path.join(CERT_DIR, claim.certificate) if claim.certificate else None
     source = "stored"
@@ -121,7 +121,7 @@ def _check_certificate_claim(claim: Claim, task) -> tuple[str, str]:
         with open(path, encoding="utf-8") as fh:
             cert = json.load(fh)
     else:
-        from checkers.dependence import decide_task
+        from depthcert.checkers.dependence import decide_task
 
         source = "searched"
         dec = decide_task(task, progress=False)
@@ -139,7 +139,7 @@ def _check_certificate_claim(claim: Claim, task) -> tuple[str, str]:
 
 
 def check_claim(claim: Claim) -> ClaimResult:
-    from checkers.tasks import make_task
+    from depthcert.checkers.tasks import make_task
 
     t0 = time.perf_counter()
     try:

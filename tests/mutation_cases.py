@@ -7,8 +7,8 @@ import random
 import zlib
 from fractions import Fraction
 
-from checkers.tasks import make_task
-from constructions import registry
+from depthcert.checkers.tasks import make_task
+from depthcert.constructions import registry
 
 # Small dataset per task (every task name make_task knows).  Sizes: sc 9, icqa 24, tm 27,
 # ictm 64, multihop 16 points.

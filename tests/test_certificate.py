@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkers.certificate import check_certificate, classify
+from depthcert.checkers.certificate import check_certificate, classify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STORED = sorted(glob.glob(os.path.join(ROOT, "proofs", "certificates", "*.json")))
@@ -227,7 +227,7 @@ def test_checker_runs_standalone_without_the_project(tmp_path):
 
 
 def test_check_certificate_cli_exit_codes(tmp_path, capsys):
-    from proofs.cli_dependence import check_certificate_main
+    from depthcert.proofs.cli_dependence import check_certificate_main
 
     good = tmp_path / "good.json"
     good.write_text(json.dumps(cert(theorem2_points())))
@@ -250,9 +250,9 @@ def test_check_certificate_cli_exit_codes(tmp_path, capsys):
 
 def test_soundness_identity_on_random_one_layer_models():
     """sum_i w_i . o_i = 0 exactly for random multi-head ReLU one-layer models (the proof's identity)."""
-    from checkers.evaluate import logits_fraction_reference
-    from checkers.layout import Layout
-    from checkers.model import Head, Model
+    from depthcert.checkers.evaluate import logits_fraction_reference
+    from depthcert.checkers.layout import Layout
+    from depthcert.checkers.model import Head, Model
 
     obj = cert(theorem2_points())
     vocab = ("a", "b", "=", "x", "y")

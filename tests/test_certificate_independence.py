@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from checkers import certificate as cc
+from depthcert.checkers import certificate as cc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKER = os.path.join(ROOT, "checkers", "certificate.py")

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from proofs.cli import _verify_construction, run_main
+from depthcert.proofs.cli import _verify_construction, run_main
 
 
 def run(argv, capsys):

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from checkers.errors import BadInput
-from checkers.evaluate import Evaluator, logits_fraction_reference
-from checkers.exhaustive import verify
-from checkers.layout import BlockMatrix, Layout
-from checkers.model import Head, Model
-from checkers.tasks import ICQA, SequenceClassification, make_task
-from constructions import registry
-from constructions.classifier import lemma3_classifier
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.evaluate import Evaluator, logits_fraction_reference
+from depthcert.checkers.exhaustive import verify
+from depthcert.checkers.layout import BlockMatrix, Layout
+from depthcert.checkers.model import Head, Model
+from depthcert.checkers.tasks import ICQA, SequenceClassification, make_task
+from depthcert.constructions import registry
+from depthcert.constructions.classifier import lemma3_classifier
 
 
 def test_block_matrix_places_blocks_by_name_non_square():

@@ -17,18 +17,18 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from checkers import certificate as cc
-from checkers.atomic import read_json, write_json_atomic
-from checkers.dataset_file import dataset_from_json
-from checkers.errors import BadInput
-from checkers.exhaustive import verify
-from checkers.tasks import ICQA
-from checkers.weights_file import model_from_json, model_to_json
-from constructions import registry
-from proofs.cli import _verify_construction, run_main
+from depthcert.checkers import certificate as cc
+from depthcert.checkers.atomic import read_json, write_json_atomic
+from depthcert.checkers.dataset_file import dataset_from_json
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.exhaustive import verify
+from depthcert.checkers.tasks import ICQA
+from depthcert.checkers.weights_file import model_from_json, model_to_json
+from depthcert.constructions import registry
+from depthcert.proofs.cli import _verify_construction, run_main
 
 try:
-    from proofs import cli_dependence
+    from depthcert.proofs import cli_dependence
 except ImportError:  # find-dependence / check-certificate not there yet
     cli_dependence = None
 
@@ -557,7 +557,7 @@ def test_find_dependence_refuses_what_it_cannot_load_naming_the_number(capsys, m
     """find-dependence loads every point to decide a fittable dataset; past its load limit it
     must refuse in one line naming the number of points (limit lowered here to 50 so that a
     64-point fittable task exercises it: one-layer memorization fits sc)."""
-    from checkers import dependence
+    from depthcert.checkers import dependence
 
     monkeypatch.setattr(dependence, "LOAD_LIMIT", 50)
     code, out, err = run(cli_dependence._find_dependence_safe, ["--task", "sc", "--length", "3", "--alphabet", "4"],
@@ -570,7 +570,7 @@ def test_find_dependence_guard_names_the_option_that_lifts_it(capsys, monkeypatc
     help_text = cli_dependence._build_parser().format_help()
     if "--max-points" not in help_text:
         pytest.skip("find-dependence has no --max-points option yet (its load limit is fixed)")
-    from checkers import dependence
+    from depthcert.checkers import dependence
 
     monkeypatch.setattr(dependence, "LOAD_LIMIT", 50)
     code, out, err = run(cli_dependence._find_dependence_safe,

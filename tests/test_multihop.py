@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkers.errors import BadInput
-from checkers.exhaustive import verify
-from checkers.multihop_task import MultiHop
-from checkers.symmetry import check_equivariance
-from checkers.tasks import make_task
-from checkers.trace import trace
-from constructions import multihop, registry
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.exhaustive import verify
+from depthcert.checkers.multihop_task import MultiHop
+from depthcert.checkers.symmetry import check_equivariance
+from depthcert.checkers.tasks import make_task
+from depthcert.checkers.trace import trace
+from depthcert.constructions import multihop, registry
 
 VARIANTS = ("paper", "linear", "doubling", "relu-and")
 
@@ -121,7 +121,7 @@ def test_dnf_head_limit():
 
 def test_one_layer_certificate():
     """No one-layer model does 1 hop (k = 2) or 2 hops (k = 3): checked Def. 3 certificates."""
-    from checkers.dependence import decide_task
+    from depthcert.checkers.dependence import decide_task
 
     for hops, k in ((1, 2), (2, 3)):
         result = decide_task(make_task("multihop", hops=hops, k=k), progress=False)

@@ -16,11 +16,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from checkers.exhaustive import verify
-from checkers.layout import Layout
-from checkers.model import Head, Model
-from checkers.tasks import SequenceClassification
-from constructions import registry
+from depthcert.checkers.exhaustive import verify
+from depthcert.checkers.layout import Layout
+from depthcert.checkers.model import Head, Model
+from depthcert.checkers.tasks import SequenceClassification
+from depthcert.constructions import registry
 from independent_oracle import Oracle, oracle_verdict
 from mutation_cases import PER_CASE, PER_CASE_TASK, SMALL, constructions, mutations
 
@@ -160,7 +160,7 @@ def test_parallel_chunks_agree_with_oracle(label, task, construction, monkeypatc
     """verify(workers=2) on many tiny chunks (the parallel path, normally only from 400k points)
     reports the same verdict, margin and first counterexample as the oracle, for one mutant that
     the oracle refutes and one it verifies."""
-    from checkers import exhaustive
+    from depthcert.checkers import exhaustive
 
     monkeypatch.setattr(exhaustive, "PARALLEL_MIN_POINTS", 1)
     model = construction.model

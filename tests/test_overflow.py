@@ -13,10 +13,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from checkers.evaluate import FLOAT_EXACT_LIMIT, Evaluator, integerize
-from checkers.exhaustive import verify
-from checkers.tasks import ICQA, make_task
-from constructions import registry
+from depthcert.checkers.evaluate import FLOAT_EXACT_LIMIT, Evaluator, integerize
+from depthcert.checkers.exhaustive import verify
+from depthcert.checkers.tasks import ICQA, make_task
+from depthcert.constructions import registry
 from independent_oracle import oracle_verdict
 
 I64 = 2**63

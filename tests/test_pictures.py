@@ -7,11 +7,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from checkers.errors import BadInput
-from checkers.evaluate import logits_fraction_reference
-from checkers.tasks import make_task
-from checkers.trace import trace
-from constructions import registry
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.evaluate import logits_fraction_reference
+from depthcert.checkers.tasks import make_task
+from depthcert.checkers.trace import trace
+from depthcert.constructions import registry
 
 CASES = [
     ("icqa", {"k": 2}, None, False),
@@ -57,7 +57,7 @@ def test_trace_bad_input():
 
 
 def _run(argv, capsys):
-    from proofs.pictures import show_construction_main
+    from depthcert.proofs.pictures import show_construction_main
 
     with pytest.raises(SystemExit) as exc:
         show_construction_main(argv)

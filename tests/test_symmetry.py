@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from checkers.exhaustive import plan_points, verify
-from checkers.symmetry import check_equivariance, generators
-from checkers.tasks import ICQA
-from constructions import registry
+from depthcert.checkers.exhaustive import plan_points, verify
+from depthcert.checkers.symmetry import check_equivariance, generators
+from depthcert.checkers.tasks import ICQA
+from depthcert.constructions import registry
 
 
 def _agree(model, task):

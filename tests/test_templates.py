@@ -10,19 +10,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkers.errors import BadInput
-from checkers.exhaustive import plan_points, verify
-from checkers.tasks import make_task
-from checkers.template_tasks import (
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.exhaustive import plan_points, verify
+from depthcert.checkers.tasks import make_task
+from depthcert.checkers.template_tasks import (
     InContextTemplateMatching,
     TemplateMatching,
     bell,
     count_templates,
     ictm_size,
 )
-from constructions import parsing_copying_matching as pcm
-from constructions import parsing_mapping as pm
-from constructions import registry
+from depthcert.constructions import parsing_copying_matching as pcm
+from depthcert.constructions import parsing_mapping as pm
+from depthcert.constructions import registry
 
 
 def pattern(seq) -> tuple[int, ...]:

@@ -2,8 +2,8 @@
 for a task if its points are points of that task's dataset."""
 import pytest
 
-from checkers.tasks import make_task
-from proofs.theorems import CLAIMS, certificate_speaks_about, check_claim
+from depthcert.checkers.tasks import make_task
+from depthcert.proofs.theorems import CLAIMS, certificate_speaks_about, check_claim
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=[c.key for c in CLAIMS])

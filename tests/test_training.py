@@ -8,14 +8,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from checkers.evaluate import Evaluator, logits_fraction_reference  # noqa: E402
-from checkers.tasks import make_task  # noqa: E402
-from constructions import registry  # noqa: E402
-from training.cli import train_main  # noqa: E402
-from training.data import Sampler, held_out_mask, split_for  # noqa: E402
-from training.model import from_exact, parsing_qk  # noqa: E402
-from training.reproduce import map_similarity  # noqa: E402
-from training.train import TrainConfig, train  # noqa: E402
+from depthcert.checkers.evaluate import Evaluator, logits_fraction_reference  # noqa: E402
+from depthcert.checkers.tasks import make_task  # noqa: E402
+from depthcert.constructions import registry  # noqa: E402
+from depthcert.training.cli import train_main  # noqa: E402
+from depthcert.training.data import Sampler, held_out_mask, split_for  # noqa: E402
+from depthcert.training.model import from_exact, parsing_qk  # noqa: E402
+from depthcert.training.reproduce import map_similarity  # noqa: E402
+from depthcert.training.train import TrainConfig, train  # noqa: E402
 
 CONSTRUCTED = [
     ("icqa", {"k": 2, "n_questions": 3, "n_answers": 3}, "copy-matching"),
@@ -97,7 +97,7 @@ def test_parsing_init_shape_and_rejects_other_tasks():
     task = make_task("tm", l=3, alphabet=4)
     W = parsing_qk(task, len(task.vocab) + task.length + 2)
     assert W.shape == (len(task.vocab) + task.length + 2,) * 2
-    from checkers.errors import BadInput
+    from depthcert.checkers.errors import BadInput
 
     with pytest.raises(BadInput):
         parsing_qk(make_task("icqa", k=2), 20)
@@ -142,7 +142,7 @@ def test_cli_bad_input_exits_2_one_line(argv, capsys):
 
 def test_export_of_construction_init_is_exactly_checkable():
     """Rounding a torch copy of a verified construction gives back a model the exact evaluator accepts."""
-    from training.export import exact_accuracy, to_exact
+    from depthcert.training.export import exact_accuracy, to_exact
 
     task = make_task("icqa", k=2, n_questions=3, n_answers=3)
     exact = registry.build(task, "copy-matching", as_printed=False).model
@@ -163,7 +163,7 @@ def test_cli_exact_check(capsys):
 def test_reproduce_figure2_tiny(tmp_path):
     """The sweep pipeline end to end at a few steps: JSON, PNG and the markdown report."""
     pytest.importorskip("matplotlib")
-    from training.cli import reproduce_main
+    from depthcert.training.cli import reproduce_main
 
     out = tmp_path / "img"
     out.mkdir()
@@ -180,7 +180,7 @@ def test_reproduce_figure2_tiny(tmp_path):
 
 
 def test_reproduce_bad_input(tmp_path, capsys):
-    from training.cli import reproduce_main
+    from depthcert.training.cli import reproduce_main
 
     assert reproduce_main(["figure7"]) == 2
     assert reproduce_main(["figure2", "--out", str(tmp_path / "missing")]) == 2

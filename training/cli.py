@@ -9,7 +9,7 @@ import json
 import math
 import sys
 
-from checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput
 
 TASK_OPTIONS = (
     # (flag, dest, type)
@@ -88,7 +88,7 @@ def train_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args) -> "TrainConfig":
-    from training.train import TrainConfig
+    from depthcert.training.train import TrainConfig
 
     opts = tuple((dest, getattr(args, dest)) for _, dest, _ in TASK_OPTIONS if getattr(args, dest) is not None)
     opts = tuple((("seed" if k == "task_seed" else k), v) for k, v in opts)
@@ -120,9 +120,9 @@ def train_main(argv=None) -> int:
     try:
         args = train_parser().parse_args(argv)
         _import_torch()
-        from checkers.atomic import write_json_atomic
-        from checkers.tasks import canonical_task
-        from training.train import train
+        from depthcert.checkers.atomic import write_json_atomic
+        from depthcert.checkers.tasks import canonical_task
+        from depthcert.training.train import train
 
         config = config_from_args(args)
         canonical_task(config.task)
@@ -140,8 +140,8 @@ def train_main(argv=None) -> int:
         result, model = train(config, progress=not args.json)
         log = _clean(result.to_json())
         if args.exact_check is not None:
-            from training.export import exact_accuracy, to_exact
-            from training.train import build_task
+            from depthcert.training.export import exact_accuracy, to_exact
+            from depthcert.training.train import build_task
 
             task = build_task(config)
             chk = exact_accuracy(to_exact(model, task, args.exact_check), task, bits=args.exact_check)
@@ -191,7 +191,7 @@ def reproduce_main(argv=None) -> int:
     try:
         args = reproduce_parser().parse_args(argv)
         _import_torch()
-        from training import reproduce
+        from depthcert.training import reproduce
 
         if args.what not in ("figure2", "figure3", "ictm2", "all"):
             raise BadInput(f"unknown experiment {args.what!r}; known: figure2, figure3, ictm2, all")

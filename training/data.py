@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.tasks import Task
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.tasks import Task
 
 HELD_OUT_BUCKETS = 5  # one bucket in five is held out
 _MIX = np.uint64(0x9E3779B97F4A7C15)

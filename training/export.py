@@ -12,10 +12,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from checkers.errors import BadInput
-from checkers.layout import Layout
-from checkers.model import Head, Model
-from checkers.tasks import Task
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.layout import Layout
+from depthcert.checkers.model import Head, Model
+from depthcert.checkers.tasks import Task
 
 MAX_EXACT_POINTS = 200_000
 
@@ -66,7 +66,7 @@ class ExactCheck:
 def exact_accuracy(exact: Model, task: Task, batch: int = 2048, bits: int = 12) -> ExactCheck:
     """Exact accuracy of a rounded model on every point of the task (a point counts as correct only
     if its label's logit is strictly larger than every other logit)."""
-    from checkers.evaluate import Evaluator
+    from depthcert.checkers.evaluate import Evaluator
 
     if task.size > MAX_EXACT_POINTS:
         raise BadInput(f"task has {task.size} points; exact checking is limited to {MAX_EXACT_POINTS}")

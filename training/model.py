@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput
 
 ATTENTIONS = ("relu", "softmax")
 QK_INITS = ("uniform", "normal", "zero", "construction", "parsing")

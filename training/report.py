@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from checkers.atomic import read_json
+from depthcert.checkers.atomic import read_json
 
 SOLVED = 0.95
 
@@ -168,7 +168,7 @@ def _ictm2(data: dict) -> list[str]:
 
 def write_report(out: str, doc: str) -> None:
     """Regenerate the markdown report from whatever results are stored in `out`."""
-    from checkers.atomic import write_json_atomic  # noqa: F401  (same atomic rename below)
+    from depthcert.checkers.atomic import write_json_atomic  # noqa: F401  (same atomic rename below)
 
     img_rel = os.path.relpath(os.path.abspath(out), os.path.dirname(os.path.abspath(doc)))
     lines = ["# Experiments: trained transformers of varying depth (OBSERVED, not proven)", "",

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from checkers.atomic import read_json, write_json_atomic
-from checkers.errors import BadInput
-from training.train import TrainConfig, TrainResult, train
+from depthcert.checkers.atomic import read_json, write_json_atomic
+from depthcert.checkers.errors import BadInput
+from depthcert.training.train import TrainConfig, TrainResult, train
 
 SOLVED = 0.95  # "solves" = mean final held-out accuracy >= this
 
@@ -99,8 +99,8 @@ def _summary(result: TrainResult, baseline: float) -> dict:
 
 def _baseline(config: TrainConfig) -> float:
     """Majority-class accuracy on the same held-out set the run is evaluated on."""
-    from training.data import Sampler
-    from training.train import build_task
+    from depthcert.training.data import Sampler
+    from depthcert.training.train import build_task
 
     task = build_task(config)
     _, _, y = Sampler(task, np.random.default_rng(config.seed)).eval_set(config.eval_size)
@@ -111,9 +111,9 @@ def ictm_error_groups(model, config: TrainConfig, count: int = 3000) -> list[dic
     """Held-out ICTM errors grouped by (template of context question 0, of question 1, of the query)."""
     import torch
 
-    from checkers.template_tasks import canonical_patterns, pattern_name
-    from training.data import Sampler
-    from training.train import build_task
+    from depthcert.checkers.template_tasks import canonical_patterns, pattern_name
+    from depthcert.training.data import Sampler
+    from depthcert.training.train import build_task
 
     task = build_task(config)
     _, ids, y = Sampler(task, np.random.default_rng(10_000 + config.seed)).eval_set(count)
@@ -283,10 +283,10 @@ def _head_mean(maps):
 def run_figure3(out: str, steps: int | None, seeds: int | None, tasks, progress: bool) -> dict:
     import torch
 
-    from checkers.tasks import make_task
-    from constructions import registry
-    from training.data import Sampler
-    from training.model import from_exact, parsing_qk
+    from depthcert.checkers.tasks import make_task
+    from depthcert.constructions import registry
+    from depthcert.training.data import Sampler
+    from depthcert.training.model import from_exact, parsing_qk
 
     cases = [c for c in FIGURE3 if tasks is None or c.task in tasks]
     results = []
@@ -314,7 +314,7 @@ def run_figure3(out: str, steps: int | None, seeds: int | None, tasks, progress:
             W = torch.as_tensor(parsing_qk(task, len(task.vocab) + task.length), dtype=torch.float64)
 
             def parse_maps(x):
-                from training.model import AttentionOnly, ModelShape
+                from depthcert.training.model import AttentionOnly, ModelShape
 
                 m = AttentionOnly(ModelShape(len(task.vocab), task.length, W.shape[0], (1,), len(task.classes)),
                                   dtype=torch.float64)
@@ -413,7 +413,7 @@ ICTM2_GRID = (
 
 
 def run_ictm2(out: str, steps: int | None, seeds: int | None, tasks, progress: bool) -> dict:
-    from checkers.tasks import make_task
+    from depthcert.checkers.tasks import make_task
 
     task = make_task("ictm", **dict(ICTM_OPTIONS))
     base_width = len(task.vocab) + task.length
@@ -461,7 +461,7 @@ def run(what: str, out: str = "docs/img", doc: str = "docs/experiments.md", step
         raise BadInput(f"--seeds must be >= 1, got {seeds}")
     task_set = None
     if tasks:
-        from checkers.tasks import canonical_task
+        from depthcert.checkers.tasks import canonical_task
 
         task_set = {canonical_task(t) for t in tasks.split(",") if t.strip()}
     argv = sys.argv[1:] if os.path.basename(sys.argv[0]) == "reproduce" else [what]
@@ -471,7 +471,7 @@ def run(what: str, out: str = "docs/img", doc: str = "docs/experiments.md", step
             out_all[name] = fn(out, steps, seeds, task_set, progress)
             out_all[name]["command"] = _cmd(argv)
             write_json_atomic(os.path.join(out, f"{name}.json"), out_all[name])
-    from training.report import write_report
+    from depthcert.training.report import write_report
 
     write_report(out, doc)
     return {k: {"seconds": v["seconds"]} for k, v in out_all.items()}

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from checkers.errors import BadInput
-from checkers.tasks import Task, make_task
-from training.data import Sampler, split_for
-from training.model import AttentionOnly, ModelShape, construction_qk, initialize, parsing_qk
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.tasks import Task, make_task
+from depthcert.training.data import Sampler, split_for
+from depthcert.training.model import AttentionOnly, ModelShape, construction_qk, initialize, parsing_qk
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -116,7 +116,7 @@ def build_model(config: TrainConfig, task: Task, generator: torch.Generator) -> 
     model = AttentionOnly(shape)
     first = None
     if config.qk_init == "construction":
-        from constructions import registry
+        from depthcert.constructions import registry
 
         cons = registry.build(task, config.construction_variant, as_printed=False)
         if tuple(cons.model.vocab) != tuple(task.vocab) or cons.model.max_length != task.length:
