@@ -1,19 +1,28 @@
-"""Exact batched evaluation of a `Model` on token sequences.
+"""Exact batched evaluation of a `Model` whose every value is rational (relu and hardmax
+attention, causal masks, MLPs, a constant row; softmax models go to checkers/softmax_balls.py).
 
-The model is first put over a common denominator layer by layer, so that the whole forward
-pass runs on integers.  With H = G/g, integer A_i = a_i W_QKi, B_i = b_i W_Vi and
-D = m * lcm_i(a_i b_i), one layer is
+The model is put over a common denominator layer by layer, so that the whole forward pass
+runs on integers.  With H = G/g (g an int fixed by the weights, never by the input):
 
-    G' = D g^2 G + sum_i (D / (m a_i b_i)) B_i G relu(G^T A_i G),      g' = D g^3
+  attention, m heads, integer A_i = a_i W_QKi and B_i = b_i W_Vi.  Head i's weights are
+  N_i / alpha_i with an integer matrix N_i:
+      relu     N_i = relu(G^T A_i G) (masked),  alpha_i = g^2 a_i   (relu is homogeneous)
+      hardmax  N_i[j, k] = Lam / |M_k| on the argmax set M_k,  alpha_i = Lam = lcm(1..max_length)
+               (the argmax of G^T A_i G is the argmax of the true scores: g^2 a_i > 0)
+  With Q = lcm_i(alpha_i b_i):   G' = m Q G + sum_i (Q / (alpha_i b_i)) B_i G N_i,   g' = m g Q.
+  For relu heads Q = g^2 lcm_i(a_i b_i), i.e. g' = D g^3 with D = m lcm_i(a_i b_i).
 
-(relu is positively homogeneous, so the scaling commutes with it).  The logits are
-W_O h_last = C G'_last / (c g').
+  MLP, integer P1 = q1 W1, beta1 = q1 b1, P2 = q2 W2, beta2 = q2 b2 (q1, q2 common denominators):
+      Z = relu(P1 G + g beta1 1^T),   G' = q1 q2 G + P2 Z + q1 g beta2 1^T,   g' = q1 q2 g.
+
+The logits are C G'_k / (c g') at the last column k (or every column).
 
 Fast path: before any point is evaluated, `magnitude_bound` carries a per-row bound on |G|
-through every product using |A|, |B|, |C| (inputs are 0/1 with one token and one position per
-column).  Every partial sum of every dot product is bounded by the same sum of absolute values,
-so if the bound is below 2^53 every float64 operation is an exact integer operation.
-Otherwise the pass runs on Python integers (numpy object arrays): slower, always exact.
+through every product using |A|, |B|, |P|, |beta|, |C| (inputs are 0/1 with one token, one
+position and the optional constant per column).  Every partial sum of every dot product is
+bounded by the same sum of absolute values, so if the bound is below 2^53 every float64
+operation is an exact integer operation, and comparisons (relu signs, hardmax maxima) are
+exact.  Otherwise the pass runs on Python integers (numpy object arrays): slower, always exact.
 """
 from __future__ import annotations
 
@@ -29,7 +38,7 @@ FLOAT_EXACT_LIMIT = 2**53
 
 
 def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
-    """(integer object matrix N, denominator q) with M = N / q."""
+    """(integer object array N, denominator q) with M = N / q (any shape)."""
     q = 1
     for v in M.flat:
         q = lcm(q, Fraction(v).denominator)
@@ -40,12 +49,32 @@ def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
     return N, q
 
 
+def hardmax_lcm(max_length: int) -> int:
+    """Lam = lcm(1..max_length): Lam / |M_k| is an integer for every possible argmax count."""
+    return lcm(*range(1, max_length + 1))
+
+
+@dataclass(frozen=True)
+class IntMLP:
+    P1: np.ndarray  # (d_ff, d') integer object matrix
+    beta1g: np.ndarray  # (d_ff,) g * beta1, g the denominator entering the MLP
+    P2: np.ndarray  # (d', d_ff)
+    beta2g: np.ndarray  # (d',) q1 * g * beta2
+    x_scale: int  # q1 * q2
+
+
 @dataclass(frozen=True)
 class IntLayer:
-    A: tuple[np.ndarray, ...]  # integer object matrices
+    A: tuple[np.ndarray, ...]  # integer object matrices, one per head
     B: tuple[np.ndarray, ...]
-    coef: tuple[int, ...]  # D / (m a_i b_i)
-    D: int
+    coef: tuple[int, ...]  # Q / (alpha_i b_i)
+    D: int  # m * lcm_i(a_i b_i): for relu-only layers g' = D g^3
+    kinds: tuple[str, ...] = ()  # relu | hardmax per head
+    causal: bool = False
+    x_scale: int = 1  # m Q = g_attention_out / g_in
+    lam: int = 1  # hardmax weight denominator
+    mlp: IntMLP | None = None
+    g_out: int = 1  # denominator after the whole layer
 
 
 @dataclass(frozen=True)
@@ -64,19 +93,37 @@ class IntegerModel:
 
 
 def integerize(model: Model) -> IntegerModel:
+    if model.has_softmax:
+        raise ValueError("softmax attention is not rational: evaluate with checkers.softmax_balls")
+    lam = hardmax_lcm(model.max_length)
     layers = []
+    g = 1
     for layer in model.layers:
         m = len(layer)
-        As, Bs, dens = [], [], []
+        As, Bs, abs_, alphas_b = [], [], [], []
         for head in layer:
             A, a = _int_matrix(head.W_QK)
             B, b = _int_matrix(head.W_V)
             As.append(A)
             Bs.append(B)
-            dens.append(a * b)
-        D = m * lcm(*dens)
-        coef = tuple(D // (m * q) for q in dens)
-        layers.append(IntLayer(tuple(As), tuple(Bs), coef, D))
+            abs_.append(a * b)
+            alphas_b.append(g * g * a * b if head.attention == "relu" else lam * b)
+        if m:
+            D = m * lcm(*abs_)
+            Q = lcm(*alphas_b)
+            coef = tuple(Q // ab for ab in alphas_b)
+            x_scale = m * Q
+        else:
+            D, coef, x_scale = 1, (), 1
+        g = g * x_scale
+        mlp = None
+        if layer.mlp is not None:
+            P1, q1 = _int_matrix(np.concatenate([layer.mlp.W1, layer.mlp.b1[:, None]], axis=1))
+            P2, q2 = _int_matrix(np.concatenate([layer.mlp.W2, layer.mlp.b2[:, None]], axis=1))
+            mlp = IntMLP(P1[:, :-1], P1[:, -1] * g, P2[:, :-1], P2[:, -1] * (q1 * g), q1 * q2)
+            g = g * q1 * q2
+        layers.append(IntLayer(tuple(As), tuple(Bs), coef, D, tuple(h.attention for h in layer),
+                               layer.causal, x_scale, lam, mlp, g))
     C, c = _int_matrix(model.W_O)
     bound = magnitude_bound(model, layers, C)
     # The bound skips weights that only ever meet exact zeros (rows or columns no input reaches),
@@ -84,12 +131,18 @@ def integerize(model: Model) -> IntegerModel:
     # pair of 2^1023 in an unreached row gave a wrong verdict), and ints >= 2^1024 do not convert.
     # Every integer weight below 2^53 keeps each unbounded product finite and each zero exact.
     mats = [M for L in layers for M in L.A + L.B] + [C]
+    mats += [M for L in layers if L.mlp for M in (L.mlp.P1, L.mlp.beta1g, L.mlp.P2, L.mlp.beta2g)]
     small = all(abs(v) < FLOAT_EXACT_LIMIT for M in mats for v in M.flat)
+    small = small and (lam < FLOAT_EXACT_LIMIT or not any("hardmax" in L.kinds for L in layers))
     return IntegerModel(model, tuple(layers), C, c, bound, bound < FLOAT_EXACT_LIMIT and small)
 
 
 def _absmat(M: np.ndarray) -> np.ndarray:
     return np.vectorize(abs, otypes=[object])(M)
+
+
+def _vmax(v) -> int:
+    return int(max(v, default=0))
 
 
 def magnitude_bound(model: Model, layers, C: np.ndarray) -> int:
@@ -98,23 +151,28 @@ def magnitude_bound(model: Model, layers, C: np.ndarray) -> int:
     hb[f] bounds |G[f, j]| over all columns j and all inputs; n = max_length columns.
     """
     n = model.max_length
-    V = len(model.vocab)
     hb = np.zeros(model.dim, dtype=object)
-    hb[: V + n] = 1
-    g = 1
+    hb[: model.input_rows] = 1
     worst = 1
     for layer in layers:
-        new = hb * (layer.D * g * g)
-        for A, B, coef in zip(layer.A, layer.B, layer.coef):
-            smax = int(hb @ _absmat(A) @ hb)  # |h_j^T A h_k| and all its partial sums
-            vb = _absmat(B) @ hb  # |B h_j| per row
-            new = new + vb * (coef * n * smax)
-            worst = max(worst, smax, int(max(vb, default=0)) * n * smax * coef)
-        hb = new
-        g = layer.D * g**3
-        worst = max(worst, int(max(hb, default=0)))
+        if layer.A:
+            new = hb * layer.x_scale
+            for A, B, coef, kind in zip(layer.A, layer.B, layer.coef, layer.kinds or ("relu",) * len(layer.A)):
+                smax = int(hb @ _absmat(A) @ hb)  # |h_j^T A h_k| and all its partial sums
+                vb = _absmat(B) @ hb  # |B h_j| per row
+                # relu: sum_j relu(s_jk) |h_j| <= n smax hb; hardmax: sum_j N[j, k] = lam
+                mass = n * smax if kind == "relu" else layer.lam
+                new = new + vb * (coef * mass)
+                worst = max(worst, smax, _vmax(vb) * mass * coef, mass)
+            hb = new
+            worst = max(worst, _vmax(hb))
+        if layer.mlp is not None:
+            mlp = layer.mlp
+            zb = _absmat(mlp.P1) @ hb + _absmat(mlp.beta1g)  # pre-activation, all partial sums
+            hb = hb * mlp.x_scale + _absmat(mlp.P2) @ zb + _absmat(mlp.beta2g)
+            worst = max(worst, _vmax(zb), _vmax(hb))
     logits = _absmat(C) @ hb
-    return max(worst, int(max(logits, default=0)))
+    return max(worst, _vmax(logits))
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -127,7 +185,8 @@ def embed_batch(model: Model, token_ids: np.ndarray, dtype) -> np.ndarray:
 
 
 def embed_rows(model: Model, token_ids: np.ndarray, dtype) -> np.ndarray:
-    """X0 = H0^T of shape (B, n, d'): row j is token j's one-hot plus position j's one-hot."""
+    """X0 = H0^T of shape (B, n, d'): row j is token j's one-hot plus position j's one-hot
+    (plus the constant direction when the model has one)."""
     B, n = token_ids.shape
     V = len(model.vocab)
     X = np.zeros((B, n, model.dim), dtype=np.float64 if dtype == np.float64 else np.int64)
@@ -135,6 +194,8 @@ def embed_rows(model: Model, token_ids: np.ndarray, dtype) -> np.ndarray:
     pos = np.tile(np.arange(n), B)
     X[b, pos, token_ids.reshape(-1)] = 1
     X[b, pos, V + pos] = 1
+    if model.constant_row:
+        X[:, :, model.constant_index] = 1
     return X if dtype != object else X.astype(object)
 
 
@@ -146,13 +207,36 @@ def _rowmul(X: np.ndarray, M: np.ndarray) -> np.ndarray:
     return np.matmul(X, M)
 
 
+def causal_mask(n_keys: int, queries: np.ndarray) -> np.ndarray:
+    """(n_keys, len(queries)) booleans: key j is visible to query k iff j <= k."""
+    return np.arange(n_keys)[:, None] <= np.asarray(queries)[None, :]
+
+
+def hardmax_weights(S: np.ndarray, visible: np.ndarray | None, lam: int) -> np.ndarray:
+    """S (B, n_keys, n_queries) exact scores -> integer weights lam/|M_k| on each argmax set M_k
+    (over the visible keys), 0 elsewhere; every column sums to lam."""
+    if visible is not None:
+        low = (S.min() - 1 if S.size else 0) if S.dtype == object else -np.inf
+        S = np.where(visible[None, :, :], S, low)
+    top = S.max(axis=1, keepdims=True)  # (B, 1, n_q)
+    at_max = S == top
+    if visible is not None:
+        at_max &= visible[None, :, :]
+    count = at_max.sum(axis=1, keepdims=True)  # >= 1: every query sees at least itself / one key
+    if S.dtype == object:
+        share = np.vectorize(lambda c: lam // int(c), otypes=[object])(count)
+        return np.where(at_max, share, 0)
+    return np.where(at_max, np.floor_divide(lam, count), 0).astype(S.dtype)
+
+
 class Evaluator:
-    """Batched exact logits of one model.  `logits(ids)` -> (numerators (B, C) int, denominator).
+    """Batched exact logits of one model.  `logits(ids)` -> (numerators (B, C) int, denominator)
+    at the last position; `logits_all(ids)` -> (numerators (B, n, C), denominator).
 
     Works on X = H^T (B, n, d'), so that every product with a weight matrix is a single large
-    matrix product: scores S = (X A) X^T, and since W_V is linear, sum_j relu(S_jk) W_V x_j =
-    W_V (sum_j relu(S_jk) x_j), i.e. out^T = (relu(S)^T X) B^T.  The last layer only needs
-    the last query.  Every partial sum stays within `magnitude_bound`.
+    matrix product: scores S = (X A) X^T, and since W_V is linear, sum_j w_jk W_V x_j =
+    W_V (sum_j w_jk x_j), i.e. out^T = (W^T X) B^T.  For last-position logits the last layer
+    only computes the last query.  Every partial sum stays within `magnitude_bound`.
     """
 
     def __init__(self, model: Model, force_exact: bool = False):
@@ -162,60 +246,88 @@ class Evaluator:
         dt = np.float64 if self.use_float else object
         conv = (lambda M: np.array(M, dtype=np.float64)) if self.use_float else (lambda M: M)
         # store transposes: X @ A^T gives rows (A x_j)^T; X @ B^T gives rows (B x_j)^T
-        self._layers = [
-            ([conv(A.T) for A in L.A], [conv(B.T) for B in L.B], L.coef, L.D) for L in self.im.layers
-        ]
+        self._layers = []
+        for L in self.im.layers:
+            mlp = None
+            if L.mlp is not None:
+                mlp = (conv(L.mlp.P1.T), conv(L.mlp.beta1g), conv(L.mlp.P2.T), conv(L.mlp.beta2g), L.mlp.x_scale)
+            self._layers.append(([conv(A.T) for A in L.A], [conv(B.T) for B in L.B], L.coef, L, mlp))
         self._CT = conv(self.im.C.T)
         self._dtype = dt
-        g = 1
-        for L in self.im.layers:
-            g = L.D * g**3
-        self.denominator = self.im.c * g
+        self.denominator = self.im.c * (self.im.layers[-1].g_out if self.im.layers else 1)
 
     @property
     def path(self) -> str:
         return "float64 (proven < 2^53)" if self.use_float else "exact big integers"
 
     def logits(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
+        X = self._forward(token_ids, last_only=True)
+        h = X[:, -1, :]  # (B, d')
+        num = _rowmul(h[:, None, :], self._CT)[:, 0, :]  # (B, C)
+        return (num.astype(np.int64) if self.use_float else num), self.denominator
+
+    def logits_all(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
+        X = self._forward(token_ids, last_only=False)
+        num = _rowmul(X, self._CT)  # (B, n, C)
+        return (num.astype(np.int64) if self.use_float else num), self.denominator
+
+    def _forward(self, token_ids: np.ndarray, last_only: bool) -> np.ndarray:
         token_ids = np.asarray(token_ids)
         if token_ids.ndim != 2:
             raise ValueError("token_ids must be (batch, length)")
         if token_ids.shape[1] > self.model.max_length:
             raise ValueError(f"sequence length {token_ids.shape[1]} exceeds max_length {self.model.max_length}")
         X = embed_rows(self.model, token_ids, self._dtype)  # (B, n, d)
-        g = 1
         nl = len(self._layers)
-        for li, (ATs, BTs, coefs, D) in enumerate(self._layers):
-            scale = D * g * g
-            if li == nl - 1:
-                x_last = X[:, -1, :]  # (B, d): only the last query reaches the classifier
-                out = x_last * scale
-                for AT, BT, coef in zip(ATs, BTs, coefs):
-                    u = _rowmul(x_last[:, None, :], AT)[:, 0, :]  # (B, d) = (A x_last)^T
-                    s = _relu(np.matmul(X, u[:, :, None])[:, :, 0])  # (B, n): key j, query last
-                    w = np.matmul(s[:, None, :], X)[:, 0, :]  # (B, d) = sum_j s_j x_j
-                    upd = _rowmul(w[:, None, :], BT)[:, 0, :]
-                    out = out + (upd * coef if coef != 1 else upd)
-                X = out[:, None, :]
+        for li, (ATs, BTs, coefs, L, mlp) in enumerate(self._layers):
+            last = last_only and li == nl - 1
+            if ATs:
+                X = self._attention(X, ATs, BTs, coefs, L, last)
+            if mlp is not None:
+                P1T, b1, P2T, b2, xs = mlp
+                Z = _relu(_rowmul(X, P1T) + b1)  # (B, n, d_ff)
+                X = X * xs + _rowmul(Z, P2T) + b2
+        return X
+
+    @staticmethod
+    def _attention(X, ATs, BTs, coefs, L: IntLayer, last: bool):
+        n = X.shape[1]
+        if last:
+            # only the last query reaches the classifier; it sees every key, masked or not
+            x_last = X[:, -1, :]  # (B, d)
+            out = x_last * L.x_scale
+            for AT, BT, coef, kind in zip(ATs, BTs, coefs, L.kinds):
+                u = _rowmul(x_last[:, None, :], AT)[:, 0, :]  # (B, d) = (A x_last)^T
+                s = np.matmul(X, u[:, :, None])  # (B, n, 1): key j, query last
+                w = _relu(s) if kind == "relu" else hardmax_weights(s, None, L.lam)
+                v = np.matmul(w[:, :, 0][:, None, :], X)[:, 0, :]  # (B, d) = sum_j w_j x_j
+                upd = _rowmul(v[:, None, :], BT)[:, 0, :]
+                out = out + (upd * coef if coef != 1 else upd)
+            return out[:, None, :]
+        visible = causal_mask(n, np.arange(n)) if L.causal else None
+        out = X * L.x_scale
+        for AT, BT, coef, kind in zip(ATs, BTs, coefs, L.kinds):
+            S = np.matmul(X, _rowmul(X, AT).transpose(0, 2, 1))  # (B, n_key, n_query)
+            if kind == "relu":
+                W = _relu(S)
+                if visible is not None:
+                    W = np.where(visible[None, :, :], W, 0)
             else:
-                out = X * scale
-                for AT, BT, coef in zip(ATs, BTs, coefs):
-                    S = _relu(np.matmul(X, _rowmul(X, AT).transpose(0, 2, 1)))  # (B, n_key, n_query)
-                    upd = _rowmul(np.matmul(S.transpose(0, 2, 1), X), BT)  # (B, n_query, d)
-                    out = out + (upd * coef if coef != 1 else upd)
-                X = out
-            g = D * g**3
-        h = X[:, -1, :]  # (B, d')
-        num = _rowmul(h[:, None, :], self._CT)[:, 0, :]  # (B, C)
-        if self.use_float:
-            num = num.astype(np.int64)
-        return num, self.denominator
+                W = hardmax_weights(S, visible, L.lam)
+            upd = _rowmul(np.matmul(W.transpose(0, 2, 1), X), BT)  # (B, n_query, d)
+            out = out + (upd * coef if coef != 1 else upd)
+        return out
 
 
 def logits_fraction_reference(model: Model, token_ids) -> list[Fraction]:
-    """Per-point evaluation straight from eq. 1-3 in Fractions: slow, obviously correct."""
+    """Per-point evaluation of the paper's class (eq. 1-3) in Fractions: slow, obviously correct.
+    The wider classes have their own reference in checkers/trace.py."""
     from depthcert.checkers.model import embed_exact
 
+    if not model.is_plain:
+        from depthcert.checkers.trace import trace
+
+        return list(trace(model, token_ids).logits)
     H = embed_exact(model, token_ids)
     d, n = model.dim, len(token_ids)
     for layer in model.layers:

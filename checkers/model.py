@@ -1,16 +1,28 @@
-"""The exact attention-only transformer of paper eq. 1-3.
+"""The exact transformer: the paper's attention-only model (eq. 1-3) and its wider classes.
 
-    H0 = [X; P; 0]   X one-hot tokens (rows 0..V-1, in the model's vocabulary order),
-                     P one-hot positions (rows V..V+P-1), zero padding up to d'
-    H  <- H + (1/m) sum_i W_Vi H sigma(H^T W_QKi H)      entry (j, k): key j, query k
-    o  =  W_O h_last                                     one logit per class
+    H0 = [X; P; 1?; 0]  X one-hot tokens (rows 0..V-1, in the model's vocabulary order),
+                        P one-hot positions (rows V..V+P-1), an optional constant row of ones
+                        (row V+P, `constant_row=True`), zero padding up to d'
+    per layer:
+      H <- H + (1/m) sum_i W_Vi H A_i(H)        attention sublayer (skipped when m = 0)
+      H <- H + W2 relu(W1 H + b1 1^T) + b2 1^T  optional MLP sublayer, column by column
+    o_k = W_O h_k                               at the last column, or at every column
 
-sigma is ReLU.  Weights are Fractions, inputs are 0/1, so every value is rational; this
-module only holds and validates the weights.  Evaluation lives in `checkers.evaluate`.
+A_i(H) is an n x n matrix, entry (j, k) = weight of key j for query k, from the scores
+s_jk = h_j^T W_QKi h_k:
+    relu     A[j, k] = relu(s_jk)                                  (the paper's, the default)
+    hardmax  A[j, k] = 1/|M_k| if j in M_k = argmax_j' s_j'k, else 0  (average-hard)
+    softmax  A[j, k] = exp(c s_jk) / sum_j' exp(c s_j'k)            (c = `scale`, a rational)
+A causal layer only lets query k see keys j <= k: masked entries are 0 (relu), outside the
+argmax (hardmax) and outside the sum (softmax).
+
+Weights are Fractions and inputs 0/1, so relu, hardmax and MLP models compute rationals;
+softmax does not (see checkers/softmax_balls.py).  This module only holds and validates the
+weights: evaluation lives in `checkers.evaluate` and `checkers.softmax_balls`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -18,53 +30,144 @@ import numpy as np
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import Layout
 
+ATTENTION_KINDS = ("relu", "hardmax", "softmax")
+OUTPUT_KINDS = ("last", "all")
+
+
+def _exact(value, where: str) -> Fraction:
+    if isinstance(value, (float, bool)) or not isinstance(value, (int, Fraction, np.integer)):
+        raise BadInput(f"{where}: not an exact number: {value!r}")
+    return Fraction(int(value)) if isinstance(value, np.integer) else Fraction(value)
+
 
 @dataclass(frozen=True)
 class Head:
+    """One attention head: scores h_j^T W_QK h_k, values W_V h_j, and how scores become weights."""
+
     W_QK: np.ndarray  # (d', d') Fractions
     W_V: np.ndarray  # (d', d') Fractions
+    attention: str = "relu"  # relu | hardmax | softmax
+    scale: Fraction = Fraction(1)  # softmax only: weights exp(scale * score), normalised
+
+    def __post_init__(self):
+        if self.attention not in ATTENTION_KINDS:
+            raise BadInput(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}")
+        scale = _exact(self.scale, "scale")
+        if scale <= 0:
+            raise BadInput(f"scale must be a positive rational, got {scale}")
+        if self.attention != "softmax" and scale != 1:
+            raise BadInput(f"scale applies to softmax heads only (this head is {self.attention})")
+        object.__setattr__(self, "scale", scale)
+
+
+@dataclass(frozen=True)
+class MLP:
+    """h <- h + W2 relu(W1 h + b1) + b2, applied to every column after the attention sublayer."""
+
+    W1: np.ndarray  # (d_ff, d') Fractions
+    b1: np.ndarray  # (d_ff,)
+    W2: np.ndarray  # (d', d_ff)
+    b2: np.ndarray  # (d',)
+
+    @property
+    def width(self) -> int:
+        return self.W1.shape[0]
+
+    def check(self, d: int, where: str) -> None:
+        f = self.W1.shape[0] if self.W1.ndim == 2 else -1
+        for key, shape in (("W1", (f, d)), ("b1", (f,)), ("W2", (d, f)), ("b2", (d,))):
+            m = getattr(self, key)
+            if not isinstance(m, np.ndarray) or m.shape != shape or f < 1:
+                got = getattr(m, "shape", type(m).__name__)
+                raise BadInput(f"{where}.mlp.{key} has shape {got}, expected {shape if f >= 1 else '(d_ff >= 1, ...)'}")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Attention heads (averaged, paper eq. 2), an optional causal mask, an optional MLP.
+
+    A layer reads as the tuple of its heads (len, iteration, indexing), as in the paper's class."""
+
+    heads: tuple[Head, ...]
+    causal: bool = False
+    mlp: MLP | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "heads", tuple(self.heads))
+        if not isinstance(self.causal, bool):
+            raise BadInput(f"causal must be true or false, got {self.causal!r}")
+        for h in self.heads:
+            if not isinstance(h, Head):
+                raise BadInput(f"a layer holds Head objects, got {type(h).__name__}")
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def __iter__(self):
+        return iter(self.heads)
+
+    def __getitem__(self, i):
+        return self.heads[i]
+
+    @property
+    def is_plain(self) -> bool:
+        """The paper's layer: relu heads only, no mask, no MLP."""
+        return not self.causal and self.mlp is None and all(h.attention == "relu" for h in self.heads)
 
 
 @dataclass(frozen=True)
 class Model:
-    """An attention-only transformer with exact weights.
+    """A transformer with exact weights.
 
-    vocab:      token names; token vocab[t] embeds as the one-hot row t.
-    max_length: size of the one-hot position block (sequences of length <= max_length).
-    classes:    output names; row c of W_O scores class classes[c].
-    layout:     named blocks covering all d' rows (documentation and block access).
-    layers:     a tuple of layers, each a tuple of heads.
+    vocab:        token names; token vocab[t] embeds as the one-hot row t.
+    max_length:   size of the one-hot position block (sequences of length <= max_length).
+    classes:      output names; row c of W_O scores class classes[c].
+    layout:       named blocks covering all d' rows (documentation and block access).
+    layers:       a tuple of `Layer`s (a plain tuple of heads is read as Layer(heads)).
+    outputs:      "last" (the classifier reads the last column) or "all" (every column).
+    constant_row: H0 has a row of ones at row V + max_length (a bias direction).
     """
 
     vocab: tuple[str, ...]
     max_length: int
     classes: tuple[str, ...]
     layout: Layout
-    layers: tuple[tuple[Head, ...], ...]
+    layers: tuple[Layer, ...]
     W_O: np.ndarray  # (C, d') Fractions
     name: str = ""
     notes: dict = field(default_factory=dict, compare=False)
+    outputs: str = "last"
+    constant_row: bool = False
 
     def __post_init__(self):
         d = self.layout.dim
+        object.__setattr__(self, "layers", tuple(
+            layer if isinstance(layer, Layer) else Layer(tuple(layer)) for layer in self.layers))
         if len(set(self.vocab)) != len(self.vocab):
             raise BadInput("model vocabulary has duplicate tokens")
         if len(set(self.classes)) != len(self.classes):
             raise BadInput("model classes have duplicates")
         if self.max_length < 1:
             raise BadInput(f"max_length must be >= 1, got {self.max_length}")
-        if len(self.vocab) + self.max_length > d:
+        if self.outputs not in OUTPUT_KINDS:
+            raise BadInput(f"outputs must be \"last\" or \"all\", got {self.outputs!r}")
+        if not isinstance(self.constant_row, bool):
+            raise BadInput(f"constant_row must be true or false, got {self.constant_row!r}")
+        if self.input_rows > d:
             raise BadInput(
                 f"d' = {d} is smaller than vocabulary ({len(self.vocab)}) + positions ({self.max_length})"
+                + (" + constant row (1)" if self.constant_row else "")
             )
         for li, layer in enumerate(self.layers):
-            if len(layer) == 0:
+            if len(layer) == 0 and layer.mlp is None:
                 raise BadInput(f"layers[{li}] has no heads")
             for hi, head in enumerate(layer):
                 for key in ("W_QK", "W_V"):
                     m = getattr(head, key)
                     if m.shape != (d, d):
                         raise BadInput(f"layers[{li}][{hi}].{key} has shape {m.shape}, expected ({d}, {d})")
+            if layer.mlp is not None:
+                layer.mlp.check(d, f"layers[{li}]")
         if self.W_O.shape != (len(self.classes), d):
             raise BadInput(f"W_O has shape {self.W_O.shape}, expected ({len(self.classes)}, {d})")
 
@@ -80,28 +183,66 @@ class Model:
     def n_layers(self) -> int:
         return len(self.layers)
 
+    @property
+    def constant_index(self) -> int | None:
+        """Row of the constant direction, or None."""
+        return len(self.vocab) + self.max_length if self.constant_row else None
+
+    @property
+    def input_rows(self) -> int:
+        """Rows of H0 that can be non-zero: tokens, positions and the constant row."""
+        return len(self.vocab) + self.max_length + int(self.constant_row)
+
+    @property
+    def is_plain(self) -> bool:
+        """The paper's model class: relu attention only, no masks, no MLPs, no constant row,
+        the classifier on the last column."""
+        return self.outputs == "last" and not self.constant_row and all(L.is_plain for L in self.layers)
+
+    @property
+    def has_softmax(self) -> bool:
+        return any(h.attention == "softmax" for L in self.layers for h in L)
+
+    def kinds(self) -> str:
+        """A short description of the model class, e.g. "relu" or "hardmax+causal+mlp"."""
+        parts = sorted({h.attention for L in self.layers for h in L}, key=ATTENTION_KINDS.index)
+        if any(L.causal for L in self.layers):
+            parts.append("causal")
+        if any(L.mlp is not None for L in self.layers):
+            parts.append("mlp")
+        if self.constant_row:
+            parts.append("constant-row")
+        if self.outputs == "all":
+            parts.append("all-positions")
+        return "+".join(parts) or "mlp-only"
+
     def with_weight(self, where: tuple, value) -> "Model":
-        """A copy with one entry changed: where = ("W_O", i, j) or (layer, head, "W_QK"|"W_V", i, j)."""
+        """A copy with one entry changed: ("W_O", i, j), (layer, head, "W_QK"|"W_V", i, j),
+        or (layer, "mlp", "W1"|"W2", i, j) / (layer, "mlp", "b1"|"b2", i)."""
         value = Fraction(value)
         if where[0] == "W_O":
             W = self.W_O.copy()
             W[where[1], where[2]] = value
             W.flags.writeable = False
-            return _replace(self, W_O=W)
-        li, hi, key, i, j = where
-        layers = [list(layer) for layer in self.layers]
-        head = layers[li][hi]
-        M = getattr(head, key).copy()
-        M[i, j] = value
-        M.flags.writeable = False
-        layers[li][hi] = Head(**{**head.__dict__, key: M})
-        return _replace(self, layers=tuple(tuple(layer) for layer in layers))
-
-
-def _replace(model: Model, **changes) -> Model:
-    from dataclasses import replace
-
-    return replace(model, **changes)
+            return replace(self, W_O=W)
+        layers = list(self.layers)
+        li = where[0]
+        layer = layers[li]
+        if where[1] == "mlp":
+            key, idx = where[2], tuple(where[3:])
+            M = getattr(layer.mlp, key).copy()
+            M[idx] = value
+            M.flags.writeable = False
+            layers[li] = replace(layer, mlp=replace(layer.mlp, **{key: M}))
+        else:
+            _, hi, key, i, j = where
+            heads = list(layer.heads)
+            M = getattr(heads[hi], key).copy()
+            M[i, j] = value
+            M.flags.writeable = False
+            heads[hi] = replace(heads[hi], **{key: M})
+            layers[li] = replace(layer, heads=tuple(heads))
+        return replace(self, layers=tuple(layers))
 
 
 def embed_exact(model: Model, token_ids) -> list[list[Fraction]]:
@@ -112,4 +253,6 @@ def embed_exact(model: Model, token_ids) -> list[list[Fraction]]:
     for pos, t in enumerate(token_ids):
         H[t][pos] = Fraction(1)
         H[V + pos][pos] = Fraction(1)
+        if model.constant_row:
+            H[model.constant_index][pos] = Fraction(1)
     return H
