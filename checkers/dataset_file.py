@@ -1,9 +1,13 @@
-"""User datasets: the "depthcert.dataset" JSON format (version 1) as a `Task`.
+"""User datasets: the "depthcert.dataset" JSON format (versions 1 and 2) as a `Task`.
 
-    {"format": "depthcert.dataset", "version": 1,
+    {"format": "depthcert.dataset", "version": 1 | 2,
      "name": str (optional),
      "sequences": [[token, ...], ...],      tokens: all strings or all ints
      "labels": [label, ...]}                labels: all strings or all ints, one per sequence
+
+Version 2 also allows per-position labels: every entry of "labels" is then a list as long as
+its sequence, each item a label or null (that position is not checked; every sequence labels
+at least one position).  Such a dataset has outputs "all" and needs a model with outputs "all".
 
 Sequences may have different lengths.  The model's vocabulary is the sorted set of tokens (as
 strings), its classes the sorted set of labels, and max_length the longest sequence.  A sequence
@@ -17,10 +21,11 @@ import numpy as np
 
 from depthcert.checkers.atomic import read_json
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.tasks import Batch, Task
+from depthcert.checkers.tasks import UNLABELLED, Batch, Task
 
 FORMAT = "depthcert.dataset"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)
 MAX_POINTS = 2_000_000
 
 
@@ -42,7 +47,10 @@ class DatasetTask(Task):
     name = "dataset"
     theorem = "user dataset"
 
-    def __init__(self, sequences: Sequence[Sequence], labels: Sequence, name: str = "dataset"):
+    def __init__(self, sequences: Sequence[Sequence], labels: Sequence, name: str = "dataset",
+                 per_position: bool | None = None):
+        """labels: one label per sequence, or (per_position) one list per sequence with a label
+        or None per position.  per_position=None: per-position iff the labels are lists."""
         if not isinstance(sequences, list):
             raise BadInput("sequences: expected a list of sequences")
         if not isinstance(labels, list):
@@ -63,21 +71,38 @@ class DatasetTask(Task):
                 tok_kinds.add(_kind(t, f"sequences[{i}][{j}]"))
             if len(tok_kinds) > 1:
                 raise BadInput(f"sequences[{i}]: tokens mix strings and ints")
+        if per_position is None:
+            per_position = bool(labels) and isinstance(labels[0], list)
+        flat = []  # every label given, for the class set
         for i, lab in enumerate(labels):
-            lab_kinds.add(_kind(lab, f"labels[{i}]"))
-            if len(lab_kinds) > 1:
-                raise BadInput(f"labels[{i}]: labels mix strings and ints")
+            if per_position:
+                if not isinstance(lab, list):
+                    raise BadInput(f"labels[{i}]: expected a list of per-position labels (or null)")
+                if len(lab) != len(sequences[i]):
+                    raise BadInput(f"labels[{i}]: {len(lab)} labels for a sequence of length {len(sequences[i])}")
+                given = [(f"labels[{i}][{k}]", v) for k, v in enumerate(lab) if v is not None]
+                if not given:
+                    raise BadInput(f"labels[{i}]: labels no position (every sequence needs one label)")
+            else:
+                given = [(f"labels[{i}]", lab)]
+            for where, v in given:
+                lab_kinds.add(_kind(v, where))
+                if len(lab_kinds) > 1:
+                    raise BadInput(f"{where}: labels mix strings and ints")
+                flat.append(v)
         seen: dict[tuple, object] = {}
         for i, (s, lab) in enumerate(zip(sequences, labels)):
             key = tuple(s)
+            lab = tuple(lab) if per_position else lab
             if key in seen and seen[key] != lab:
                 raise BadInput(
                     f"sequences[{i}]: duplicate sequence with conflicting labels {seen[key]!r} and {lab!r}"
                 )
             seen[key] = lab
         self.name = str(name) if name else "dataset"
+        self.outputs = "all" if per_position else "last"
         tokens = sorted({t for s in sequences for t in s}, key=_sort_key)
-        classes = sorted(set(labels), key=_sort_key)
+        classes = sorted(set(flat), key=_sort_key)
         self.original_tokens = tuple(tokens)
         self.original_labels = tuple(classes)
         self.vocab = tuple(str(t) for t in tokens)
@@ -85,7 +110,11 @@ class DatasetTask(Task):
         tid = {t: i for i, t in enumerate(tokens)}
         cid = {c: i for i, c in enumerate(classes)}
         self._seqs = [np.array([tid[t] for t in s], dtype=np.int64) for s in sequences]
-        self._labels = np.array([cid[lab] for lab in labels], dtype=np.int64)
+        if per_position:  # ragged: one array per sequence, UNLABELLED where null
+            self._labels = [np.array([UNLABELLED if v is None else cid[v] for v in lab], dtype=np.int64)
+                            for lab in labels]
+        else:
+            self._labels = np.array([cid[lab] for lab in labels], dtype=np.int64)
         self._lengths = np.array([len(s) for s in sequences], dtype=np.int64)
         self.length = int(self._lengths.max())
         self.size = len(sequences)
@@ -99,6 +128,9 @@ class DatasetTask(Task):
         if len(lengths) > 1:
             raise ValueError("decode: indices of sequences with different lengths; use batches()")
         ids = np.stack([self._seqs[i] for i in index]) if len(index) else np.zeros((0, 0), dtype=np.int64)
+        if self.outputs == "all":
+            n = ids.shape[1] if len(index) else 0
+            return ids, (np.stack([self._labels[i] for i in index]) if len(index) else np.zeros((0, n), dtype=np.int64))
         return ids, self._labels[index]
 
     def _grouped(self, indices: np.ndarray, batch_size: int) -> Iterator[Batch]:
@@ -125,8 +157,8 @@ def dataset_from_json(obj, name: str = "dataset") -> DatasetTask:
     if obj.get("format") != FORMAT:
         raise BadInput(f"format: expected {FORMAT!r}, got {obj.get('format')!r}")
     version = obj.get("version")
-    if isinstance(version, bool) or version != VERSION:
-        raise BadInput(f"version: expected {VERSION}, got {version!r}")
+    if isinstance(version, bool) or not isinstance(version, int) or version not in VERSIONS:
+        raise BadInput(f"version: expected 1 or 2, got {version!r}")
     unknown = sorted(set(obj) - {"format", "version", "name", "sequences", "labels", "description"})
     if unknown:
         raise BadInput(f"{unknown[0]}: unknown field")
@@ -137,7 +169,11 @@ def dataset_from_json(obj, name: str = "dataset") -> DatasetTask:
     nm = obj.get("name", name)
     if not isinstance(nm, str):
         raise BadInput("name: expected a string")
-    return DatasetTask(obj["sequences"], obj["labels"], nm or name)
+    labels = obj["labels"]
+    per_position = isinstance(labels, list) and any(isinstance(v, list) for v in labels)
+    if per_position and version == 1:
+        raise BadInput("labels: per-position labels (lists) need \"version\": 2")
+    return DatasetTask(obj["sequences"], labels, nm or name, per_position=per_position)
 
 
 def load_dataset(path: str) -> DatasetTask:

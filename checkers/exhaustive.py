@@ -1,8 +1,13 @@
 """verify(model, task): check every dataset point exactly; strict argmax, ties fail.
 
-A point is correct iff its label's logit is strictly above every other logit.  The verdict
-carries the exact minimum margin (correct logit minus best other logit) over all points, and
-the first failing point in index order as a replayable counterexample.
+A point is correct iff its label's logit is strictly above every other logit (for tasks that
+label every position: at every labelled position).  The verdict carries the exact minimum
+margin (correct logit minus best other logit) over all points and labelled positions, and the
+first failing point in index order as a replayable counterexample naming the failing position.
+
+Softmax models are decided point by point in certified ball arithmetic
+(checkers/softmax_balls.py): a point is correct or wrong only when the balls separate; a point
+they cannot separate at the precision cap makes the verdict "undecided", never a guess.
 """
 from __future__ import annotations
 
@@ -28,6 +33,23 @@ class Counterexample:
     logits: tuple[Fraction, ...]  # in the model's class order (`classes`)
     tie: bool  # the best other logit equals the expected one
     classes: tuple[str, ...] = ()
+    position: int | None = None  # tasks labelling every position: where it fails
+    logit_bounds: tuple[tuple[Fraction, Fraction], ...] | None = None  # softmax: certified enclosures
+
+
+@dataclass(frozen=True)
+class UndecidedPoint:
+    """The first point certified ball arithmetic could not decide (softmax models)."""
+
+    index: int
+    tokens: tuple[str, ...]
+    expected: str
+    position: int | None
+    other: str  # the class the label could not be separated from
+    margin: tuple[Fraction, Fraction]  # the margin lies in this interval, which contains 0
+    precision: int  # bits reached (the cap)
+    logit_bounds: tuple[tuple[Fraction, Fraction], ...] = ()
+    classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -41,14 +63,19 @@ class Verdict:
     path: str
     seconds: float
     notes: tuple[str, ...] = field(default=())
+    undecided: UndecidedPoint | None = None  # softmax only: the first undecided point
+    undecided_count: int = 0
+    margin_enclosure: tuple[Fraction, Fraction] | None = None  # softmax: min margin lies in here
 
     @property
     def verified(self) -> bool:
-        return self.counterexample is None and self.points_covered == self.points_total
+        return self.counterexample is None and self.undecided is None and self.points_covered == self.points_total
 
     @property
     def verdict(self) -> str:
-        return "verified" if self.verified else "refuted"
+        if self.verified:
+            return "verified"
+        return "undecided" if self.counterexample is None and self.undecided is not None else "refuted"
 
 
 def check_compatible(model: Model, task: Task) -> dict[int, int]:
@@ -63,6 +90,9 @@ def check_compatible(model: Model, task: Task) -> dict[int, int]:
         )
     if model.max_length < task.length:
         raise BadInput(f"model has {model.max_length} positions but task {task.name} needs {task.length}")
+    if getattr(task, "outputs", "last") == "all" and model.outputs != "all":
+        raise BadInput(f"task {task.name} labels every position, but the model's outputs are \"last\" "
+                       "(give it outputs \"all\")")
     rows = {c: i for i, c in enumerate(model.classes)}
     missing = [c for c in task.classes if c not in rows]
     if missing:
@@ -78,25 +108,57 @@ def token_rows(model: Model, task: Task) -> np.ndarray | None:
     return np.array([index[t] for t in task.vocab], dtype=np.int64)
 
 
-def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray, tokens: np.ndarray | None = None):
-    """(margins numerators (B,), denominator, first failing position or -1, numerators (B,C))."""
-    num, den = ev.logits(batch.ids if tokens is None else tokens[batch.ids])
-    rows = class_rows[batch.labels]
+def _margins_last(num: np.ndarray, rows: np.ndarray):
+    """num (B, C) logit numerators, rows (B,) label rows -> (margins (B,) or None, best other (B,))."""
     B = len(rows)
+    if num.shape[1] == 1:
+        return None, None
     correct = num[np.arange(B), rows]
     other = num.copy()
     if other.dtype == object:
         other[np.arange(B), rows] = None
-        best_other = np.array([max(v for v in r if v is not None) if len(r) > 1 else None for r in other], dtype=object)
+        best_other = np.array([max(v for v in r if v is not None) for r in other], dtype=object)
     else:
         other[np.arange(B), rows] = np.iinfo(np.int64).min
         best_other = other.max(axis=1)
-    if num.shape[1] == 1:
-        margins = np.array([None] * B, dtype=object)
-        return margins, den, -1, num
-    margins = correct - best_other
-    bad = np.nonzero(margins <= 0)[0]
-    return margins, den, (int(bad[0]) if len(bad) else -1), num
+    return correct - best_other, best_other
+
+
+def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray, tokens: np.ndarray | None = None):
+    """(margins numerators (B,), denominator, first failing row or -1, numerators, positions).
+
+    Last-position tasks: numerators (B, C), positions None.  Tasks labelling every position:
+    numerators (B, n, C); a point's margin is its minimum over labelled positions, and
+    positions (B,) holds, per point, its first failing position (else its smallest margin's)."""
+    ids = batch.ids if tokens is None else tokens[batch.ids]
+    if batch.labels.ndim == 1:
+        num, den = ev.logits(ids)
+        margins, _ = _margins_last(num, class_rows[batch.labels])
+        if margins is None:
+            return np.array([None] * len(batch.labels), dtype=object), den, -1, num, None
+        bad = np.nonzero(margins <= 0)[0]
+        return margins, den, (int(bad[0]) if len(bad) else -1), num, None
+    num, den = ev.logits_all(ids)  # (B, n, C)
+    B, n = batch.labels.shape
+    if num.shape[2] == 1:
+        return np.array([None] * B, dtype=object), den, -1, num, np.full(B, n - 1)
+    exact = num.dtype == object
+    M = np.full((B, n), float("inf"), dtype=object) if exact else np.full((B, n), np.iinfo(np.int64).max)
+    for k in range(n):
+        lab = batch.labels[:, k]
+        sel = np.nonzero(lab >= 0)[0]
+        if len(sel):
+            M[sel, k], _ = _margins_last(num[sel, k, :], class_rows[lab[sel]])
+    labelled = batch.labels >= 0
+    if not labelled.any(axis=1).all():
+        raise BadInput("a point of the task labels no position")
+    fail = np.asarray(M <= 0, dtype=bool)  # the sentinel never fails
+    failed = fail.any(axis=1)
+    point_margin = M.min(axis=1)
+    position = np.where(failed, fail.argmax(axis=1), np.argmin(M, axis=1) if not exact else
+                        np.array([min(range(n), key=lambda k: M[i, k]) for i in range(B)], dtype=np.int64))
+    bad = np.nonzero(failed)[0]
+    return point_margin, den, (int(bad[0]) if len(bad) else -1), num, position
 
 
 @dataclass(frozen=True)
@@ -156,7 +218,7 @@ def _worker_chunk(args) -> _ChunkResult:
     ev, task, rows = _WORKER["ev"], _WORKER["task"], _WORKER["rows"]
     checked, min_num = 0, None
     for batch in task.batches(batch_size, lo, hi):
-        margins, _, bad, _ = check_batch(ev, batch, rows, _WORKER["tokens"])
+        margins, _, bad, _, _ = check_batch(ev, batch, rows, _WORKER["tokens"])
         if len(margins) and margins[0] is not None:
             m = int(min(margins[: bad + 1] if bad >= 0 else margins))
             min_num = m if min_num is None else min(min_num, m)
@@ -195,15 +257,20 @@ def verify(
     symmetry: str = "off",
     plan: Plan | None = None,
     workers: int = 1,
+    balls: dict | None = None,
 ) -> Verdict:
     """Evaluate every point of `task`, or one point per orbit when `symmetry="auto"` and the
-    model's equivariance is proven (then the verdict covers every point)."""
+    model's equivariance is proven (then the verdict covers every point).  Softmax models are
+    decided in ball arithmetic; `balls` may set start_precision / max_precision (bits)."""
     t0 = time.perf_counter()
     class_map = check_compatible(model, task)
     class_rows = np.array([class_map[i] for i in range(len(task.classes))], dtype=np.int64)
     tokens = token_rows(model, task)
-    ev = Evaluator(model, force_exact=force_exact)
     plan = plan or plan_points(model, task, symmetry)
+    if model.has_softmax:
+        return _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, progress,
+                             force_exact, t0, **(balls or {}))
+    ev = Evaluator(model, force_exact=force_exact)
     if plan.indices is None:
         batches = task.batches(batch_size)
     else:
@@ -231,7 +298,7 @@ def verify(
                 continue
             # re-run the failing point's batch here to build the counterexample
             batch = next(task.batches_of([batch.bad_index]))
-        margins, den, bad, num = check_batch(ev, batch, class_rows, tokens)
+        margins, den, bad, num, positions = check_batch(ev, batch, class_rows, tokens)
         checked += len(batch.index) if bad < 0 else bad + 1
         if bar is not None:
             bar.update(len(batch.index))
@@ -241,13 +308,15 @@ def verify(
             m = int(min(margins[: bad + 1] if bad >= 0 else margins))
             min_num = m if min_num is None else min(min_num, m)
         if bad >= 0:
-            row = [int(v) for v in num[bad]]
-            exp_row = class_map[int(batch.labels[bad])]
+            pos = None if positions is None else int(positions[bad])
+            row = [int(v) for v in (num[bad] if pos is None else num[bad, pos])]
+            label = batch.labels[bad] if pos is None else batch.labels[bad, pos]
+            exp_row = class_map[int(label)]
             pred = max((i for i in range(len(row)) if i != exp_row), key=lambda i: row[i])
             p = task.point(int(batch.index[bad]))
             counter = Counterexample(
-                p.index, p.tokens, p.label, model.classes[pred],
-                tuple(Fraction(v, den) for v in row), row[pred] == row[exp_row], tuple(model.classes),
+                p.index, p.tokens, task.classes[int(label)], model.classes[pred],
+                tuple(Fraction(v, den) for v in row), row[pred] == row[exp_row], tuple(model.classes), pos,
             )
             break
     if bar is not None:
@@ -256,3 +325,65 @@ def verify(
     cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
     return Verdict(task.name, task.size, checked, cov, min_margin, counter, ev.path,
                    time.perf_counter() - t0, (plan.note,))
+
+
+def _ball_labels(labels_row, class_rows: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """[(position, model class row)] a point asks to be checked."""
+    if np.ndim(labels_row) == 0:
+        return [(n - 1, int(class_rows[int(labels_row)]))]
+    return [(k, int(class_rows[int(y)])) for k, y in enumerate(labels_row) if y >= 0]
+
+
+def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, progress, force_exact, t0,
+                  start_precision: int | None = None, max_precision: int | None = None) -> Verdict:
+    """Softmax models: every planned point decided in certified ball arithmetic.  The first
+    certified wrong point refutes (and stops); undecided points are counted and the first one
+    is reported; the margin enclosure covers the points up to and including the first wrong one."""
+    from depthcert.checkers import softmax_balls as sb
+
+    decider = sb.SoftmaxDecider(model, start_precision or sb.START_PRECISION, max_precision or sb.MAX_PRECISION)
+    prefix = Evaluator(decider.prefix_model(), force_exact=force_exact)
+    batches = task.batches(batch_size) if plan.indices is None else task.batches_of(plan.indices, batch_size)
+    bar = None
+    if progress if progress is not None else sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=plan.n_eval, unit="pt", desc=f"verify {task.name} (balls)", leave=False, file=sys.stderr)
+    checked, low, high = 0, None, None
+    counter, undecided, n_undecided = None, None, 0
+    per_position = task.outputs == "all"
+    for batch in batches:
+        ids = batch.ids if tokens is None else tokens[batch.ids]
+        Hnum, den = prefix.logits_all(ids)  # (B, n, d'): the exact stream entering the first softmax layer
+        n = ids.shape[1]
+        for i in range(len(batch.index)):
+            d = decider.decide(Hnum[i], den, _ball_labels(batch.labels[i], class_rows, n))
+            checked += 1
+            if d.other >= 0 or d.status != "correct":
+                low = d.margin[0] if low is None else min(low, d.margin[0])
+                high = d.margin[1] if high is None else min(high, d.margin[1])
+            if d.status == "correct":
+                continue
+            p = task.point(int(batch.index[i]))
+            pos = d.position if per_position else None
+            expected = (p.labels[d.position] if per_position else p.label)
+            if d.status == "wrong":
+                counter = Counterexample(p.index, p.tokens, expected, model.classes[d.other], (), False,
+                                         tuple(model.classes), pos, d.logits)
+                break
+            n_undecided += 1
+            if undecided is None:
+                undecided = UndecidedPoint(p.index, p.tokens, expected, pos, model.classes[d.other], d.margin,
+                                           d.precision, d.logits, tuple(model.classes))
+        if bar is not None:
+            bar.update(len(batch.index))
+        if counter is not None:
+            break
+    if bar is not None:
+        bar.close()
+    bits = sorted(decider.precisions_used)
+    path = f"certified balls (arb, {bits[0]}" + (f"-{bits[-1]}" if len(bits) > 1 else "") + " bits)" if bits else "certified balls (arb)"
+    cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
+    enclosure = None if low is None else (low, high)
+    return Verdict(task.name, task.size, checked, cov, None, counter, path, time.perf_counter() - t0,
+                   (plan.note,), undecided, n_undecided, enclosure)

@@ -4,13 +4,20 @@ Claim.  Let G be a group of token permutations under which the labelled dataset 
 (sigma X is in the dataset with label kappa_sigma(y) whenever X is, with label y).  Suppose that
 for a generating set of G there are coordinate permutations Pi of the residual stream with
 
-    Pi H0(X) = H0(sigma X)                       (token rows follow sigma, positions fixed)
+    Pi H0(X) = H0(sigma X)                       (token rows follow sigma; position rows and the
+                                                 constant row are fixed: checked on pi)
     Pi^T W_QK Pi = W_QK,  Pi W_V Pi^T = W_V      (every head of every layer)
+    W1 Pi = Q W1, Q b1 = b1, W2 Q = Pi W2, Pi b2 = b2   (every MLP, for some permutation Q of
+                                                 its hidden units, found by matching units)
     K W_O Pi^T = W_O                             (K permutes the classes by kappa_sigma)
 
-Then by induction on layers H_l(sigma X) = Pi H_l(X), hence o(sigma X) = K o(X): the margin of
-sigma X equals the margin of X.  So checking one point per orbit checks every point, and the
-minimum margin over the orbit representatives is the minimum over the whole dataset.
+Then by induction on layers H_l(sigma X) = Pi H_l(X): scores are unchanged
+((Pi h_j)^T W_QK (Pi h_k) = h_j^T W_QK h_k), so relu, hardmax and softmax weights and the causal
+mask (a function of positions only) are unchanged, the attention output moves by Pi; and
+relu(W1 Pi h + b1) = Q relu(W1 h + b1), so the MLP output moves by Pi as well.  Hence
+o_k(sigma X) = K o_k(X) at every position k: the margins of sigma X equal those of X.  So
+checking one point per orbit checks every point, and the minimum margin over the orbit
+representatives is the minimum over the whole dataset.
 
 How Pi is found: token rows move with sigma; a construction may tag other rows with the token
 they carry (Model.notes["row_tokens"]: {row: token}), and a row tagged (block b, token t) moves
@@ -64,7 +71,40 @@ def row_permutation(model: Model, sigma: dict[str, str]) -> np.ndarray | None:
             pi[r] = partner
     if len(set(pi.tolist())) != d:
         return None
+    # Pi H0(X) = H0(sigma X): rows that H0 can set (positions, the constant row) must stay put;
+    # a tag on one of them would move it and break the claim
+    for r in range(len(model.vocab), model.input_rows):
+        if pi[r] != r:
+            return None
     return pi
+
+
+def hidden_permutation(mlp, pi: np.ndarray) -> np.ndarray | None:
+    """q with W1[q[a], pi[r]] = W1[a, r], b1[q[a]] = b1[a], W2[pi[s], q[a]] = W2[s, a], or None.
+
+    Hidden unit a must go to a unit whose (W1 row, b1, W2 column) is unit a's with the stream
+    coordinates permuted by pi; units are matched by that exact signature."""
+    f = mlp.W1.shape[0]
+    inv = np.empty_like(pi)
+    inv[pi] = np.arange(len(pi))
+
+    def signature(a, perm):
+        # unit a's row of W1 and column of W2, read through perm (identity: the unit as it is)
+        return (tuple(mlp.W1[a, perm]), mlp.b1[a], tuple(mlp.W2[perm, a]))
+
+    ident = np.arange(len(pi))
+    pool: dict = {}
+    for a in range(f):
+        pool.setdefault(signature(a, ident), []).append(a)
+    q = np.empty(f, dtype=np.int64)
+    for a in range(f):
+        # unit b = q[a] needs W1[b, pi[r]] = W1[a, r], i.e. W1[b, :] = W1[a, inv] (same for W2)
+        want = signature(a, inv)
+        free = pool.get(want)
+        if not free:
+            return None
+        q[a] = free.pop()
+    return q
 
 
 def _invariant(W: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> bool:
@@ -92,6 +132,12 @@ def check_equivariance(model: Model, groups: tuple[tuple[str, ...], ...]) -> Equ
                         return EquivarianceReport(False, groups, f"layer {li} head {hi} W_QK is not invariant under {_show(sigma)}")
                     if not _invariant(head.W_V, pi, pi):
                         return EquivarianceReport(False, groups, f"layer {li} head {hi} W_V is not invariant under {_show(sigma)}")
+                if layer.mlp is not None:
+                    mlp = layer.mlp
+                    q = hidden_permutation(mlp, pi)
+                    if q is None or not (_invariant(mlp.W1, q, pi) and _invariant(mlp.W2, pi, q)
+                                         and bool((mlp.b1[q] == mlp.b1).all()) and bool((mlp.b2[pi] == mlp.b2).all())):
+                        return EquivarianceReport(False, groups, f"layer {li} MLP is not equivariant under {_show(sigma)}")
             if not _invariant(model.W_O, kappa, pi):
                 return EquivarianceReport(False, groups, f"W_O is not equivariant under {_show(sigma)}")
     n_gen = sum(len(generators(g)) for g in groups)

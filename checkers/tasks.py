@@ -26,18 +26,22 @@ RESPONSE = "="
 CLS = "<cls>"
 
 
+UNLABELLED = -1  # per-position tasks: a position with no label (not checked)
+
+
 @dataclass(frozen=True)
 class Point:
     index: int
     tokens: tuple[str, ...]
-    label: str
+    label: str  # the last position's label; per-position tasks: all labels, "_" = unlabelled
+    labels: tuple[str | None, ...] | None = None  # per-position tasks only: one per position
 
 
 @dataclass(frozen=True)
 class Batch:
     index: np.ndarray  # (B,) dataset indices
     ids: np.ndarray  # (B, n) token ids into task.vocab
-    labels: np.ndarray  # (B,) class ids into task.classes
+    labels: np.ndarray  # (B,) class ids into task.classes; (B, n) with UNLABELLED for outputs "all"
 
 
 class Task:
@@ -50,16 +54,21 @@ class Task:
     length: int = 0
     size: int = 0
     params: dict = {}
+    outputs: str = "last"  # "last": one label per point; "all": a label per position (or UNLABELLED)
 
     def decode(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(ids (B, n), labels (B,)) for an array of indices."""
+        """(ids (B, n), labels (B,) or, for outputs "all", (B, n)) for an array of indices."""
         raise NotImplementedError
 
     def point(self, i: int) -> Point:
         if not isinstance(i, (int, np.integer)) or not 0 <= i < self.size:
             raise BadInput(f"point {i} is outside the dataset (0 .. {self.size - 1})")
         ids, labels = self.decode(np.array([i], dtype=np.int64))
-        return Point(int(i), tuple(self.vocab[t] for t in ids[0]), self.classes[labels[0]])
+        tokens = tuple(self.vocab[t] for t in ids[0])
+        if self.outputs == "all":
+            labs = tuple(None if y == UNLABELLED else self.classes[y] for y in labels[0])
+            return Point(int(i), tokens, " ".join("_" if y is None else y for y in labs), labs)
+        return Point(int(i), tokens, self.classes[labels[0]])
 
     def batches(self, batch_size: int = 4096, start: int = 0, stop: int | None = None) -> Iterator[Batch]:
         stop = self.size if stop is None else stop

@@ -1,16 +1,27 @@
-"""Exact weights in and out: the "depthcert.weights" JSON format (version 1).
+"""Exact weights in and out: the "depthcert.weights" JSON format (versions 1 and 2).
 
-    {"format": "depthcert.weights", "version": 1,
+    {"format": "depthcert.weights", "version": 1 | 2,
      "name": str (optional),
      "vocab": [token, ...]        optional: defaults to the task's embedding order
      "max_length": int            optional: defaults to the task's sequence length
      "classes": [name, ...]       optional: defaults to the task's classes (W_O row order)
      "layout": [{"name": str, "size": int}, ...]   optional; sizes must add up to d'
-     "layers": [[{"W_QK": M, "W_V": M}, ...], ...] a list of layers, each a list of heads
-     "W_O": M}
-    M: a list of rows, each entry an int or a "p/q" string (exact; floats are refused).
+     "layers": [LAYER, ...]
+     "W_O": M,
+     version 2 only:
+     "outputs": "last" | "all"    optional, default "last"
+     "constant_row": true | false optional, default false: H0 gets a row of ones at V + max_length}
 
-H0 = [one-hot token in vocab order; one-hot position (max_length rows); zeros up to d'].
+    LAYER: [HEAD, ...] (version 1 and 2), or, version 2 only,
+           {"heads": [HEAD, ...], "causal": bool (default false),
+            "mlp": {"W1": M, "b1": VEC, "W2": M, "b2": VEC} (optional)}
+    HEAD:  {"W_QK": M, "W_V": M}, version 2 may add "attention": "relu" | "hardmax" | "softmax"
+           (default relu) and "scale": RATIONAL (softmax only, default 1)
+    M: a list of rows, VEC a list; each entry an int or a "p/q" string (exact; floats refused).
+
+H0 = [one-hot token in vocab order; one-hot position (max_length rows); ones if constant_row;
+zeros up to d'].  `model_to_json` writes version 1 for the paper's model class, so exports of
+the paper's constructions are unchanged, and version 2 otherwise.
 """
 from __future__ import annotations
 
@@ -19,32 +30,57 @@ from fractions import Fraction
 import numpy as np
 
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.layout import Block, Layout
-from depthcert.checkers.model import Head, Model
+from depthcert.checkers.layout import MAX_DIM, Block, Layout
+from depthcert.checkers.model import ATTENTION_KINDS, MLP, OUTPUT_KINDS, Head, Layer, Model
 from depthcert.checkers.rational import format_rational, parse_rational
 
 FORMAT = "depthcert.weights"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)
 
 
 def matrix_to_json(M: np.ndarray) -> list[list]:
     return [[format_rational(v) for v in row] for row in M]
 
 
+def _head_to_json(h: Head, v2: bool) -> dict:
+    out = {"W_QK": matrix_to_json(h.W_QK), "W_V": matrix_to_json(h.W_V)}
+    if v2 and h.attention != "relu":
+        out["attention"] = h.attention
+    if v2 and h.attention == "softmax":
+        out["scale"] = format_rational(h.scale)
+    return out
+
+
+def _layer_to_json(layer: Layer, v2: bool):
+    heads = [_head_to_json(h, v2) for h in layer]
+    if not v2 or (not layer.causal and layer.mlp is None):
+        return heads
+    out = {"heads": heads, "causal": layer.causal}
+    if layer.mlp is not None:
+        m = layer.mlp
+        out["mlp"] = {"W1": matrix_to_json(m.W1), "b1": [format_rational(v) for v in m.b1],
+                      "W2": matrix_to_json(m.W2), "b2": [format_rational(v) for v in m.b2]}
+    return out
+
+
 def model_to_json(model: Model) -> dict:
-    return {
+    v2 = not model.is_plain
+    out = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": 2 if v2 else 1,
         "name": model.name,
         "vocab": list(model.vocab),
         "max_length": model.max_length,
         "classes": list(model.classes),
         "layout": model.layout.to_json(),
-        "layers": [
-            [{"W_QK": matrix_to_json(h.W_QK), "W_V": matrix_to_json(h.W_V)} for h in layer] for layer in model.layers
-        ],
+        "layers": [_layer_to_json(layer, v2) for layer in model.layers],
         "W_O": matrix_to_json(model.W_O),
     }
+    if v2:
+        out["outputs"] = model.outputs
+        out["constant_row"] = model.constant_row
+    return out
 
 
 def _matrix(value, where: str, shape: tuple[int | None, int]) -> np.ndarray:
@@ -65,6 +101,115 @@ def _matrix(value, where: str, shape: tuple[int | None, int]) -> np.ndarray:
     return out
 
 
+def _vector(value, where: str, size: int) -> np.ndarray:
+    if not isinstance(value, list):
+        raise BadInput(f"{where}: expected a list of {size} numbers")
+    if len(value) != size:
+        raise BadInput(f"{where}: has {len(value)} entries, expected {size}")
+    out = np.empty(size, dtype=object)
+    for i, v in enumerate(value):
+        out[i] = parse_rational(v, f"{where}[{i}]")
+    out.flags.writeable = False
+    return out
+
+
+def _bool(value, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise BadInput(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _head(head, where: str, d: int, v2: bool) -> Head:
+    if not isinstance(head, dict):
+        raise BadInput(f"weights file: {where} must be an object with W_QK and W_V")
+    for key in ("W_QK", "W_V"):
+        if key not in head:
+            raise BadInput(f"weights file: {where}.{key} is missing")
+    allowed = {"W_QK", "W_V"} | ({"attention", "scale"} if v2 else set())
+    extra = sorted(set(head) - allowed)
+    if extra:
+        hint = " (attention and scale need \"version\": 2)" if extra[0] in ("attention", "scale") else ""
+        raise BadInput(f"weights file: {where} has unknown field {extra[0]!r}{hint}")
+    kind = head.get("attention", "relu")
+    if kind not in ATTENTION_KINDS:
+        raise BadInput(f"weights file: {where}.attention must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
+    if "scale" in head:
+        if kind != "softmax":
+            raise BadInput(f"weights file: {where}.scale applies to softmax heads only")
+        scale = parse_rational(head["scale"], f"{where}.scale")
+        if scale <= 0:
+            raise BadInput(f"weights file: {where}.scale must be positive, got {scale}")
+    else:
+        scale = Fraction(1)
+    return Head(_matrix(head["W_QK"], f"{where}.W_QK", (d, d)), _matrix(head["W_V"], f"{where}.W_V", (d, d)),
+                attention=kind, scale=scale)
+
+
+def _mlp(obj, where: str, d: int) -> MLP:
+    if not isinstance(obj, dict):
+        raise BadInput(f"weights file: {where} must be an object with W1, b1, W2, b2")
+    for key in ("W1", "b1", "W2", "b2"):
+        if key not in obj:
+            raise BadInput(f"weights file: {where}.{key} is missing")
+    extra = sorted(set(obj) - {"W1", "b1", "W2", "b2"})
+    if extra:
+        raise BadInput(f"weights file: {where} has unknown field {extra[0]!r}")
+    W1 = _matrix(obj["W1"], f"{where}.W1", (None, d))
+    f = W1.shape[0]
+    from depthcert.checkers.layout import MAX_DIM
+
+    if f > MAX_DIM:
+        raise BadInput(f"weights file: {where}.W1 has {f} hidden units (limit {MAX_DIM})")
+    return MLP(W1, _vector(obj["b1"], f"{where}.b1", f), _matrix(obj["W2"], f"{where}.W2", (d, f)),
+               _vector(obj["b2"], f"{where}.b2", d))
+
+
+def _layer(layer, li: int, d: int, v2: bool) -> Layer:
+    where = f"layers[{li}]"
+    if isinstance(layer, list):
+        if not layer:
+            raise BadInput(f"weights file: {where} must be a non-empty list of heads")
+        return Layer(tuple(_head(h, f"{where}[{hi}]", d, v2) for hi, h in enumerate(layer)))
+    if not v2:
+        raise BadInput(f"weights file: {where} must be a non-empty list of heads (a layer object needs \"version\": 2)")
+    if not isinstance(layer, dict):
+        raise BadInput(f"weights file: {where} must be a list of heads or an object {{\"heads\", \"causal\", \"mlp\"}}")
+    extra = sorted(set(layer) - {"heads", "causal", "mlp"})
+    if extra:
+        raise BadInput(f"weights file: {where} has unknown field {extra[0]!r}")
+    heads_raw = layer.get("heads", [])
+    if not isinstance(heads_raw, list):
+        raise BadInput(f"weights file: {where}.heads must be a list of heads")
+    heads = tuple(_head(h, f"{where}.heads[{hi}]", d, v2) for hi, h in enumerate(heads_raw))
+    causal = _bool(layer.get("causal", False), f"{where}.causal")
+    mlp = _mlp(layer["mlp"], f"{where}.mlp", d) if layer.get("mlp") is not None else None
+    if not heads and mlp is None:
+        raise BadInput(f"weights file: {where} has no heads and no mlp")
+    return Layer(heads, causal, mlp)
+
+
+def _first_dim(layers_raw) -> int:
+    """d' from the first W_QK (or W1) found in the layers."""
+    for li, layer in enumerate(layers_raw):
+        heads = layer if isinstance(layer, list) else (layer.get("heads") if isinstance(layer, dict) else None)
+        where = f"layers[{li}]" if isinstance(layer, list) else f"layers[{li}].heads"
+        if isinstance(heads, list) and heads:
+            if not isinstance(heads[0], dict):
+                raise BadInput(f"weights file: {where}[0] must be an object with W_QK and W_V")
+            qk0 = heads[0].get("W_QK")
+            if not isinstance(qk0, list) or not qk0:
+                raise BadInput(f"weights file: {where}[0].W_QK must be a non-empty list of rows")
+            return len(qk0)
+        if isinstance(layer, dict) and isinstance(layer.get("mlp"), dict):
+            W1 = layer["mlp"].get("W1")
+            if isinstance(W1, list) and W1 and isinstance(W1[0], list) and W1[0]:
+                return len(W1[0])
+            raise BadInput(f"weights file: layers[{li}].mlp.W1 must be a non-empty list of rows")
+        if isinstance(layer, list) or not isinstance(layer, dict):
+            break
+    raise BadInput("weights file: layers[0] must be a non-empty list of heads ({\"W_QK\", \"W_V\"})")
+
+
 def _str_list(value, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise BadInput(f"{where}: expected a non-empty list")
@@ -82,12 +227,17 @@ def model_from_json(obj, task=None) -> Model:
         raise BadInput("weights file: top level must be a JSON object")
     if obj.get("format") != FORMAT:
         raise BadInput(f"weights file: \"format\" must be {FORMAT!r}, got {obj.get('format')!r}")
-    if isinstance(obj.get("version"), bool) or obj.get("version") != VERSION:  # true == 1 in Python
-        raise BadInput(f"weights file: unsupported \"version\" {obj.get('version')!r} (this tool reads {VERSION})")
+    version = obj.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version not in VERSIONS:  # true == 1
+        raise BadInput(f"weights file: unsupported \"version\" {version!r} (this tool reads 1 and 2)")
+    v2 = version == 2
     known = {"format", "version", "name", "vocab", "max_length", "classes", "layout", "layers", "W_O", "notes"}
+    if v2:
+        known |= {"outputs", "constant_row"}
     extra = sorted(set(obj) - known)
     if extra:
-        raise BadInput(f"weights file: unknown field {extra[0]!r}")
+        hint = " (it needs \"version\": 2)" if extra[0] in ("outputs", "constant_row") else ""
+        raise BadInput(f"weights file: unknown field {extra[0]!r}{hint}")
     if "vocab" in obj:
         vocab = _str_list(obj["vocab"], "vocab")
     elif task is not None:
@@ -103,16 +253,14 @@ def model_from_json(obj, task=None) -> Model:
     max_length = obj.get("max_length", task.length if task is not None else None)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise BadInput(f"weights file: \"max_length\" must be a positive int, got {max_length!r}")
+    outputs = obj.get("outputs", "last")
+    if outputs not in OUTPUT_KINDS:
+        raise BadInput(f"weights file: \"outputs\" must be \"last\" or \"all\", got {outputs!r}")
+    constant_row = _bool(obj.get("constant_row", False), "weights file: constant_row")
     layers_raw = obj.get("layers")
     if not isinstance(layers_raw, list) or not layers_raw:
         raise BadInput("weights file: \"layers\" must be a non-empty list of layers")
-    first = layers_raw[0]
-    if not isinstance(first, list) or not first or not isinstance(first[0], dict):
-        raise BadInput("weights file: layers[0] must be a non-empty list of heads ({\"W_QK\", \"W_V\"})")
-    qk0 = first[0].get("W_QK")
-    if not isinstance(qk0, list) or not qk0:
-        raise BadInput("weights file: layers[0][0].W_QK must be a non-empty list of rows")
-    d = len(qk0)
+    d = _first_dim(layers_raw)
     if "layout" in obj:
         lay_raw = obj["layout"]
         if not isinstance(lay_raw, list) or not lay_raw:
@@ -129,28 +277,16 @@ def model_from_json(obj, task=None) -> Model:
         if layout.dim != d:
             raise BadInput(f"weights file: layout sizes add up to {layout.dim} but W_QK is {d}x{d}")
     else:
-        layout = Layout.of(("token", len(vocab)), ("position", max_length)).padded(d, "scratch")
-    layers = []
-    for li, layer in enumerate(layers_raw):
-        if not isinstance(layer, list) or not layer:
-            raise BadInput(f"weights file: layers[{li}] must be a non-empty list of heads")
-        heads = []
-        for hi, head in enumerate(layer):
-            where = f"layers[{li}][{hi}]"
-            if not isinstance(head, dict):
-                raise BadInput(f"weights file: {where} must be an object with W_QK and W_V")
-            for key in ("W_QK", "W_V"):
-                if key not in head:
-                    raise BadInput(f"weights file: {where}.{key} is missing")
-            extra = sorted(set(head) - {"W_QK", "W_V"})
-            if extra:
-                raise BadInput(f"weights file: {where} has unknown field {extra[0]!r}")
-            heads.append(Head(_matrix(head["W_QK"], f"{where}.W_QK", (d, d)), _matrix(head["W_V"], f"{where}.W_V", (d, d))))
-        layers.append(tuple(heads))
+        if d > MAX_DIM:
+            raise BadInput(f"weights file: d' = {d} is larger than the limit {MAX_DIM}")
+        base = [("token", len(vocab)), ("position", max_length)] + ([("one", 1)] if constant_row else [])
+        layout = Layout.of(*base).padded(d, "scratch")
+    layers = [_layer(layer, li, d, v2) for li, layer in enumerate(layers_raw)]
     if "W_O" not in obj:
         raise BadInput("weights file: \"W_O\" is missing")
     W_O = _matrix(obj["W_O"], "W_O", (len(classes), d))
     name = obj.get("name", "")
     if not isinstance(name, str):
         raise BadInput("weights file: \"name\" must be a string")
-    return Model(vocab, max_length, classes, layout, tuple(layers), W_O, name=name)
+    return Model(vocab, max_length, classes, layout, tuple(layers), W_O, name=name, outputs=outputs,
+                 constant_row=constant_row)

@@ -205,7 +205,7 @@ WEIGHT_CASES = [
     # header and metadata
     ("format wrong", _set(("format",), "depthcert.weight"), "format"),
     ("format missing", _pop(("format",)), "format"),
-    ("version 2", _set(("version",), 2), "version"),
+    ("version 3", _set(("version",), 3), "version"),
     ("version true", _set(("version",), True), "version"),
     ("version string", _set(("version",), "1"), "version"),
     ("unknown field", _set(("extra",), 1), "unknown field 'extra'"),
@@ -353,7 +353,7 @@ DATASET_CASES = [
     ("labels missing", {"sequences": [["a"]]}, "labels"),
     ("unknown field", {"sequences": [["a"]], "labels": ["x"], "weights": 1}, "unknown field"),
     ("format wrong", {"format": "depthcert.weights", "sequences": [["a"]], "labels": ["x"]}, "format"),
-    ("version 2", {"version": 2, "sequences": [["a"]], "labels": ["x"]}, "version"),
+    ("version 3", {"version": 3, "sequences": [["a"]], "labels": ["x"]}, "version"),
     ("version true", {"version": True, "sequences": [["a"]], "labels": ["x"]}, "version"),
     ("name not a string", {"name": 3, "sequences": [["a"]], "labels": ["x"]}, "name"),
 ]

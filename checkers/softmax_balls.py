@@ -1,0 +1,248 @@
+"""Certified decisions for models with softmax attention, in ball arithmetic (python-flint arb).
+
+exp of a non-zero rational is transcendental, so a softmax model's logits are not rationals and
+no finite exact computation produces them.  Instead every value is carried as a ball [mid +- rad]
+that provably contains it (arb propagates rigorous error bounds through +, *, /, exp), and a
+point is decided only when the balls separate:
+
+    correct    at every labelled position, every (label - other) logit difference ball > 0
+    wrong      at some labelled position, some (label - other) ball < 0: a certified wrong answer
+    undecided  otherwise, after raising the working precision up to a cap
+
+An exact tie (a difference that is exactly 0) never separates, so it stays undecided: it is
+never verified.  A float64 forward may pre-screen points, but no float ever decides one.
+
+Layers before the first softmax layer are rational and are evaluated exactly (checkers.evaluate)
+on the whole batch; the balls start from that exact residual stream.  After a softmax layer, a
+hardmax head is decided only when its maximum is certainly unique (or all candidates are exact
+and equal); an argmax the balls cannot settle makes the point undecided.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+from depthcert.checkers.model import Layer, Model
+
+START_PRECISION = 64  # bits of the first attempt
+MAX_PRECISION = 4096  # cap: still overlapping balls at this precision -> undecided
+
+
+def _flint():
+    import flint
+
+    return flint
+
+
+@dataclass(frozen=True)
+class PointDecision:
+    """The certified outcome of one point (margins are enclosures with exact dyadic endpoints)."""
+
+    status: str  # "correct" | "wrong" | "undecided"
+    margin: tuple[Fraction, Fraction]  # encloses min over labelled positions of label - best other
+    position: int  # correct: the position of the smallest margin; else the deciding position
+    other: int  # class row with the best other logit at `position` (wrong: certainly above the label)
+    logits: tuple[tuple[Fraction, Fraction], ...]  # enclosure of every class's logit at `position`
+    precision: int  # bits of the attempt that decided (or the cap)
+
+
+class Undecidable(Exception):
+    """Raised inside one attempt when a hardmax argmax cannot be settled at this precision."""
+
+
+def ball_bounds(x) -> tuple[Fraction, Fraction]:
+    """Exact dyadic endpoints [lower, upper] of an arb ball."""
+    out = []
+    for end in (x.lower(), x.upper()):
+        man, exp = end.mid().man_exp()
+        man, exp = int(man), int(exp)
+        out.append(Fraction(man * 2**exp) if exp >= 0 else Fraction(man, 2**-exp))
+    return out[0], out[1]
+
+
+def _relu(x, zero):
+    if x <= 0:  # certainly <= 0
+        return zero
+    if x >= 0:
+        return x
+    return x.nonnegative_part()  # straddles 0: relu lies in [0, upper]
+
+
+class _Weights:
+    """The model's rationals as arb matrices at one precision (built once per precision)."""
+
+    def __init__(self, model: Model, first: int, prec: int):
+        flint = _flint()
+        arb, arb_mat, fmpq = flint.arb, flint.arb_mat, flint.fmpq
+        old = flint.ctx.prec
+        flint.ctx.prec = prec
+        try:
+            def mat(M):
+                return arb_mat([[arb(fmpq(Fraction(v).numerator, Fraction(v).denominator)) for v in row] for row in M])
+
+            def col(v):
+                return mat(np.asarray(v, dtype=object).reshape(-1, 1))
+
+            self.layers = []
+            for layer in model.layers[first:]:
+                heads = [(mat(h.W_QK), mat(h.W_V), h.attention,
+                          arb(fmpq(h.scale.numerator, h.scale.denominator))) for h in layer]
+                mlp = None
+                if layer.mlp is not None:
+                    mlp = (mat(layer.mlp.W1), col(layer.mlp.b1), mat(layer.mlp.W2), col(layer.mlp.b2))
+                inv_m = arb(fmpq(1, len(layer))) if len(layer) else None
+                self.layers.append((heads, layer.causal, mlp, inv_m))
+            self.W_O = model.W_O
+            self._diff = {}
+            self._mat = mat
+        finally:
+            flint.ctx.prec = old
+
+    def diff_row(self, y: int, c: int):
+        """(W_O[y] - W_O[c]) as a 1 x d' arb matrix (exact difference first: tighter balls)."""
+        key = (y, c)
+        if key not in self._diff:
+            self._diff[key] = self._mat([self.W_O[y] - self.W_O[c]])
+        return self._diff[key]
+
+
+class SoftmaxDecider:
+    """decide(exact residual stream entering the first softmax layer, labels) -> PointDecision."""
+
+    def __init__(self, model: Model, start_precision: int = START_PRECISION, max_precision: int = MAX_PRECISION):
+        if start_precision < 2 or max_precision < start_precision:
+            raise ValueError("need 2 <= start_precision <= max_precision")
+        self.model = model
+        self.first = next((i for i, L in enumerate(model.layers) if any(h.attention == "softmax" for h in L)),
+                          len(model.layers))
+        self.start, self.cap = start_precision, max_precision
+        self._weights = lru_cache(maxsize=8)(lambda prec: _Weights(model, self.first, prec))
+        self.precisions_used: dict[int, int] = {}
+
+    def prefix_model(self) -> Model:
+        """The rational layers before the first softmax layer, reading out the whole residual
+        stream at every position (W_O = identity): its logits are the exact H entering the
+        first softmax layer."""
+        from depthcert.checkers.layout import eye
+
+        d = self.model.dim
+        return Model(self.model.vocab, self.model.max_length, tuple(f"row{r}" for r in range(d)),
+                     self.model.layout, self.model.layers[: self.first], eye(d), outputs="all",
+                     constant_row=self.model.constant_row)
+
+    def decide(self, H: np.ndarray, den: int, labels: list[tuple[int, int]]) -> PointDecision:
+        """H: (n, d') integer numerators of the exact stream (columns = positions), over `den`;
+        labels: [(position, class row)] to check.  Raises the precision until decided or capped."""
+        prec = self.start
+        while True:
+            try:
+                d = self._attempt(H, den, labels, prec)
+            except Undecidable:
+                d = None
+            if d is not None and d.status != "undecided":
+                break
+            if prec >= self.cap:
+                if d is None:
+                    d = PointDecision("undecided", (Fraction(-1), Fraction(1)), labels[0][0], -1, (), prec)
+                break
+            prec = min(2 * prec, self.cap)
+        self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
+        return d
+
+    def _attempt(self, Hnum: np.ndarray, den: int, labels, prec: int) -> PointDecision:
+        flint = _flint()
+        arb, arb_mat, fmpq = flint.arb, flint.arb_mat, flint.fmpq
+        old = flint.ctx.prec
+        flint.ctx.prec = prec
+        try:
+            W = self._weights(prec)
+            n, dim = Hnum.shape
+            H = arb_mat([[arb(fmpq(int(Hnum[k, r]), den)) for k in range(n)] for r in range(dim)])  # (d', n)
+            zero = arb(0)
+            for heads, causal, mlp, inv_m in W.layers:
+                if heads:
+                    upd = None
+                    for W_QK, W_V, kind, scale in heads:
+                        S = H.transpose() * (W_QK * H)  # (n, n): key j, query k
+                        A = _attention(S, kind, scale, causal, n, arb, arb_mat, zero)
+                        term = (W_V * H) * A
+                        upd = term if upd is None else upd + term
+                    H = H + upd * inv_m
+                if mlp is not None:
+                    W1, b1, W2, b2 = mlp
+                    ones = arb_mat([[1] * n])
+                    P = W1 * H + b1 * ones
+                    Z = arb_mat([[_relu(P[i, k], zero) for k in range(n)] for i in range(P.nrows())])
+                    H = H + W2 * Z + b2 * ones
+            return _decide_logits(W, H, labels, self.model, prec)
+        finally:
+            flint.ctx.prec = old
+
+
+def _attention(S, kind, scale, causal, n, arb, arb_mat, zero):
+    """Weights A (n_key, n_query) from the score balls S, per checkers/model.py."""
+    A = [[zero] * n for _ in range(n)]
+    for k in range(n):
+        keys = list(range(k + 1) if causal else range(n))
+        if kind == "relu":
+            for j in keys:
+                A[j][k] = _relu(S[j, k], zero)
+        elif kind == "softmax":
+            x = [S[j, k] * scale for j in keys]
+            shift = arb(max(v.mid() for v in x))  # any exact shift gives the same weights
+            e = [(v - shift).exp() for v in x]
+            Z = sum(e[1:], e[0])
+            for j, ej in zip(keys, e):
+                A[j][k] = ej / Z
+        else:  # hardmax: the argmax set must be certain
+            s = [S[j, k] for j in keys]
+            bounds = [ball_bounds(v) for v in s]
+            best_low = max(lo for lo, _ in bounds)
+            cand = [i for i, (_, hi) in enumerate(bounds) if hi >= best_low]
+            if len(cand) > 1 and not all(bounds[i][0] == bounds[i][1] == best_low for i in cand):
+                raise Undecidable  # several keys may reach the maximum and the balls cannot say which
+            w = arb(1) / len(cand)
+            for i in cand:
+                A[keys[i]][k] = w
+    return arb_mat(A)
+
+
+def _decide_logits(W: _Weights, H, labels, model: Model, prec: int) -> PointDecision:
+    """Compare the label with every other class at every labelled position.
+
+    The point's margin min_k min_{c != y_k} (o_k[y_k] - o_k[c]) lies in [min lo, min hi] of the
+    difference balls; a difference ball entirely below 0 is a certified wrong answer."""
+    C = len(model.classes)
+    cols = H.transpose()  # (n, d'): row k = column k of H
+    arb_mat = type(H)
+    low = high = None
+    where = None  # (position, other class, column) of the smallest lower end
+    undecided = None
+    for pos, y in labels:
+        hcol = arb_mat([[cols[pos, r]] for r in range(H.nrows())])
+        for c in range(C):
+            if c == y:
+                continue
+            diff = (W.diff_row(y, c) * hcol)[0, 0]  # label minus class c
+            lo, hi = ball_bounds(diff)
+            if diff < 0:  # certainly below 0: class c beats the label
+                return PointDecision("wrong", (lo, hi), pos, c, _logit_bounds(W, hcol, model), prec)
+            if low is None or lo < low:
+                low, where = lo, (pos, c, hcol)
+            high = hi if high is None else min(high, hi)
+            if not diff > 0 and undecided is None:
+                undecided = (pos, c, hcol)
+    if low is None:  # a single class: nothing to compare
+        return PointDecision("correct", (Fraction(0), Fraction(0)), labels[0][0], -1, (), prec)
+    if undecided is not None:
+        pos, c, hcol = undecided
+        return PointDecision("undecided", (low, high), pos, c, _logit_bounds(W, hcol, model), prec)
+    pos, c, hcol = where
+    return PointDecision("correct", (low, high), pos, c, _logit_bounds(W, hcol, model), prec)
+
+
+def _logit_bounds(W: _Weights, hcol, model: Model):
+    return tuple(ball_bounds((W._mat([model.W_O[c]]) * hcol)[0, 0]) for c in range(len(model.classes)))
