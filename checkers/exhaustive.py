@@ -368,7 +368,7 @@ def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, 
             pos = d.position if per_position else None
             expected = (p.labels[d.position] if per_position else p.label)
             if d.status == "wrong":
-                counter = Counterexample(p.index, p.tokens, expected, model.classes[d.other], (), False,
+                counter = Counterexample(p.index, p.tokens, expected, model.classes[d.other], (), d.tie,
                                          tuple(model.classes), pos, d.logits)
                 break
             n_undecided += 1

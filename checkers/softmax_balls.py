@@ -6,11 +6,14 @@ that provably contains it (arb propagates rigorous error bounds through +, *, /,
 point is decided only when the balls separate:
 
     correct    at every labelled position, every (label - other) logit difference ball > 0
-    wrong      at some labelled position, some (label - other) ball < 0: a certified wrong answer
+    wrong      at some labelled position, some (label - other) ball < 0: a certified wrong
+               answer; or some difference ball is exactly [0 +- 0]: a certified tie (a ball of
+               radius 0 contains only its midpoint, so the difference is exactly 0; ties fail)
     undecided  otherwise, after raising the working precision up to a cap
 
-An exact tie (a difference that is exactly 0) never separates, so it stays undecided: it is
-never verified.  A float64 forward may pre-screen points, but no float ever decides one.
+An exact tie whose ball keeps a positive radius (the zero arises through exp) never separates,
+so it stays undecided: it is never verified.  A float64 forward may pre-screen points, but no
+float ever decides one.
 
 Layers before the first softmax layer are rational and are evaluated exactly (checkers.evaluate)
 on the whole batch; the balls start from that exact residual stream.  After a softmax layer, a
@@ -47,6 +50,7 @@ class PointDecision:
     other: int  # class row with the best other logit at `position` (wrong: certainly above the label)
     logits: tuple[tuple[Fraction, Fraction], ...]  # enclosure of every class's logit at `position`
     precision: int  # bits of the attempt that decided (or the cap)
+    tie: bool = False  # wrong because the difference is exactly 0 (a radius-0 ball at 0)
 
 
 class Undecidable(Exception):
@@ -230,6 +234,8 @@ def _decide_logits(W: _Weights, H, labels, model: Model, prec: int) -> PointDeci
             lo, hi = ball_bounds(diff)
             if diff < 0:  # certainly below 0: class c beats the label
                 return PointDecision("wrong", (lo, hi), pos, c, _logit_bounds(W, hcol, model), prec)
+            if lo == hi == 0:  # exactly 0: a certified tie, which fails
+                return PointDecision("wrong", (lo, hi), pos, c, _logit_bounds(W, hcol, model), prec, tie=True)
             if low is None or lo < low:
                 low, where = lo, (pos, c, hcol)
             high = hi if high is None else min(high, hi)

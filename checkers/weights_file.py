@@ -290,3 +290,17 @@ def model_from_json(obj, task=None) -> Model:
         raise BadInput("weights file: \"name\" must be a string")
     return Model(vocab, max_length, classes, layout, tuple(layers), W_O, name=name, outputs=outputs,
                  constant_row=constant_row)
+
+
+def load_weights(path: str, task=None) -> Model:
+    """Read a weights file (versions 1 and 2); `task` supplies defaults for vocab/length/classes."""
+    from depthcert.checkers.atomic import read_json
+
+    return model_from_json(read_json(path, "weights"), task)
+
+
+def save_weights(model: Model, path: str) -> None:
+    """Write `model` as a weights file, atomically (version 1 for the paper's class, else 2)."""
+    from depthcert.checkers.atomic import write_json_atomic
+
+    write_json_atomic(path, model_to_json(model))

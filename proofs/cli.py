@@ -1,11 +1,14 @@
 """Command line: verify-construction (and the shared plumbing of every depthcert command).
 
-Exit codes: 0 verified, 1 refuted (counterexample printed), 2 bad input (one line, no traceback).
+Exit codes: 0 verified, 1 refuted (counterexample printed), 2 bad input (one line, no traceback),
+3 undecided (softmax models only: certified balls could not separate some point's logits at the
+precision cap; the point is printed; never rounded into a verdict).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -17,6 +20,8 @@ from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
 
 DEFAULT_MAX_POINTS = 20_000_000
+EXIT_UNDECIDED = 3
+PRECISION_LIMIT = 65536  # bits: a ball forward pass at this precision is already slow
 
 
 class _Parser(argparse.ArgumentParser):
@@ -106,14 +111,56 @@ def _fmt_q(q) -> str:
     return "-" if q is None else str(format_rational(q))
 
 
+def bound_text(q, up: bool, digits: int = 10) -> str:
+    """q rounded outward to `digits` significant digits as an exact decimal string: rounded
+    down for a lower end (up=False), up for an upper end, so an enclosure stays an enclosure."""
+    q = Fraction(q)
+    if q == 0:
+        return "0"
+    a = abs(q)
+    e = len(str(a.numerator)) - len(str(a.denominator))  # 10^(e-1) <= a < 10^(e+1)
+    if Fraction(10) ** e <= a:
+        e += 1
+    scale = Fraction(10) ** (digits - e)  # a * scale has `digits` digits before the point
+    x = q * scale
+    n = math.ceil(x) if up else math.floor(x)
+    text = f"{abs(n)}".rstrip("0") or "0"
+    exp10 = e - 1
+    mant = text[0] + ("." + text[1:] if len(text) > 1 else "")
+    return ("-" if n < 0 else "") + f"{mant}e{exp10:+d}"
+
+
+def enclosure_text(pair) -> list[str]:
+    return [bound_text(pair[0], up=False), bound_text(pair[1], up=True)]
+
+
 def _counterexample_json(ce) -> dict:
-    return {
+    out = {
         "index": ce.index,
         "tokens": list(ce.tokens),
         "expected": ce.expected,
         "predicted": ce.predicted,
         "tie": ce.tie,
         "logits": {c: format_rational(v) for c, v in zip(ce.classes, ce.logits)},
+    }
+    if ce.position is not None:
+        out["position"] = ce.position
+    if ce.logit_bounds:
+        out["logits"] = {c: enclosure_text(b) for c, b in zip(ce.classes, ce.logit_bounds)}
+        out["logits_are"] = "certified enclosures [lower, upper]"
+    return out
+
+
+def _undecided_json(u) -> dict:
+    return {
+        "index": u.index,
+        "tokens": list(u.tokens),
+        "expected": u.expected,
+        "position": u.position,
+        "not_separated_from": u.other,
+        "margin_enclosure": enclosure_text(u.margin),
+        "precision_bits": u.precision,
+        "logits": {c: enclosure_text(b) for c, b in zip(u.classes, u.logit_bounds)},
     }
 
 
@@ -141,6 +188,11 @@ def _build_parser() -> _Parser:
                    help="auto: prove equivariance under the task's token permutations on the weights, then "
                    "evaluate one point per orbit (falls back to every point if the proof fails)")
     p.add_argument("--exact", action="store_true", help="skip the proven float64 fast path (big integers)")
+    p.add_argument("--precision", type=positive_int, default=None, metavar="BITS",
+                   help="softmax models: bits of the first ball attempt (default 64)")
+    p.add_argument("--max-precision", type=positive_int, default=None, metavar="BITS",
+                   help="softmax models: precision cap; balls still overlapping there make the point undecided "
+                   f"(default 4096, at most {PRECISION_LIMIT})")
     p.add_argument("--batch-size", type=positive_int, default=2048)
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="processes for runs of 400k+ evaluated points (default: all cores)")
@@ -204,11 +256,12 @@ def _verify_construction(argv) -> int:
 
             write_json_atomic(args.export, model_to_json(model))
 
+    balls = _precision_options(args, model)
     if args.point is not None:
         if args.point >= task.size:
             raise BadInput(f"--point {args.point} is outside the dataset (0 .. {task.size - 1})")
         export()
-        return _show_point(args, task, model, theorem)
+        return _show_point(args, task, model, theorem, balls)
     plan = plan_points(model, task, args.symmetry)
     if plan.n_eval > args.max_points:
         raise BadInput(
@@ -217,7 +270,7 @@ def _verify_construction(argv) -> int:
         )
     export()
     v = verify(model, task, batch_size=args.batch_size, progress=None if not args.json else False,
-               force_exact=args.exact, plan=plan, workers=args.workers)
+               force_exact=args.exact, plan=plan, workers=args.workers, balls=balls)
     info = {
         "task": task.name,
         "params": task.params,
@@ -238,26 +291,58 @@ def _verify_construction(argv) -> int:
         "symmetry": v.notes[0] if v.notes else "",
         "notes": list(notes),
     }
+    if not model.is_plain:
+        info["model_class"] = model.kinds()
+    if v.margin_enclosure is not None:
+        info["min_margin_enclosure"] = enclosure_text(v.margin_enclosure)
     if v.counterexample is not None:
         info["counterexample"] = _counterexample_json(v.counterexample)
+    if v.undecided is not None:
+        info["undecided"] = _undecided_json(v.undecided)
+        info["undecided_points"] = v.undecided_count
     if args.json:
         print(json.dumps(info))
     else:
         _print_human(info, task, v, description)
-    return 0 if v.verified else 1
+    return 0 if v.verified else (EXIT_UNDECIDED if v.verdict == "undecided" else 1)
+
+
+def _precision_options(args, model) -> dict | None:
+    """Ball precisions for softmax models; refused (exit 2) when out of range or meaningless."""
+    given = args.precision is not None or args.max_precision is not None
+    if not model.has_softmax:
+        if given:
+            raise BadInput("--precision and --max-precision apply to softmax models only (this model is exact)")
+        return None
+    from depthcert.checkers.softmax_balls import MAX_PRECISION, START_PRECISION
+
+    start = START_PRECISION if args.precision is None else args.precision
+    cap = max(MAX_PRECISION, start) if args.max_precision is None else args.max_precision
+    if start < 2:
+        raise BadInput(f"--precision must be at least 2 bits, got {start}")
+    if cap > PRECISION_LIMIT:
+        raise BadInput(f"--max-precision {cap} is above the limit {PRECISION_LIMIT} bits")
+    if start > cap:
+        raise BadInput(f"--precision {start} is above --max-precision {cap}")
+    return {"start_precision": start, "max_precision": cap}
 
 
 def _print_human(info: dict, task, v, description: str) -> None:
+    kind = f" [{info['model_class']}]" if "model_class" in info else ""
+    margin = _fmt_q(v.min_margin)
+    if v.margin_enclosure is not None:
+        lo, hi = info["min_margin_enclosure"]
+        margin = f"in [{lo}, {hi}] (certified enclosure)"
     rows = [
         ("theorem", info["theorem"] + (" [as printed]" if info["as_printed"] else "")),
         ("variant", info["variant"] + (f": {description}" if description else "")),
-        ("model", f"{info['layers']} layer(s), heads per layer {info['heads']}, d' = {info['d_model']}"),
+        ("model", f"{info['layers']} layer(s), heads per layer {info['heads']}, d' = {info['d_model']}{kind}"),
         ("dataset", f"{task.describe()}: {info['points_total']} points = {info['size_formula']}"),
         ("evaluated", f"{info['points_checked']} points ({info['evaluation']})"),
         ("covered", f"{info['points_covered']} of {info['points_total']} points"),
         ("symmetry", info["symmetry"].removeprefix("symmetry: ")),
         ("verdict", info["verdict"].upper()),
-        ("min margin", _fmt_q(v.min_margin) + ("" if v.verified else " (up to the counterexample)")),
+        ("min margin", margin + ("" if v.verified or v.counterexample is None else " (up to the counterexample)")),
         ("wall time", f"{v.seconds:.2f} s"),
     ]
     print(f"verify-construction {task.name}")
@@ -270,13 +355,29 @@ def _print_human(info: dict, task, v, description: str) -> None:
         print("counterexample:")
         print(f"  point      {ce.index}  (replay: --point {ce.index})")
         print(f"  input      {task.render(ce.tokens)}")
+        if ce.position is not None:
+            print(f"  position   {ce.position}  (token {ce.tokens[ce.position]})")
         print(f"  expected   {ce.expected}")
         print(f"  predicted  {ce.predicted}" + ("  (tie with the expected label)" if ce.tie else ""))
-        print("  logits     " + "  ".join(f"{c}={format_rational(q)}" for c, q in zip(ce.classes, ce.logits)))
+        if ce.logit_bounds:
+            print("  logits     " + "  ".join(f"{c} in [{lo}, {hi}]" for c, (lo, hi) in
+                                          ((c, enclosure_text(b)) for c, b in zip(ce.classes, ce.logit_bounds))))
+        else:
+            print("  logits     " + "  ".join(f"{c}={format_rational(q)}" for c, q in zip(ce.classes, ce.logits)))
+    u = v.undecided
+    if u is not None:
+        lo, hi = enclosure_text(u.margin)
+        print(f"undecided: {v.undecided_count} point(s); the first:")
+        print(f"  point      {u.index}  (replay: --point {u.index})")
+        print(f"  input      {task.render(u.tokens)}")
+        if u.position is not None:
+            print(f"  position   {u.position}")
+        print(f"  expected   {u.expected}, not separated from {u.other} at {u.precision} bits")
+        print(f"  margin     in [{lo}, {hi}]: the balls still contain 0 (an exact tie never separates)")
 
 
-def _show_point(args, task, model, theorem) -> int:
-    from depthcert.checkers.evaluate import Evaluator
+def _show_point(args, task, model, theorem, balls=None) -> int:
+    """Evaluate one dataset point and show every checked position's logits and margin."""
     from depthcert.checkers.exhaustive import check_compatible, token_rows
 
     if args.point >= task.size:
@@ -285,27 +386,90 @@ def _show_point(args, task, model, theorem) -> int:
     p = task.point(args.point)
     ids, labels = task.decode(np.array([args.point], dtype=np.int64))
     tokens = token_rows(model, task)
-    num, den = Evaluator(model, force_exact=args.exact).logits(ids if tokens is None else tokens[ids])
-    logits = [Fraction(int(x), den) for x in num[0]]
-    y = rows[int(labels[0])]
-    others = [q for i, q in enumerate(logits) if i != y]
-    best = max(range(len(logits)), key=lambda i: (logits[i], i != y))
-    margin = logits[y] - max(others) if others else None
-    ok = margin is None or margin > 0
-    info = {
-        "task": task.name, "theorem": theorem, "point": args.point, "tokens": list(p.tokens),
-        "expected": p.label, "predicted": model.classes[best] if not ok else p.label,
-        "correct": ok, "margin": None if margin is None else format_rational(margin),
-        "logits": {c: format_rational(q) for c, q in zip(model.classes, logits)},
-    }
+    ids = ids if tokens is None else tokens[ids]
+    n = ids.shape[1]
+    checks = [(n - 1, int(labels[0]))] if labels.ndim == 1 else \
+        [(k, int(y)) for k, y in enumerate(labels[0]) if y >= 0]
+    if model.has_softmax:
+        return _show_point_balls(args, task, model, theorem, balls, p, ids, checks, rows)
+    from depthcert.checkers.evaluate import Evaluator
+
+    ev = Evaluator(model, force_exact=args.exact)
+    if labels.ndim == 1:
+        num, den = ev.logits(ids)
+        per_pos = {n - 1: num[0]}
+    else:
+        num, den = ev.logits_all(ids)
+        per_pos = {k: num[0, k] for k, _ in checks}
+    results = []
+    for k, y_task in checks:
+        logits = [Fraction(int(x), den) for x in per_pos[k]]
+        y = rows[y_task]
+        others = [q for i, q in enumerate(logits) if i != y]
+        best = max(range(len(logits)), key=lambda i: (logits[i], i != y))
+        margin = logits[y] - max(others) if others else None
+        ok = margin is None or margin > 0
+        results.append({"position": k, "expected": model.classes[y],
+                        "predicted": model.classes[best] if not ok else model.classes[y], "correct": ok,
+                        "margin": None if margin is None else format_rational(margin),
+                        "logits": {c: format_rational(q) for c, q in zip(model.classes, logits)}})
+    return _print_point(args, task, theorem, p, results)
+
+
+def _show_point_balls(args, task, model, theorem, balls, p, ids, checks, rows) -> int:
+    from depthcert.checkers.evaluate import Evaluator
+    from depthcert.checkers.softmax_balls import SoftmaxDecider
+
+    dec = SoftmaxDecider(model, **(balls or {}))
+    H, den = Evaluator(dec.prefix_model(), force_exact=args.exact).logits_all(ids)
+    results = []
+    for k, y_task in checks:  # one decision per position, so every position is shown
+        d = dec.decide(H[0], den, [(k, rows[y_task])])
+        status = {"correct": True, "wrong": False}.get(d.status)
+        results.append({"position": k, "expected": model.classes[rows[y_task]],
+                         "predicted": model.classes[d.other] if d.status == "wrong" else
+                         (model.classes[rows[y_task]] if d.status == "correct" else "undecided"),
+                         "correct": status, "margin_enclosure": enclosure_text(d.margin) if d.other >= 0 else None,
+                         "precision_bits": d.precision,
+                         "logits": {c: enclosure_text(b) for c, b in zip(model.classes, d.logits)}})
+    return _print_point(args, task, theorem, p, results)
+
+
+def _print_point(args, task, theorem, p, results) -> int:
+    last_only = task.outputs != "all"
+    wrong = [r for r in results if r["correct"] is False]
+    undecided = [r for r in results if r["correct"] is None]
+    info = {"task": task.name, "theorem": theorem, "point": args.point, "tokens": list(p.tokens),
+            "expected": p.label, "correct": not wrong and not undecided}
+    if undecided and not wrong:
+        info["correct"] = None
+    if last_only:
+        r = results[0]
+        info.update({k: r[k] for k in r if k not in ("position", "correct", "expected")})
+    else:
+        info["positions"] = results
     if args.json:
         print(json.dumps(info))
     else:
         print(f"point {args.point}: {task.render(p.tokens)}")
-        print(f"  expected   {p.label}")
-        print(f"  predicted  {info['predicted']}  ({'correct' if ok else 'WRONG'}, margin {info['margin']})")
-        print("  logits     " + "  ".join(f"{c}={v}" for c, v in info["logits"].items()))
-    return 0 if ok else 1
+        for r in results:
+            head = "" if last_only else f"  position {r['position']}:"
+            if head:
+                print(head)
+            state = {True: "correct", False: "WRONG", None: "UNDECIDED"}[r["correct"]]
+            if "margin_enclosure" in r:
+                lo_hi = r["margin_enclosure"]
+                margin = "-" if lo_hi is None else f"in [{lo_hi[0]}, {lo_hi[1]}] at {r['precision_bits']} bits"
+                print(f"  expected   {r['expected']}")
+                print(f"  predicted  {r['predicted']}  ({state}, margin {margin})")
+                print("  logits     " + "  ".join(f"{c} in [{b[0]}, {b[1]}]" for c, b in r["logits"].items()))
+            else:
+                print(f"  expected   {r['expected']}")
+                print(f"  predicted  {r['predicted']}  ({state}, margin {r['margin']})")
+                print("  logits     " + "  ".join(f"{c}={v}" for c, v in r["logits"].items()))
+    if wrong:
+        return 1
+    return EXIT_UNDECIDED if undecided else 0
 
 
 def verify_construction_main(argv=None) -> int:

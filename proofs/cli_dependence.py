@@ -133,6 +133,9 @@ def _find_dependence(argv) -> int:
         if given:
             raise BadInput(f"option --{given[0].replace('_', '-')} does not apply to --dataset")
         task = load_dataset(args.dataset)
+        if task.outputs == "all":
+            raise BadInput("find-dependence decides last-position classification; this dataset labels every "
+                           "position (give one label per sequence)")
     else:
         task = task_from_args(args)
     if args.export and args.out and args.export == args.out:
