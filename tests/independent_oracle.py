@@ -36,6 +36,7 @@ reads nothing else).  Both are exact identities.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -115,8 +116,9 @@ class Oracle:
     def _apply(rows, h):
         """W h for sparse rows W and a dense list h."""
         out = []
+        zero = 0 * h[0]  # Fraction(0) or mpf(0): never mix the two
         for row in rows:
-            s = ZERO
+            s = zero
             for j, w in row:
                 x = h[j]
                 if x:
@@ -169,6 +171,7 @@ class Oracle:
 
     def _layer(self, layer: _Layer, H, n: int, last_only: bool, approx: bool):
         queries = [n - 1] if last_only else list(range(n))
+        zero = 0 * H[0][0]
         m = len(layer.heads)
         new = {k: H[k][:] for k in queries}
         for head in layer.heads:
@@ -179,12 +182,12 @@ class Oracle:
                 scores = []
                 for j in keys:
                     hj = H[j]
-                    s = ZERO
+                    s = zero
                     for a in range(self.d):
                         if hj[a] and u[a]:
                             s += hj[a] * u[a]
                     scores.append(s)
-                weights = self._weights(head, scores, approx)
+                weights = self._weights(head, scores, approx, zero)
                 col = new[k]
                 for j, w in zip(keys, weights):
                     if not w:
@@ -203,19 +206,19 @@ class Oracle:
             for k in queries:
                 h = H[k]
                 pre = self._apply(W1, h)
-                z = [p + b if p + b > 0 else ZERO for p, b in zip(pre, b1)]
+                z = [p + b if p + b > 0 else zero for p, b in zip(pre, b1)]
                 out = self._apply(W2, z)
                 H[k] = [x + o + b for x, o, b in zip(h, out, b2)]
         return H
 
-    def _weights(self, head: _Head, scores, approx: bool):
+    def _weights(self, head: _Head, scores, approx: bool, zero):
         if head.attention == "relu":
-            return [s if s > 0 else ZERO for s in scores]
+            return [s if s > 0 else zero for s in scores]
         if head.attention == "hardmax":
             best = max(scores)
             winners = [self._is_max(s, best, approx) for s in scores]
             count = sum(winners)
-            return [(ONE / count if not approx else _mp().mpf(1) / count) if w else ZERO for w in winners]
+            return [(ONE / count if not approx else _mp().mpf(1) / count) if w else zero for w in winners]
         if head.attention == "softmax":
             mp = _mp()
             c = mp.mpf(head.scale.numerator) / head.scale.denominator
@@ -228,17 +231,19 @@ class Oracle:
 
     # ---- logits and margins
 
+    def _precision(self):
+        """mpmath's working precision for softmax models (every public method runs inside it)."""
+        return _mp().workdps(self.dps) if self.has_softmax else nullcontext()
+
     def logits(self, tokens) -> list:
         """Logits at the last column."""
-        return self._apply(self.W_O, self.hidden_last(tokens))
+        with self._precision():
+            return self._apply(self.W_O, self.hidden_last(tokens))
 
     def logits_all(self, tokens) -> list[list]:
         """Logits at every column."""
-        H = self.hidden(tokens)
-        if self.has_softmax:
-            with _mp().workdps(self.dps):
-                return [self._apply(self.W_O, h) for h in H]
-        return [self._apply(self.W_O, h) for h in H]
+        with self._precision():
+            return [self._apply(self.W_O, h) for h in self.hidden(tokens)]
 
     def hidden_last(self, tokens) -> list:
         """The last column of the final H (what a last-position classifier reads)."""
@@ -253,13 +258,18 @@ class Oracle:
 
     def margin(self, tokens, label):
         """(margin at the last column, logits there); margin None with a single class."""
-        o = self.logits(tokens)
-        return self._margin_of(o, label), o
+        with self._precision():
+            o = self.logits(tokens)
+            return self._margin_of(o, label), o
 
     def point_margin(self, tokens, labels) -> "PointResult":
         """labels: one label (checked at the last column) or one label or None per position.
         The point's margin is the minimum over its labelled positions; `position` is its first
         failing position (margin <= 0), else the first position of the smallest margin."""
+        with self._precision():
+            return self._point_margin(tokens, labels)
+
+    def _point_margin(self, tokens, labels) -> "PointResult":
         if isinstance(labels, (tuple, list)):
             L = self.logits_all(tokens)
             per = []
@@ -365,7 +375,6 @@ def softmax_cross_check(model, task, verdict, per_point: bool = True, balls: dic
     slack = mp.mpf(10) ** (-(DPS - 20))
     problems = []
     scan = oracle_scan(model, task, stop=False)
-    res = dict(scan.points)
     orc = Oracle(model)
     with mp.workdps(DPS):
         margins = {i: r.margin for i, r in scan.points}
@@ -390,10 +399,8 @@ def softmax_cross_check(model, task, verdict, per_point: bool = True, balls: dic
                                         f"{mp.nstr(o[k], 12)}")
         u = verdict.undecided
         if u is not None:
-            m = margins[u.index]
+            m = margins[u.index]  # the interval encloses the point's margin (min over its positions)
             lo, hi = u.margin
-            if u.position is not None:  # the reported interval is for one position; check the point too
-                m = dict(res[u.index].per_position).get(u.position, m)
             if not (mp.mpf(lo.numerator) / lo.denominator - slack <= m <= mp.mpf(hi.numerator) / hi.denominator + slack):
                 problems.append(f"undecided point {u.index}: margin interval [{float(lo)}, {float(hi)}] misses "
                                 f"mpmath margin {mp.nstr(m, 12)}")
