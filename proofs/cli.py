@@ -339,7 +339,8 @@ def _print_human(info: dict, task, v, description: str) -> None:
         ("model", f"{info['layers']} layer(s), heads per layer {info['heads']}, d' = {info['d_model']}{kind}"),
         ("dataset", f"{task.describe()}: {info['points_total']} points = {info['size_formula']}"),
         ("evaluated", f"{info['points_checked']} points ({info['evaluation']})"),
-        ("covered", f"{info['points_covered']} of {info['points_total']} points"),
+        ("covered", f"{info['points_covered']} of {info['points_total']} points"
+                    + (f" ({v.undecided_count} evaluated point(s) undecided)" if v.undecided is not None else "")),
         ("symmetry", info["symmetry"].removeprefix("symmetry: ")),
         ("verdict", info["verdict"].upper()),
         ("min margin", margin + ("" if v.verified or v.counterexample is None else " (up to the counterexample)")),

@@ -6,6 +6,13 @@ flip, zeroing, x2, x1/2; mostly non-zero entries and entries in used blocks, som
 checked by `checkers.exhaustive.verify` and by tests/independent_oracle.py (paper eq. 1-3 in
 Fractions, point by point).  Both must agree on the verdict, the exact minimum margin (up to and
 including the first failure) and the index of the first counterexample.
+
+The same is done for hand-built models outside the paper's class (mutation_cases.wider_models:
+hardmax, softmax, causal masks, MLPs, a constant row, per-position outputs), mutating MLP
+weights and biases too.  Rational models must agree exactly (also on the first failing
+position); softmax models are cross-checked against the oracle's mpmath evaluation: every point
+verify decides (alone, and the counterexample of the whole run) is decided the same way, and a
+point whose mpmath margin is an exact tie is never verified.
 """
 from __future__ import annotations
 
@@ -21,8 +28,9 @@ from depthcert.checkers.layout import Layout
 from depthcert.checkers.model import Head, Model
 from depthcert.checkers.tasks import SequenceClassification
 from depthcert.constructions import registry
-from independent_oracle import Oracle, oracle_verdict
-from mutation_cases import PER_CASE, PER_CASE_TASK, SMALL, constructions, mutations
+from independent_oracle import Oracle, oracle_verdict, oracle_verdict_positions, softmax_cross_check
+from mutation_cases import (PER_CASE, PER_CASE_TASK, SMALL, WIDER_PER_CASE, WIDER_PER_CASE_SOFTMAX, constructions,
+                            mutations, wider_models)
 
 CASES = constructions()
 
@@ -173,3 +181,73 @@ def test_parallel_chunks_agree_with_oracle(label, task, construction, monkeypatc
             break
     for mutant, want in picked.values():
         assert _verify_triple(mutant, task, 2, workers=2) == want
+
+
+# ---- models outside the paper's class
+
+WIDER = wider_models()
+BALLS = {"max_precision": 256}  # a tie stays undecided at any precision: keep the cap low
+
+
+def _verify_quad(model, task, batch_size=2048, **kw):
+    v = verify(model, task, batch_size=batch_size, progress=False, **kw)
+    ce = v.counterexample
+    return v.verdict, v.min_margin, None if ce is None else ce.index, None if ce is None else ce.position
+
+
+def test_wider_models_cover_the_new_classes():
+    models = [m for _, _, m in WIDER]
+    kinds = {h.attention for m in models for L in m.layers for h in L}
+    assert {"relu", "hardmax", "softmax"} <= kinds
+    assert any(L.causal for m in models for L in m.layers)
+    assert any(L.mlp is not None and len(L) > 0 for m in models for L in m.layers)
+    assert any(L.mlp is not None and len(L) == 0 for m in models for L in m.layers)
+    assert any(m.constant_row for m in models)
+    assert {m.outputs for m in models} == {"last", "all"}
+    # MLP weights and biases are all mutated somewhere
+    touched = {where[2] for label, _, m in WIDER for _, where, *_ in mutations(label, m, WIDER_PER_CASE)
+               if where[1] == "mlp"}
+    assert touched == {"W1", "b1", "W2", "b2"}
+
+
+@pytest.mark.parametrize("label,task,model", WIDER, ids=[c[0] for c in WIDER])
+def test_wider_unmutated_model_is_verified_and_agrees_with_oracle(label, task, model):
+    if model.has_softmax:
+        v = verify(model, task, progress=False, balls=BALLS)
+        assert v.verdict == "verified"
+        assert softmax_cross_check(model, task, v, balls=BALLS) == []
+    else:
+        want = oracle_verdict_positions(model, task)
+        assert want[0] == "verified"
+        for bs in (1, 5, 2048):
+            assert _verify_quad(model, task, bs) == want
+        assert _verify_quad(model, task, 7, force_exact=True) == want
+
+
+@pytest.mark.parametrize("label,task,model", WIDER, ids=[c[0] for c in WIDER])
+def test_wider_single_entry_mutations_agree_with_oracle(label, task, model):
+    rng = random.Random(label)
+    mismatches = []
+    count = WIDER_PER_CASE_SOFTMAX if model.has_softmax else WIDER_PER_CASE
+    verdicts = set()
+    for name, where, old, kind, new in mutations(label, model, count):
+        mutant = model.with_weight(where, new)
+        bs = rng.choice((1, 3, 7, 2048))
+        what = (name, where, f"{old} -> {new} ({kind})", bs)
+        if model.has_softmax:
+            v = verify(mutant, task, batch_size=bs, progress=False, balls=BALLS)
+            verdicts.add(v.verdict)
+            problems = softmax_cross_check(mutant, task, v, balls=BALLS)
+            if problems:
+                mismatches.append(what + (v.verdict, problems[:3]))
+            continue
+        want = oracle_verdict_positions(mutant, task)
+        verdicts.add(want[0])
+        got = _verify_quad(mutant, task, bs)
+        if got != want:
+            mismatches.append(what + (got, want))
+        got = _verify_quad(mutant, task, bs, force_exact=True)
+        if got != want:
+            mismatches.append(what + ("force_exact", got, want))
+    assert not mismatches, mismatches[:3]
+    assert "refuted" in verdicts  # the mutations do break the model sometimes
