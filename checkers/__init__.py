@@ -1,0 +1,21 @@
+"""depthcert.checkers: the trusted core and the code around it.
+
+The kernel, the code every verdict rests on (this list is
+closed: a kernel module imports only kernel modules, the standard library, numpy,
+python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.py):
+
+    errors.py         BadInput, the one exception for bad input
+    layout.py         named blocks of the residual stream, block matrices
+    model.py          the model classes and their semantics (the reference text)
+    evaluate.py       exact integer evaluation, the proven float64 bound
+    softmax_balls.py  certified ball-arithmetic decisions for softmax models
+    trace.py          per-point Fraction forward pass (the wider classes' slow reference)
+    symmetry.py       the equivariance proof behind orbit representatives
+    tasks.py          Task, Batch, Point (what a dataset is) and the ICQA / SC enumerators
+    exhaustive.py     verify(): every point, strict argmax, verdicts
+    certificate.py    the independent certificate checker (standard library only)
+
+Around it, calling in: dataset_file.py and weights_file.py (file formats), template_tasks.py
+and multihop_task.py (more task enumerators), dependence.py (LP search for certificates and
+one-layer models), atomic.py (file writing), rational.py (exact numbers in files).
+"""

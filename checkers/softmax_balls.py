@@ -22,7 +22,7 @@ and equal); an argmax the balls cannot settle makes the point undecided.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
 
@@ -48,7 +48,7 @@ class PointDecision:
     margin: tuple[Fraction, Fraction]  # encloses min over labelled positions of label - best other
     position: int  # correct: the position of the smallest margin; else the deciding position
     other: int  # class row with the best other logit at `position` (wrong: certainly above the label)
-    logits: tuple[tuple[Fraction, Fraction], ...]  # enclosure of every class's logit at `position`
+    logits: tuple[tuple[Fraction, Fraction], ...]  # wrong/undecided: every class's logit enclosure at `position`
     precision: int  # bits of the attempt that decided (or the cap)
     tie: bool = False  # wrong because the difference is exactly 0 (a radius-0 ball at 0)
 
@@ -106,10 +106,11 @@ class _Weights:
             flint.ctx.prec = old
 
     def diff_row(self, y: int, c: int):
-        """(W_O[y] - W_O[c]) as a 1 x d' arb matrix (exact difference first: tighter balls)."""
+        """(W_O[y] - W_O[c]) as a 1 x d' arb matrix (exact difference first: tighter balls);
+        diff_row(c, None) is W_O[c] itself."""
         key = (y, c)
         if key not in self._diff:
-            self._diff[key] = self._mat([self.W_O[y] - self.W_O[c]])
+            self._diff[key] = self._mat([self.W_O[y] if c is None else self.W_O[y] - self.W_O[c]])
         return self._diff[key]
 
 
@@ -137,13 +138,15 @@ class SoftmaxDecider:
                      self.model.layout, self.model.layers[: self.first], eye(d), outputs="all",
                      constant_row=self.model.constant_row)
 
-    def decide(self, H: np.ndarray, den: int, labels: list[tuple[int, int]]) -> PointDecision:
+    def decide(self, H: np.ndarray, den: int, labels: list[tuple[int, int]], logits: bool = False) -> PointDecision:
         """H: (n, d') integer numerators of the exact stream (columns = positions), over `den`;
-        labels: [(position, class row)] to check.  Raises the precision until decided or capped."""
+        labels: [(position, class row)] to check.  Raises the precision until decided or capped.
+        Wrong and undecided decisions carry every class's logit enclosure; correct ones only
+        when `logits` is set."""
         prec = self.start
         while True:
             try:
-                d = self._attempt(H, den, labels, prec)
+                d = self._attempt(H, den, labels, prec, logits)
             except Undecidable:
                 d = None
             if d is not None and d.status != "undecided":
@@ -156,7 +159,7 @@ class SoftmaxDecider:
         self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
         return d
 
-    def _attempt(self, Hnum: np.ndarray, den: int, labels, prec: int) -> PointDecision:
+    def _attempt(self, Hnum: np.ndarray, den: int, labels, prec: int, logits: bool = False) -> PointDecision:
         flint = _flint()
         arb, arb_mat, fmpq = flint.arb, flint.arb_mat, flint.fmpq
         old = flint.ctx.prec
@@ -166,31 +169,43 @@ class SoftmaxDecider:
             n, dim = Hnum.shape
             H = arb_mat([[arb(fmpq(int(Hnum[k, r]), den)) for k in range(n)] for r in range(dim)])  # (d', n)
             zero = arb(0)
-            for heads, causal, mlp, inv_m in W.layers:
+            # only the last column reaches the classifier when the last position is all that is checked
+            last_only = all(pos == n - 1 for pos, _ in labels)
+            for li, (heads, causal, mlp, inv_m) in enumerate(W.layers):
+                queries = [n - 1] if last_only and li == len(W.layers) - 1 else list(range(n))
+                Q = H if len(queries) == n else arb_mat([[H[r, n - 1]] for r in range(dim)])  # (d', q)
                 if heads:
                     upd = None
                     for W_QK, W_V, kind, scale in heads:
-                        S = H.transpose() * (W_QK * H)  # (n, n): key j, query k
-                        A = _attention(S, kind, scale, causal, n, arb, arb_mat, zero)
+                        S = H.transpose() * (W_QK * Q)  # (n, q): key j, query queries[k]
+                        A = _attention(S, kind, scale, causal, queries, arb, arb_mat, zero)
                         term = (W_V * H) * A
                         upd = term if upd is None else upd + term
-                    H = H + upd * inv_m
+                    Q = Q + upd * inv_m
                 if mlp is not None:
                     W1, b1, W2, b2 = mlp
-                    ones = arb_mat([[1] * n])
-                    P = W1 * H + b1 * ones
-                    Z = arb_mat([[_relu(P[i, k], zero) for k in range(n)] for i in range(P.nrows())])
-                    H = H + W2 * Z + b2 * ones
-            return _decide_logits(W, H, labels, self.model, prec)
+                    ones = arb_mat([[1] * len(queries)])
+                    P = W1 * Q + b1 * ones
+                    Z = arb_mat([[_relu(P[i, k], zero) for k in range(len(queries))] for i in range(P.nrows())])
+                    Q = Q + W2 * Z + b2 * ones
+                H = Q
+            if H.ncols() != n:
+                labels = [(0, y) for _, y in labels]  # the one remaining column is position n - 1
+            d = _decide_logits(W, H, labels, self.model, prec, logits)
+            if H.ncols() != n:
+                d = replace(d, position=n - 1)
+            return d
         finally:
             flint.ctx.prec = old
 
 
-def _attention(S, kind, scale, causal, n, arb, arb_mat, zero):
-    """Weights A (n_key, n_query) from the score balls S, per checkers/model.py."""
-    A = [[zero] * n for _ in range(n)]
-    for k in range(n):
-        keys = list(range(k + 1) if causal else range(n))
+def _attention(S, kind, scale, causal, queries, arb, arb_mat, zero):
+    """Weights A (n_key, len(queries)) from the score balls S (key j, query queries[k]), per
+    checkers/model.py."""
+    n = S.nrows()
+    A = [[zero] * len(queries) for _ in range(n)]
+    for k, q in enumerate(queries):
+        keys = list(range(q + 1) if causal else range(n))
         if kind == "relu":
             for j in keys:
                 A[j][k] = _relu(S[j, k], zero)
@@ -214,7 +229,7 @@ def _attention(S, kind, scale, causal, n, arb, arb_mat, zero):
     return arb_mat(A)
 
 
-def _decide_logits(W: _Weights, H, labels, model: Model, prec: int) -> PointDecision:
+def _decide_logits(W: _Weights, H, labels, model: Model, prec: int, logits: bool = False) -> PointDecision:
     """Compare the label with every other class at every labelled position.
 
     The point's margin min_k min_{c != y_k} (o_k[y_k] - o_k[c]) lies in [min lo, min hi] of the
@@ -247,8 +262,8 @@ def _decide_logits(W: _Weights, H, labels, model: Model, prec: int) -> PointDeci
         pos, c, hcol = undecided
         return PointDecision("undecided", (low, high), pos, c, _logit_bounds(W, hcol, model), prec)
     pos, c, hcol = where
-    return PointDecision("correct", (low, high), pos, c, _logit_bounds(W, hcol, model), prec)
+    return PointDecision("correct", (low, high), pos, c, _logit_bounds(W, hcol, model) if logits else (), prec)
 
 
 def _logit_bounds(W: _Weights, hcol, model: Model):
-    return tuple(ball_bounds((W._mat([model.W_O[c]]) * hcol)[0, 0]) for c in range(len(model.classes)))
+    return tuple(ball_bounds((W.diff_row(c, None) * hcol)[0, 0]) for c in range(len(model.classes)))

@@ -425,7 +425,7 @@ def _show_point_balls(args, task, model, theorem, balls, p, ids, checks, rows) -
     H, den = Evaluator(dec.prefix_model(), force_exact=args.exact).logits_all(ids)
     results = []
     for k, y_task in checks:  # one decision per position, so every position is shown
-        d = dec.decide(H[0], den, [(k, rows[y_task])])
+        d = dec.decide(H[0], den, [(k, rows[y_task])], logits=True)
         status = {"correct": True, "wrong": False}.get(d.status)
         results.append({"position": k, "expected": model.classes[rows[y_task]],
                          "predicted": model.classes[d.other] if d.status == "wrong" else

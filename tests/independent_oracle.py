@@ -361,13 +361,13 @@ def softmax_cross_check(model, task, verdict, per_point: bool = True, balls: dic
     """Problems (an empty list if none) between a softmax model's Verdict and mpmath:
 
     - "verified" while some point's mpmath margin is <= tie (wrong or an exact tie);
-    - a counterexample whose predicted class is not above the expected one in mpmath, or whose
-      logit_bounds do not contain the mpmath logits;
+    - a counterexample whose predicted class is not above the expected one in mpmath (or, for a
+      certified tie, not within `tie` of it), or whose logit_bounds miss the mpmath logits;
     - an undecided point whose reported margin interval does not contain its mpmath margin;
     - margin_enclosure not containing the mpmath minimum margin over the points up to and
       including the first wrong one (index order);
     - per_point: every point verified alone (verify on a one-point dataset) must have mpmath
-      margin > tie, every point refuted alone margin < -tie.
+      margin > tie, every point refuted alone margin <= tie (wrong, or a certified tie).
     """
     from depthcert.checkers.exhaustive import verify
 
@@ -388,9 +388,14 @@ def softmax_cross_check(model, task, verdict, per_point: bool = True, balls: dic
             pos = ce.position if ce.position is not None else len(p.tokens) - 1
             o = orc.logits_all(p.tokens)[pos]
             e, c = model.classes.index(ce.expected), model.classes.index(ce.predicted)
-            if not o[c] - o[e] > tie:
+            if ce.tie and not abs(o[c] - o[e]) <= tie:
+                problems.append(f"refuted at point {ce.index} position {pos} as a tie of {ce.predicted} with "
+                                f"{ce.expected}, but the mpmath difference is {mp.nstr(o[c] - o[e], 8)}")
+            if not ce.tie and not o[c] - o[e] > tie:
                 problems.append(f"refuted at point {ce.index} position {pos}: {ce.predicted} above {ce.expected}, "
-                                f"but mpmath difference is {mp.nstr(o[c] - o[e], 8)}")
+                                f"but the mpmath difference is {mp.nstr(o[c] - o[e], 8)}")
+            if not margins[ce.index] <= tie:
+                problems.append(f"refuted at point {ce.index}, but its mpmath margin is {mp.nstr(margins[ce.index], 8)}")
             if ce.logit_bounds:
                 for k, (lo, hi) in enumerate(ce.logit_bounds):
                     if not (mp.mpf(lo.numerator) / lo.denominator - slack <= o[k]
@@ -422,6 +427,6 @@ def softmax_cross_check(model, task, verdict, per_point: bool = True, balls: dic
             v = verify(model, _single_point_task(task, task.point(i)), progress=False, balls=balls)
             if v.verdict == "verified" and not m > tie:
                 problems.append(f"point {i} alone verified, mpmath margin {mp.nstr(m, 8)}")
-            if v.verdict == "refuted" and not m < -tie:
+            if v.verdict == "refuted" and not m <= tie:  # wrong, or a certified exact tie
                 problems.append(f"point {i} alone refuted, mpmath margin {mp.nstr(m, 8)}")
     return problems
