@@ -11,11 +11,13 @@ python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.p
     softmax_balls.py  certified ball-arithmetic decisions for softmax models
     trace.py          per-point Fraction forward pass (the wider classes' slow reference)
     symmetry.py       the equivariance proof behind orbit representatives
-    tasks.py          Task, Batch, Point (what a dataset is) and the ICQA / SC enumerators
+    tasks.py          Task, Batch, Point (what a dataset is), the ICQA / SC enumerators, make_task
+    template_tasks.py the TM / ICTM enumerators (a verdict is about the dataset they define)
+    multihop_task.py  the multi-hop enumerator
     exhaustive.py     verify(): every point, strict argmax, verdicts
     certificate.py    the independent certificate checker (standard library only)
 
-Around it, calling in: dataset_file.py and weights_file.py (file formats), template_tasks.py
-and multihop_task.py (more task enumerators), dependence.py (LP search for certificates and
-one-layer models), atomic.py (file writing), rational.py (exact numbers in files).
+Around it, calling in: dataset_file.py and weights_file.py (file formats), dependence.py (LP
+search for certificates and one-layer models; its certificates are re-checked by
+certificate.py), atomic.py (file writing), rational.py (exact numbers in files).
 """
