@@ -5,6 +5,7 @@ closed: a kernel module imports only kernel modules, the standard library, numpy
 python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.py):
 
     errors.py         BadInput, the one exception for bad input
+    rational.py       exact numbers from text ("p/q"), floats refused
     layout.py         named blocks of the residual stream, block matrices
     model.py          the model classes and their semantics (the reference text)
     evaluate.py       exact integer evaluation, the proven float64 bound
@@ -19,5 +20,5 @@ python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.p
 
 Around it, calling in: dataset_file.py and weights_file.py (file formats), dependence.py (LP
 search for certificates and one-layer models; its certificates are re-checked by
-certificate.py), atomic.py (file writing), rational.py (exact numbers in files).
+certificate.py), atomic.py (file writing).
 """

@@ -178,7 +178,8 @@ def check_parsed(points):
             n_pos += 1
     return True, (
         "valid: " + str(n_pos) + " point(s) with positive coefficients in " + str(len(groups))
-        + " group(s); no one-layer attention-only transformer classifies all of them correctly"
+        + " group(s); no one-layer transformer with entrywise (e.g. ReLU) attention or one softmax head"
+        + " classifies all of them correctly"
     )
 
 

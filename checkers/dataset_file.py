@@ -112,7 +112,7 @@ class DatasetTask(Task):
         self._seqs = [np.array([tid[t] for t in s], dtype=np.int64) for s in sequences]
         if per_position:  # ragged: one array per sequence, UNLABELLED where null
             self._labels = [np.array([UNLABELLED if v is None else cid[v] for v in lab], dtype=np.int64)
-                            for lab in labels]
+                            for lab in labels]  # a list of arrays: sequences may differ in length
         else:
             self._labels = np.array([cid[lab] for lab in labels], dtype=np.int64)
         self._lengths = np.array([len(s) for s in sequences], dtype=np.int64)
@@ -121,6 +121,18 @@ class DatasetTask(Task):
         self.params = {"points": self.size, "lengths": sorted(set(int(n) for n in self._lengths))}
         self.token_out = {str(t): t for t in tokens}
         self.label_out = {str(c): c for c in classes}
+
+    def to_json(self) -> dict:
+        """The dataset as a "depthcert.dataset" object (version 1 when it labels the last
+        position only, else 2), with its tokens and labels as originally given."""
+        toks, labs = self.original_tokens, self.original_labels
+        seqs = [[toks[t] for t in s] for s in self._seqs]
+        if self.outputs == "all":
+            labels = [[None if y == UNLABELLED else labs[y] for y in row] for row in self._labels]
+        else:
+            labels = [labs[y] for y in self._labels]
+        return {"format": FORMAT, "version": 2 if self.outputs == "all" else 1, "name": self.name,
+                "sequences": seqs, "labels": labels}
 
     def decode(self, index):
         index = np.asarray(index, dtype=np.int64)
@@ -174,6 +186,13 @@ def dataset_from_json(obj, name: str = "dataset") -> DatasetTask:
     if per_position and version == 1:
         raise BadInput("labels: per-position labels (lists) need \"version\": 2")
     return DatasetTask(obj["sequences"], labels, nm or name, per_position=per_position)
+
+
+def save_dataset(task: DatasetTask, path: str) -> None:
+    """Write a dataset file atomically (see DatasetTask.to_json)."""
+    from depthcert.checkers.atomic import write_json_atomic
+
+    write_json_atomic(path, task.to_json())
 
 
 def load_dataset(path: str) -> DatasetTask:

@@ -22,7 +22,7 @@ weights: evaluation lives in `checkers.evaluate` and `checkers.softmax_balls`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 
 import numpy as np
@@ -35,13 +35,39 @@ OUTPUT_KINDS = ("last", "all")
 
 
 def _exact(value, where: str) -> Fraction:
+    """An int, Fraction or "p/q" string as a Fraction; floats and bools are refused."""
+    if isinstance(value, str):
+        from depthcert.checkers.rational import parse_rational
+
+        return parse_rational(value, where)
     if isinstance(value, (float, bool)) or not isinstance(value, (int, Fraction, np.integer)):
         raise BadInput(f"{where}: not an exact number: {value!r}")
     return Fraction(int(value)) if isinstance(value, np.integer) else Fraction(value)
 
 
-@dataclass(frozen=True)
-class Head:
+def _same(a, b) -> bool:
+    """Field equality that compares weight arrays entry by entry."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and bool((a == b).all())
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+class _ExactEq:
+    """== compares every field (weights entry by entry); notes are not compared."""
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(_same(getattr(self, f.name), getattr(other, f.name))
+                   for f in fields(self) if f.compare)
+
+    __hash__ = None
+
+
+@dataclass(frozen=True, eq=False)
+class Head(_ExactEq):
     """One attention head: scores h_j^T W_QK h_k, values W_V h_j, and how scores become weights."""
 
     W_QK: np.ndarray  # (d', d') Fractions
@@ -60,8 +86,8 @@ class Head:
         object.__setattr__(self, "scale", scale)
 
 
-@dataclass(frozen=True)
-class MLP:
+@dataclass(frozen=True, eq=False)
+class MLP(_ExactEq):
     """h <- h + W2 relu(W1 h + b1) + b2, applied to every column after the attention sublayer."""
 
     W1: np.ndarray  # (d_ff, d') Fractions
@@ -82,8 +108,8 @@ class MLP:
                 raise BadInput(f"{where}.mlp.{key} has shape {got}, expected {shape if f >= 1 else '(d_ff >= 1, ...)'}")
 
 
-@dataclass(frozen=True)
-class Layer:
+@dataclass(frozen=True, eq=False)
+class Layer(_ExactEq):
     """Attention heads (averaged, paper eq. 2), an optional causal mask, an optional MLP.
 
     A layer reads as the tuple of its heads (len, iteration, indexing), as in the paper's class."""
@@ -115,8 +141,8 @@ class Layer:
         return not self.causal and self.mlp is None and all(h.attention == "relu" for h in self.heads)
 
 
-@dataclass(frozen=True)
-class Model:
+@dataclass(frozen=True, eq=False)
+class Model(_ExactEq):
     """A transformer with exact weights.
 
     vocab:        token names; token vocab[t] embeds as the one-hot row t.
@@ -158,6 +184,7 @@ class Model:
                 f"d' = {d} is smaller than vocabulary ({len(self.vocab)}) + positions ({self.max_length})"
                 + (" + constant row (1)" if self.constant_row else "")
             )
+        self._check_layout_names()
         for li, layer in enumerate(self.layers):
             if len(layer) == 0 and layer.mlp is None:
                 raise BadInput(f"layers[{li}] has no heads")
@@ -170,6 +197,21 @@ class Model:
                 layer.mlp.check(d, f"layers[{li}]")
         if self.W_O.shape != (len(self.classes), d):
             raise BadInput(f"W_O has shape {self.W_O.shape}, expected ({len(self.classes)}, {d})")
+
+    def _check_layout_names(self) -> None:
+        """Blocks named "token", "position" and "one" must sit where H0 puts them (rows 0..V-1,
+        V..V+max_length-1, V+max_length): a layout listing them elsewhere would silently read
+        the wrong rows.  Other names are free (the paper's constructions name their token rows
+        "question", "answer", "entity", ...)."""
+        V, n, lay = len(self.vocab), self.max_length, self.layout
+        if "token" in lay and not (lay.offset("token") + lay.size("token") <= V):
+            raise BadInput(f"layout block \"token\" is rows {lay.offset('token')}..{lay.offset('token') + lay.size('token') - 1}"
+                           f", but token one-hots are rows 0..{V - 1}: list the token block first")
+        if "position" in lay and (lay.offset("position"), lay.size("position")) != (V, n):
+            raise BadInput(f"layout block \"position\" must be rows {V}..{V + n - 1} (after the {V} token rows, "
+                           f"{n} rows for max_length {n}), got offset {lay.offset('position')} size {lay.size('position')}")
+        if "one" in lay and (not self.constant_row or (lay.offset("one"), lay.size("one")) != (V + n, 1)):
+            raise BadInput(f"layout block \"one\" is the constant row: it needs constant_row=True and must be row {V + n}")
 
     @property
     def dim(self) -> int:

@@ -30,9 +30,14 @@ class Trace:
 
     @property
     def predicted(self) -> int:
-        """Index of the largest logit (the first of them on a tie)."""
+        """Index of the largest logit at the last position (the first of them on a tie)."""
         best = max(self.logits)
         return self.logits.index(best)
+
+    def predicted_at(self, position: int) -> int:
+        """Index of the largest logit at `position` (the first of them on a tie)."""
+        row = self.logits_all[position]
+        return row.index(max(row))
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -43,9 +48,20 @@ def _relu(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def trace(model: Model, token_ids: Sequence[int]) -> Trace:
-    """Run `model` on one sequence of token ids (indices into model.vocab), keeping everything."""
-    ids = [int(t) for t in token_ids]
+def trace(model: Model, tokens: Sequence) -> Trace:
+    """Run `model` on one sequence, keeping everything.  `tokens`: token ids (indices into
+    model.vocab) or token names (strings, as in a counterexample)."""
+    index = {t: i for i, t in enumerate(model.vocab)}
+    ids = []
+    for t in tokens:
+        if isinstance(t, str):
+            if t not in index:
+                raise BadInput(f"token {t!r} is not in the model vocabulary")
+            ids.append(index[t])
+        elif isinstance(t, (int, np.integer)) and not isinstance(t, bool):
+            ids.append(int(t))
+        else:
+            raise BadInput(f"a token is an id (int) or a name (str), got {t!r}")
     if not ids:
         raise BadInput("cannot trace an empty sequence")
     if len(ids) > model.max_length:

@@ -15,7 +15,8 @@ Names exported here (everything else is internal and may change):
   layout       Layout, BlockMatrix, eye, zeros             checkers/layout.py
   data         Dataset (per-sequence or per-position labels), make_task, Task
   checking     verify -> Verdict (Counterexample, UndecidedPoint), trace (exact forward pass)
-  files        load_weights, save_weights, model_to_json, model_from_json, load_dataset
+  files        load_weights, save_weights, model_to_json, model_from_json, load_dataset,
+               save_dataset
   errors       BadInput
 
 The installed package is one namespace: `depthcert.checkers` (the trusted core),
@@ -52,6 +53,7 @@ _EXPORTS = {
     "make_task": "depthcert.checkers.tasks",
     "Dataset": ("depthcert.checkers.dataset_file", "DatasetTask"),
     "load_dataset": "depthcert.checkers.dataset_file",
+    "save_dataset": "depthcert.checkers.dataset_file",
     "model_to_json": "depthcert.checkers.weights_file",
     "model_from_json": "depthcert.checkers.weights_file",
     "load_weights": "depthcert.checkers.weights_file",

@@ -23,6 +23,8 @@ RULES_OUT = (
     "activation, any number of heads, any width (paper Props. 7-8)",
     "one-layer single-head softmax attention, any width (paper Props. 9-10; docs/softmax.md)",
 )
+# What a certificate says nothing about (the additive structure it relies on fails there).
+NOT_RULED_OUT = "hardmax attention, softmax with two or more heads, MLP sublayers, two or more layers"
 
 
 def _tok(t) -> str:
@@ -167,12 +169,13 @@ def _find_dependence(argv) -> int:
             print(f"error: internal failure, please report: certificate rejected: {msg}", file=sys.stderr)
             return 1
         report.update({"certificate": obj, "points_in_certificate": len(cert.points), "check": msg,
-                       "rules_out": list(RULES_OUT)})
-        lines.append("NOT fittable by any one-layer transformer.")
+                       "rules_out": list(RULES_OUT), "does_not_rule_out": NOT_RULED_OUT})
+        lines.append("NOT fittable by any one-layer transformer of the classes ruled out below.")
         lines += render_certificate(cert)
         lines.append(f"independent check (checkers/certificate.py): {msg}")
         lines.append("rules out:")
         lines += [f"  - {r}" for r in RULES_OUT]
+        lines.append(f"does not rule out: {NOT_RULED_OUT}")
         if args.bounds:
             b = accuracy_bounds(task, seconds=args.bounds_seconds, seed=args.search_seed, sample=args.sample,
                                 load_limit=args.max_points, progress=(not args.json) and sys.stderr.isatty())

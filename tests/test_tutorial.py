@@ -16,9 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TUTORIAL = os.path.join(ROOT, "docs", "tutorial.md")
 
 
-def tutorial_blocks(path: str = TUTORIAL) -> list[tuple[int, str, str | None]]:
+def tutorial_blocks(path: str | None = None) -> list[tuple[int, str, str | None]]:
     """[(line of the ```python fence, code, expected stdout or None)] in document order."""
-    lines = open(path, encoding="utf-8").read().splitlines()
+    lines = open(path or TUTORIAL, encoding="utf-8").read().splitlines()
     blocks: list[tuple[int, str, str | None]] = []
     python_end = -1  # index of the last ```python block's closing fence
     i = 0
@@ -53,9 +53,10 @@ def normalise(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
 
 
-def run_tutorial(workdir: str):
-    """Run every block; yield (line, expected, printed) per block."""
+def run_tutorial(workdir: str) -> list[tuple[int, str | None, str]]:
+    """Run every block in `workdir`; [(line, expected, printed)] per block, in order."""
     namespace: dict = {"__name__": "__tutorial__"}
+    results = []
     old_cwd, old_path = os.getcwd(), os.environ.get("PATH", "")
     # the tutorial calls the console scripts by name: make the ones of this interpreter's venv found
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + old_path
@@ -63,12 +64,17 @@ def run_tutorial(workdir: str):
     try:
         for line, code, expected in tutorial_blocks():
             out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                exec(compile(code, f"{TUTORIAL}:block@{line}", "exec"), namespace)
-            yield line, expected, out.getvalue()
+            try:
+                with contextlib.redirect_stdout(out):
+                    exec(compile(code, f"docs/tutorial.md (block at line {line})", "exec"), namespace)
+            except Exception as exc:
+                raise AssertionError(f"docs/tutorial.md:{line}: the block raised {exc!r}; "
+                                     f"it had printed\n{out.getvalue()}") from exc
+            results.append((line, expected, out.getvalue()))
     finally:
         os.chdir(old_cwd)
         os.environ["PATH"] = old_path
+    return results
 
 
 def test_tutorial_structure():
