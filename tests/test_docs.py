@@ -51,6 +51,7 @@ def _commands(body):
 
 def _mask(text: str) -> str:
     text = re.sub(r"(wall time\s+)\d+\.\d+ s", r"\1<t> s", text)
+    text = re.sub(r"^time: \d+\.\d+ s$", "time: <t> s", text, flags=re.M)
     return re.sub(r'"seconds": [0-9.]+', '"seconds": <t>', text)
 
 
