@@ -117,6 +117,8 @@ class DatasetTask(Task):
             self._labels = np.array([cid[lab] for lab in labels], dtype=np.int64)
         self._lengths = np.array([len(s) for s in sequences], dtype=np.int64)
         self.length = int(self._lengths.max())
+        # batches come grouped by length: in index order only if lengths never decrease
+        self.index_ordered = bool(np.all(np.diff(self._lengths) >= 0))
         self.size = len(sequences)
         self.params = {"points": self.size, "lengths": sorted(set(int(n) for n in self._lengths))}
         self.token_out = {str(t): t for t in tokens}

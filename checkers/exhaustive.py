@@ -46,7 +46,8 @@ class UndecidedPoint:
     expected: str
     position: int | None
     other: str  # the class the label could not be separated from
-    margin: tuple[Fraction, Fraction]  # the margin lies in this interval, which contains 0
+    margin: tuple[Fraction, Fraction] | None  # the margin lies in this interval (containing 0);
+    # None: unknown (a hardmax argmax after a softmax layer could not be settled)
     precision: int  # bits reached (the cap)
     logit_bounds: tuple[tuple[Fraction, Fraction], ...] = ()
     classes: tuple[str, ...] = ()
@@ -283,6 +284,9 @@ def verify(
         from tqdm import tqdm
 
         bar = tqdm(total=n_eval, unit="pt", desc=f"verify {task.name}", leave=False, file=sys.stderr)
+    ordered = getattr(task, "index_ordered", True)
+    if not ordered:
+        return _verify_unordered(ev, model, task, plan, batches, class_map, class_rows, tokens, bar, t0)
     if workers > 1 and plan.indices is None and plan.n_eval >= PARALLEL_MIN_POINTS:
         batches = _parallel_batches(model, task, class_rows, force_exact, batch_size, workers, bar)
         bar = None
@@ -308,21 +312,61 @@ def verify(
             m = int(min(margins[: bad + 1] if bad >= 0 else margins))
             min_num = m if min_num is None else min(min_num, m)
         if bad >= 0:
-            pos = None if positions is None else int(positions[bad])
-            row = [int(v) for v in (num[bad] if pos is None else num[bad, pos])]
-            label = batch.labels[bad] if pos is None else batch.labels[bad, pos]
-            exp_row = class_map[int(label)]
-            pred = max((i for i in range(len(row)) if i != exp_row), key=lambda i: row[i])
-            p = task.point(int(batch.index[bad]))
-            counter = Counterexample(
-                p.index, p.tokens, task.classes[int(label)], model.classes[pred],
-                tuple(Fraction(v, den) for v in row), row[pred] == row[exp_row], tuple(model.classes), pos,
-            )
+            counter = _counterexample(model, task, class_map, batch, bad, num, den, positions)
             break
     if bar is not None:
         bar.close()
     min_margin = None if min_num is None else Fraction(min_num, ev.denominator)
     cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
+    return Verdict(task.name, task.size, checked, cov, min_margin, counter, ev.path,
+                   time.perf_counter() - t0, (plan.note,))
+
+
+def _counterexample(model, task, class_map, batch, bad, num, den, positions) -> Counterexample:
+    """Row `bad` of a checked batch as a replayable counterexample (its first failing position)."""
+    pos = None if positions is None else int(positions[bad])
+    row = [int(v) for v in (num[bad] if pos is None else num[bad, pos])]
+    label = batch.labels[bad] if pos is None else batch.labels[bad, pos]
+    exp_row = class_map[int(label)]
+    pred = max((i for i in range(len(row)) if i != exp_row), key=lambda i: row[i])
+    p = task.point(int(batch.index[bad]))
+    return Counterexample(
+        p.index, p.tokens, task.classes[int(label)], model.classes[pred],
+        tuple(Fraction(v, den) for v in row), row[pred] == row[exp_row], tuple(model.classes), pos,
+    )
+
+
+def _verify_unordered(ev, model, task, plan, batches, class_map, class_rows, tokens, bar, t0) -> Verdict:
+    """Tasks whose batches do not come in index order (user datasets of mixed lengths are batched
+    by length): every point is evaluated, then the verdict is taken in index order, exactly as
+    for ordered tasks: the first failing index, and the minimum margin over the points up to
+    and including it."""
+    idx_parts, margin_parts = [], []
+    den = ev.denominator
+    for batch in batches:
+        margins, den, _, _, _ = check_batch(ev, batch, class_rows, tokens)
+        idx_parts.append(batch.index)
+        margin_parts.append(margins)
+        if bar is not None:
+            bar.update(len(batch.index))
+    if bar is not None:
+        bar.close()
+    idx = np.concatenate(idx_parts)
+    margins = np.concatenate([np.asarray(m, dtype=object) for m in margin_parts])
+    counter, keep = None, np.ones(len(idx), dtype=bool)
+    if len(margins) and margins[0] is not None:
+        failing = idx[np.asarray(margins <= 0, dtype=bool)]
+        if len(failing):
+            first = int(failing.min())
+            keep = idx <= first
+            batch = next(task.batches_of([first]))
+            _, den, bad, num, positions = check_batch(ev, batch, class_rows, tokens)
+            counter = _counterexample(model, task, class_map, batch, bad, num, den, positions)
+        min_margin = Fraction(int(min(margins[keep])), ev.denominator)
+    else:
+        min_margin = None
+    checked = int(keep.sum())
+    cov = plan.covered if counter is None else checked
     return Verdict(task.name, task.size, checked, cov, min_margin, counter, ev.path,
                    time.perf_counter() - t0, (plan.note,))
 
@@ -349,41 +393,98 @@ def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, 
         from tqdm import tqdm
 
         bar = tqdm(total=plan.n_eval, unit="pt", desc=f"verify {task.name} (balls)", leave=False, file=sys.stderr)
-    checked, low, high = 0, None, None
-    counter, undecided, n_undecided = None, None, 0
-    per_position = task.outputs == "all"
+    ordered = getattr(task, "index_ordered", True)
+    summary = _BallSummary()
+    stored = []  # unordered tasks only: (index, decision) of every point, filtered at the end
+    checked, first_wrong = 0, None
     for batch in batches:
         ids = batch.ids if tokens is None else tokens[batch.ids]
         Hnum, den = prefix.logits_all(ids)  # (B, n, d'): the exact stream entering the first softmax layer
         n = ids.shape[1]
         for i in range(len(batch.index)):
             d = decider.decide(Hnum[i], den, _ball_labels(batch.labels[i], class_rows, n))
+            index = int(batch.index[i])
             checked += 1
-            if d.other >= 0 or d.status != "correct":
-                low = d.margin[0] if low is None else min(low, d.margin[0])
-                high = d.margin[1] if high is None else min(high, d.margin[1])
-            if d.status == "correct":
-                continue
-            p = task.point(int(batch.index[i]))
-            pos = d.position if per_position else None
-            expected = (p.labels[d.position] if per_position else p.label)
-            if d.status == "wrong":
-                counter = Counterexample(p.index, p.tokens, expected, model.classes[d.other], (), d.tie,
-                                         tuple(model.classes), pos, d.logits)
+            if ordered:
+                summary.add(index, d)
+            else:
+                stored.append((index, d if d.status != "correct" else _margin_only(d)))
+            if d.status == "wrong" and (first_wrong is None or index < first_wrong):
+                first_wrong = index
+            if ordered and first_wrong is not None:
                 break
-            n_undecided += 1
-            if undecided is None:
-                undecided = UndecidedPoint(p.index, p.tokens, expected, pos, model.classes[d.other], d.margin,
-                                           d.precision, d.logits, tuple(model.classes))
         if bar is not None:
             bar.update(len(batch.index))
-        if counter is not None:
+        if ordered and first_wrong is not None:
             break
     if bar is not None:
         bar.close()
+    wrong = None
+    if not ordered:  # the verdict in index order: the points up to and including the first wrong one
+        checked = 0
+        for index, d in stored:
+            if first_wrong is None or index <= first_wrong:
+                summary.add(index, d)
+                checked += 1
+    wrong = summary.wrong
+    per_position = task.outputs == "all"
+
+    def parts(index, d):
+        p = task.point(index)
+        if per_position:
+            return p, d.position, p.labels[d.position]
+        return p, None, p.label
+
+    counter = undecided = None
+    if wrong is not None:
+        index, d = wrong
+        p, pos, expected = parts(index, d)
+        counter = Counterexample(p.index, p.tokens, expected, model.classes[d.other], (), d.tie,
+                                 tuple(model.classes), pos, d.logits)
+    if summary.undecided is not None:
+        index, d = summary.undecided
+        p, pos, expected = parts(index, d)
+        other = model.classes[d.other] if d.other >= 0 else "unknown (an argmax after a softmax layer)"
+        undecided = UndecidedPoint(p.index, p.tokens, expected, pos, other, d.margin, d.precision, d.logits,
+                                   tuple(model.classes))
+    n_undecided = summary.n_undecided
+    low, high = (None, None) if summary.unknown or summary.low is None else (summary.low, summary.high)
     bits = sorted(decider.precisions_used)
     path = f"certified balls (arb, {bits[0]}" + (f"-{bits[-1]}" if len(bits) > 1 else "") + " bits)" if bits else "certified balls (arb)"
     cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
     enclosure = None if low is None else (low, high)
     return Verdict(task.name, task.size, checked, cov, None, counter, path, time.perf_counter() - t0,
                    (plan.note,), undecided, n_undecided, enclosure)
+
+
+def _margin_only(d):
+    """A correct point's decision as stored until the end of an unordered run: its margin."""
+    from depthcert.checkers.softmax_balls import PointDecision
+
+    return PointDecision(d.status, d.margin, d.position, d.other, (), d.precision)
+
+
+class _BallSummary:
+    """What the verdict keeps of the decided points, fed in index order: the margin enclosure
+    (None when some point's margin is unknown), the first undecided point and their count, and
+    the first wrong point."""
+
+    def __init__(self):
+        self.low = self.high = None
+        self.unknown = False
+        self.undecided = None
+        self.n_undecided = 0
+        self.wrong = None
+
+    def add(self, index: int, d) -> None:
+        if d.margin is None:
+            self.unknown = self.unknown or d.status != "correct"  # a single class has no margin
+        else:
+            self.low = d.margin[0] if self.low is None else min(self.low, d.margin[0])
+            self.high = d.margin[1] if self.high is None else min(self.high, d.margin[1])
+        if d.status == "undecided":
+            self.n_undecided += 1
+            if self.undecided is None or index < self.undecided[0]:
+                self.undecided = (index, d)
+        if d.status == "wrong" and (self.wrong is None or index < self.wrong[0]):
+            self.wrong = (index, d)

@@ -45,9 +45,11 @@ class PointDecision:
     """The certified outcome of one point (margins are enclosures with exact dyadic endpoints)."""
 
     status: str  # "correct" | "wrong" | "undecided"
-    margin: tuple[Fraction, Fraction]  # encloses min over labelled positions of label - best other
+    margin: tuple[Fraction, Fraction] | None  # encloses min over labelled positions of label - best
+    # other; None when unknown (a single class, or an argmax the balls could not settle)
     position: int  # correct: the position of the smallest margin; else the deciding position
-    other: int  # class row with the best other logit at `position` (wrong: certainly above the label)
+    other: int  # class row with the best other logit at `position` (wrong: certainly above the label,
+    # or exactly tied with it); -1 when unknown
     logits: tuple[tuple[Fraction, Fraction], ...]  # wrong/undecided: every class's logit enclosure at `position`
     precision: int  # bits of the attempt that decided (or the cap)
     tie: bool = False  # wrong because the difference is exactly 0 (a radius-0 ball at 0)
@@ -152,8 +154,8 @@ class SoftmaxDecider:
             if d is not None and d.status != "undecided":
                 break
             if prec >= self.cap:
-                if d is None:
-                    d = PointDecision("undecided", (Fraction(-1), Fraction(1)), labels[0][0], -1, (), prec)
+                if d is None:  # an argmax after a softmax layer stayed unsettled: nothing is known
+                    d = PointDecision("undecided", None, labels[0][0], -1, (), prec)
                 break
             prec = min(2 * prec, self.cap)
         self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
@@ -232,36 +234,45 @@ def _attention(S, kind, scale, causal, queries, arb, arb_mat, zero):
 def _decide_logits(W: _Weights, H, labels, model: Model, prec: int, logits: bool = False) -> PointDecision:
     """Compare the label with every other class at every labelled position.
 
-    The point's margin min_k min_{c != y_k} (o_k[y_k] - o_k[c]) lies in [min lo, min hi] of the
-    difference balls; a difference ball entirely below 0 is a certified wrong answer."""
+    At a position the margin m = min_{c != y} (o[y] - o[c]) lies in [min lo_c, min hi_c] of the
+    difference balls.  The position is wrong when that interval is below 0 (some class certainly
+    beats the label) or when some difference is exactly [0 +- 0] (m <= 0 for sure), correct when
+    it is above 0, else undecided.  The point is wrong at its first wrong position, else
+    undecided at its first undecided position, else correct; its margin interval is the minimum
+    over all its labelled positions, as for the exact evaluator."""
     C = len(model.classes)
+    if C == 1:  # a single class: nothing to compare
+        return PointDecision("correct", None, labels[0][0], -1, (), prec)
     cols = H.transpose()  # (n, d'): row k = column k of H
     arb_mat = type(H)
     low = high = None
-    where = None  # (position, other class, column) of the smallest lower end
-    undecided = None
+    smallest = None  # (lo, position, class, column) of the smallest lower end: where the margin is
+    first = {}  # status -> (position, class, column, tie) of its first position
     for pos, y in labels:
         hcol = arb_mat([[cols[pos, r]] for r in range(H.nrows())])
+        diffs = []
         for c in range(C):
-            if c == y:
-                continue
-            diff = (W.diff_row(y, c) * hcol)[0, 0]  # label minus class c
-            lo, hi = ball_bounds(diff)
-            if diff < 0:  # certainly below 0: class c beats the label
-                return PointDecision("wrong", (lo, hi), pos, c, _logit_bounds(W, hcol, model), prec)
-            if lo == hi == 0:  # exactly 0: a certified tie, which fails
-                return PointDecision("wrong", (lo, hi), pos, c, _logit_bounds(W, hcol, model), prec, tie=True)
-            if low is None or lo < low:
-                low, where = lo, (pos, c, hcol)
-            high = hi if high is None else min(high, hi)
-            if not diff > 0 and undecided is None:
-                undecided = (pos, c, hcol)
-    if low is None:  # a single class: nothing to compare
-        return PointDecision("correct", (Fraction(0), Fraction(0)), labels[0][0], -1, (), prec)
-    if undecided is not None:
-        pos, c, hcol = undecided
-        return PointDecision("undecided", (low, high), pos, c, _logit_bounds(W, hcol, model), prec)
-    pos, c, hcol = where
+            if c != y:
+                diffs.append((ball_bounds((W.diff_row(y, c) * hcol)[0, 0]), c))  # label minus class c
+        p_lo = min(lo for (lo, _), _ in diffs)
+        p_hi = min(hi for (_, hi), _ in diffs)
+        (lo_c, hi_c), c_min = min(diffs, key=lambda d: (d[0][1], d[0][0]))  # the class most surely above
+        zero = next((c for (lo, hi), c in diffs if lo == hi == 0), None)
+        if p_hi < 0:
+            first.setdefault("wrong", (pos, c_min, hcol, False))
+        elif zero is not None:
+            first.setdefault("wrong", (pos, zero, hcol, p_lo == 0))  # a certified tie when m is exactly 0
+        elif p_lo <= 0:
+            first.setdefault("undecided", (pos, c_min, hcol, False))
+        low = p_lo if low is None else min(low, p_lo)
+        high = p_hi if high is None else min(high, p_hi)
+        if smallest is None or p_lo < smallest[0]:
+            smallest = (p_lo, pos, min(diffs, key=lambda d: d[0][0])[1], hcol)
+    for status in ("wrong", "undecided"):
+        if status in first:
+            pos, c, hcol, tie = first[status]
+            return PointDecision(status, (low, high), pos, c, _logit_bounds(W, hcol, model), prec, tie=tie)
+    _, pos, c, hcol = smallest
     return PointDecision("correct", (low, high), pos, c, _logit_bounds(W, hcol, model) if logits else (), prec)
 
 

@@ -55,6 +55,7 @@ class Task:
     size: int = 0
     params: dict = {}
     outputs: str = "last"  # "last": one label per point; "all": a label per position (or UNLABELLED)
+    index_ordered: bool = True  # batches() yields indices in increasing order (verify relies on it)
 
     def decode(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(ids (B, n), labels (B,) or, for outputs "all", (B, n)) for an array of indices."""

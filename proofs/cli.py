@@ -158,7 +158,7 @@ def _undecided_json(u) -> dict:
         "expected": u.expected,
         "position": u.position,
         "not_separated_from": u.other,
-        "margin_enclosure": enclosure_text(u.margin),
+        "margin_enclosure": None if u.margin is None else enclosure_text(u.margin),
         "precision_bits": u.precision,
         "logits": {c: enclosure_text(b) for c, b in zip(u.classes, u.logit_bounds)},
     }
@@ -307,6 +307,10 @@ def _verify_construction(argv) -> int:
     return 0 if v.verified else (EXIT_UNDECIDED if v.verdict == "undecided" else 1)
 
 
+def model_has_balls(v) -> bool:
+    return v.path.startswith("certified balls")
+
+
 def _precision_options(args, model) -> dict | None:
     """Ball precisions for softmax models; refused (exit 2) when out of range or meaningless."""
     given = args.precision is not None or args.max_precision is not None
@@ -333,6 +337,8 @@ def _print_human(info: dict, task, v, description: str) -> None:
     if v.margin_enclosure is not None:
         lo, hi = info["min_margin_enclosure"]
         margin = f"in [{lo}, {hi}] (certified enclosure)"
+    elif model_has_balls(v):
+        margin = "unknown (an undecided point's margin is unknown)"
     rows = [
         ("theorem", info["theorem"] + (" [as printed]" if info["as_printed"] else "")),
         ("variant", info["variant"] + (f": {description}" if description else "")),
@@ -367,14 +373,17 @@ def _print_human(info: dict, task, v, description: str) -> None:
             print("  logits     " + "  ".join(f"{c}={format_rational(q)}" for c, q in zip(ce.classes, ce.logits)))
     u = v.undecided
     if u is not None:
-        lo, hi = enclosure_text(u.margin)
         print(f"undecided: {v.undecided_count} point(s); the first:")
         print(f"  point      {u.index}  (replay: --point {u.index})")
         print(f"  input      {task.render(u.tokens)}")
         if u.position is not None:
             print(f"  position   {u.position}")
         print(f"  expected   {u.expected}, not separated from {u.other} at {u.precision} bits")
-        print(f"  margin     in [{lo}, {hi}]: the balls still contain 0 (an exact tie never separates)")
+        if u.margin is None:
+            print("  margin     unknown: a hardmax argmax after a softmax layer could not be settled")
+        else:
+            lo, hi = enclosure_text(u.margin)
+            print(f"  margin     in [{lo}, {hi}]: the balls still contain 0 (an exact tie never separates)")
 
 
 def _show_point(args, task, model, theorem, balls=None) -> int:
@@ -430,7 +439,7 @@ def _show_point_balls(args, task, model, theorem, balls, p, ids, checks, rows) -
         results.append({"position": k, "expected": model.classes[rows[y_task]],
                          "predicted": model.classes[d.other] if d.status == "wrong" else
                          (model.classes[rows[y_task]] if d.status == "correct" else "undecided"),
-                         "correct": status, "margin_enclosure": enclosure_text(d.margin) if d.other >= 0 else None,
+                         "correct": status, "margin_enclosure": None if d.margin is None else enclosure_text(d.margin),
                          "precision_bits": d.precision,
                          "logits": {c: enclosure_text(b) for c, b in zip(model.classes, d.logits)}})
     return _print_point(args, task, theorem, p, results)

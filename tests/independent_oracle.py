@@ -152,7 +152,8 @@ class Oracle:
 
     def hidden(self, tokens, last_only: bool = False) -> list:
         """The final H as a list of columns (entries Fraction, or mpf once a softmax layer ran).
-        last_only: only the last column is exact (the others are None)."""
+        last_only: past the last layer's attention keys only the last column is computed (the
+        others come back as None)."""
         n = len(tokens)
         H = self.embed(tokens)
         approx = False
@@ -357,22 +358,17 @@ def _single_point_task(task, p):
 
 
 def softmax_cross_check(model, task, verdict, per_point: bool = True, balls: dict | None = None,
-                        tie: float = TIE, wrong_point_enclosure: bool = True,
-                        undecided_placeholder: bool = False) -> list[str]:
+                        tie: float = TIE) -> list[str]:
     """Problems (an empty list if none) between a softmax model's Verdict and mpmath:
 
     - "verified" while some point's mpmath margin is <= tie (wrong or an exact tie);
     - a counterexample whose predicted class is not above the expected one in mpmath (or, for a
       certified tie, not within `tie` of it), or whose logit_bounds miss the mpmath logits;
-    - an undecided point whose reported margin interval does not contain its mpmath margin;
+    - an undecided point whose reported margin interval does not contain its mpmath margin (an
+      unknown interval, None, is allowed only when a hardmax head follows a softmax layer: its
+      argmax may be unsettled; then margin_enclosure must be None too);
     - margin_enclosure not containing the mpmath minimum margin over the points up to and
-      including the first wrong one (index order).  wrong_point_enclosure=False relaxes this for
-      refuted runs to: the upper end is above that minimum, the lower end below every point
-      before the wrong one (the wrong point's own lower end is known to be unreliable: see
-      test_model_classes.test_softmax_margin_enclosure_of_a_wrong_point_covers_its_best_other_class);
-      undecided_placeholder=True tolerates the known placeholder interval [-1, 1] of a point whose
-      hardmax argmax the balls could not settle (its interval and the enclosure are not checked;
-      see test_model_classes.test_undecided_hardmax_after_softmax_reports_a_true_margin_interval);
+      including the first wrong one (index order);
     - per_point: every point verified alone (verify on a one-point dataset) must have mpmath
       margin > tie, every point refuted alone margin <= tie (wrong, or a certified tie).
     """
@@ -410,20 +406,20 @@ def softmax_cross_check(model, task, verdict, per_point: bool = True, balls: dic
                         problems.append(f"counterexample logit {k} bounds [{float(lo)}, {float(hi)}] miss mpmath "
                                         f"{mp.nstr(o[k], 12)}")
         u = verdict.undecided
-        # an undecided hardmax argmax (a hardmax head in or after the first softmax layer) may
-        # have put the placeholder [-1, 1] into the enclosure
-        first_soft = next(li for li, L in enumerate(orc.layers) if L.softmax)
-        placeholder = (undecided_placeholder and verdict.undecided_count > 0
-                       and any(h.attention == "hardmax" for L in orc.layers[first_soft:] for h in L.heads))
-        if placeholder and u is not None and tuple(u.margin) == (Fraction(-1), Fraction(1)):
-            u = None
-        if u is not None:
+        first_soft = next((li for li, L in enumerate(orc.layers) if L.softmax), len(orc.layers))
+        hardmax_after = any(h.attention == "hardmax" for L in orc.layers[first_soft:] for h in L.heads)
+        if u is not None and u.margin is None:
+            if not hardmax_after:
+                problems.append(f"undecided point {u.index} with an unknown margin, but no hardmax follows softmax")
+            if verdict.margin_enclosure is not None:
+                problems.append("an undecided point's margin is unknown, yet margin_enclosure is given")
+        elif u is not None:
             m = margins[u.index]  # the interval encloses the point's margin (min over its positions)
             lo, hi = u.margin
             if not (mp.mpf(lo.numerator) / lo.denominator - slack <= m <= mp.mpf(hi.numerator) / hi.denominator + slack):
                 problems.append(f"undecided point {u.index}: margin interval [{float(lo)}, {float(hi)}] misses "
                                 f"mpmath margin {mp.nstr(m, 12)}")
-        if verdict.margin_enclosure is not None and not placeholder:
+        if verdict.margin_enclosure is not None:
             upto = ce.index if ce is not None else None
             ms = [m for i, m in margins.items() if m is not None and (upto is None or i <= upto)]
             if ms:
@@ -431,15 +427,9 @@ def softmax_cross_check(model, task, verdict, per_point: bool = True, balls: dic
                 lo, hi = verdict.margin_enclosure
                 lo_mp = mp.mpf(lo.numerator) / lo.denominator - slack
                 hi_mp = mp.mpf(hi.numerator) / hi.denominator + slack
-                if ce is None or wrong_point_enclosure:
-                    if not lo_mp <= true_min <= hi_mp:
-                        problems.append(f"margin_enclosure [{float(lo)}, {float(hi)}] misses the mpmath min margin "
-                                        f"{mp.nstr(true_min, 12)}")
-                else:  # the lower end only has to hold for the points before the wrong one
-                    before = [m for i, m in margins.items() if m is not None and i < ce.index]
-                    if not true_min <= hi_mp or (before and not lo_mp <= min(before)):
-                        problems.append(f"margin_enclosure [{float(lo)}, {float(hi)}]: above the mpmath min margin "
-                                        f"{mp.nstr(true_min, 12)}, or not below the points before the wrong one")
+                if not lo_mp <= true_min <= hi_mp:
+                    problems.append(f"margin_enclosure [{float(lo)}, {float(hi)}] misses the mpmath min margin "
+                                    f"{mp.nstr(true_min, 12)}")
     if per_point:
         for i in range(task.size):
             m = margins[i]
