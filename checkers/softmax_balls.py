@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from depthcert.checkers.model import Layer, Model
+from depthcert.checkers.model import Model
 
 START_PRECISION = 64  # bits of the first attempt
 MAX_PRECISION = 4096  # cap: still overlapping balls at this precision -> undecided

@@ -395,7 +395,6 @@ def test_softmax_tiny_positive_margin_is_verified():
 def test_softmax_certified_wrong_point_is_refuted_at_its_index():
     """Per-position labels: point 2 fails at position 1 by ~ -1e-35 (y reads q just above w0
     through token b); points 0, 1 are correct, point 3 is wrong too (later: not reported)."""
-    w0 = _mp_w0(28)
     q = _w0_digits(28) + Fraction(1, 10**35)
     m = _copy_model(28, [{("copy", 0): 1}, {("token", 1): q}, {("token", 2): 1}], outputs="all")
     # position 1 of "a b": x = w0, y = q > w0 (wrong by ~1e-35); of "a c": z = 1 wins (label z correct)
