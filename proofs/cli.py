@@ -11,7 +11,6 @@ import json
 import math
 import os
 import sys
-import time
 from fractions import Fraction
 
 import numpy as np
