@@ -293,13 +293,32 @@ TASK_ALIASES = {
     "ic-tm": "ictm",
     "multihop": "multihop",
     "multi-hop": "multihop",
+    "parity": "parity",
+    "mod-count": "mod-count",
+    "modcount": "mod-count",
+    "word-problem": "word-problem",
+    "wordproblem": "word-problem",
+    "word": "word-problem",
+    "reachability": "reachability",
+    "connectivity": "reachability",
+    "composition": "composition",
+    "compose": "composition",
+}
+# Tasks defined in their own modules: task -> module of depthcert.checkers with make(key, take)
+TASK_MODULES = {
+    "parity": "logdepth_tasks",
+    "mod-count": "logdepth_tasks",
+    "word-problem": "logdepth_tasks",
+    "reachability": "logdepth_tasks",
+    "composition": "composition_task",
 }
 
 
 def canonical_task(name: str) -> str:
     key = str(name).strip().lower()
     if key not in TASK_ALIASES:
-        raise BadInput(f"unknown task {name!r}; known: sc (classification), icqa, tm (template), ictm, multihop")
+        known = ", ".join(dict.fromkeys(TASK_ALIASES.values()))
+        raise BadInput(f"unknown task {name!r}; known: {known}")
     return TASK_ALIASES[key]
 
 
@@ -326,4 +345,15 @@ def make_task(name: str, **options) -> Task:
         from depthcert.checkers import multihop_task
 
         return multihop_task.make(take)
+    if key in TASK_MODULES:
+        import importlib
+
+        module = f"depthcert.checkers.{TASK_MODULES[key]}"
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            raise BadInput(f"task {key} is not available in this build") from None
+        return mod.make(key, take)
     raise BadInput(f"unknown task {name!r}")

@@ -28,21 +28,27 @@ class Construction:
 Builder = Callable[[Task, bool], Construction]
 
 
+# Modules that register builders with a BUILDERS = {task: {variant: builder}} table, in order
+# (the first variant registered for a task is its default).  Every other module of this package
+# that defines BUILDERS is found too, after these (so a new construction module registers itself).
+ORDERED = ("parsing_mapping", "parsing_copying_matching", "multihop")
+
+
 def _builders() -> dict[str, dict[str, Builder]]:
+    import importlib
+    import pkgutil
+
+    import depthcert.constructions as package
     from depthcert.constructions import copy_matching, memorization
 
     table: dict[str, dict[str, Builder]] = {
         "sc": {"heads": memorization.build},
         "icqa": {"copy-matching": copy_matching.build},
     }
-    for extra in ("depthcert.constructions.parsing_mapping", "depthcert.constructions.parsing_copying_matching", "depthcert.constructions.multihop"):
-        try:
-            mod = __import__(extra, fromlist=["BUILDERS"])
-        except ModuleNotFoundError as exc:
-            if exc.name != extra:
-                raise
-            continue
-        for task, variants in mod.BUILDERS.items():
+    others = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if m.name not in ORDERED)
+    for name in ORDERED + tuple(others):
+        mod = importlib.import_module(f"depthcert.constructions.{name}")
+        for task, variants in getattr(mod, "BUILDERS", {}).items():
             table.setdefault(task, {}).update(variants)
     return table
 

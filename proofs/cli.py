@@ -63,7 +63,16 @@ TASK_OPTIONS = (
     ("n_points", "sample this many sequences (sc)"),
     ("hops", "number of hops (multihop)"),
     ("n_entities", "entity tokens (multihop)"),
+    ("n", "sequence length (parity, mod-count, word-problem)"),
+    ("modulus", "the modulus p (mod-count); --p is the same"),
+    ("group", "the finite group (word-problem), e.g. a5, s5, c3"),
+    ("vertices", "number of vertices (reachability)"),
+    ("n_functions", "number of composed functions L (composition); --L is the same"),
+    ("domain", "domain size N of each function (composition); --N is the same"),
 )
+# extra flag spellings and non-integer options of TASK_OPTIONS
+OPTION_FLAGS = {"l": ["--len"], "modulus": ["--p"], "n_functions": ["--L"], "domain": ["--N"]}
+OPTION_TYPES = {"group": str}
 
 
 def _int_arg(text: str) -> int:
@@ -92,11 +101,9 @@ def nonnegative_int(text: str) -> int:
 def add_task_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("dataset size")
     for name, help_text in TASK_OPTIONS:
-        flags = [f"--{name.replace('_', '-')}"]
-        if name == "l":
-            flags.append("--len")
-        g.add_argument(*flags, dest=name, type=nonnegative_int if name == "seed" else positive_int, default=None,
-                       help=help_text)
+        flags = [f"--{name.replace('_', '-')}"] + OPTION_FLAGS.get(name, [])
+        typ = OPTION_TYPES.get(name, nonnegative_int if name == "seed" else positive_int)
+        g.add_argument(*flags, dest=name, type=typ, default=None, help=help_text)
 
 
 def task_from_args(args):
@@ -195,6 +202,9 @@ def _build_parser() -> _Parser:
     p.add_argument("--batch-size", type=positive_int, default=2048)
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="processes for runs of 400k+ evaluated points (default: all cores)")
+    p.add_argument("--cot", action="store_true",
+                   help="verify chain-of-thought generation: the model generates its intermediate steps "
+                   "autoregressively and every step of every input is checked (tasks that define steps)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return p
 
@@ -234,6 +244,14 @@ def _verify_construction(argv) -> int:
 
     args = _build_parser().parse_args(argv)
     task = _task_or_dataset(args)
+    if args.cot:
+        try:
+            from depthcert.proofs import cot_cli
+        except ModuleNotFoundError as exc:
+            if exc.name != "depthcert.proofs.cot_cli":
+                raise
+            raise BadInput("--cot is not available in this build") from None
+        return cot_cli.verify_cot(args, task)
     if args.batch_size < 1:
         raise BadInput("--batch-size must be >= 1")
     if args.max_points < 1:
