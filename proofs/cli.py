@@ -202,6 +202,9 @@ def _build_parser() -> _Parser:
     p.add_argument("--batch-size", type=positive_int, default=2048)
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
                    help="processes for runs of 400k+ evaluated points (default: all cores)")
+    p.add_argument("--all-sizes", action="store_true",
+                   help="prove the construction correct for every value of its size parameters (at or above "
+                   "stated base values), not only the sizes given; exit 0 proven, 1 a size where it fails")
     p.add_argument("--cot", action="store_true",
                    help="verify chain-of-thought generation: the model generates its intermediate steps "
                    "autoregressively and every step of every input is checked (tasks that define steps)")
@@ -244,6 +247,14 @@ def _verify_construction(argv) -> int:
 
     args = _build_parser().parse_args(argv)
     task = _task_or_dataset(args)
+    if args.all_sizes:
+        try:
+            from depthcert.proofs import all_sizes
+        except ModuleNotFoundError as exc:
+            if exc.name != "depthcert.proofs.all_sizes":
+                raise
+            raise BadInput("--all-sizes is not available in this build") from None
+        return all_sizes.verify_all_sizes(args, task)
     if args.cot:
         try:
             from depthcert.proofs import cot_cli
