@@ -248,21 +248,9 @@ def _verify_construction(argv) -> int:
     args = _build_parser().parse_args(argv)
     task = _task_or_dataset(args)
     if args.all_sizes:
-        try:
-            from depthcert.proofs import all_sizes
-        except ModuleNotFoundError as exc:
-            if exc.name != "depthcert.proofs.all_sizes":
-                raise
-            raise BadInput("--all-sizes is not available in this build") from None
-        return all_sizes.verify_all_sizes(args, task)
+        return _optional_module("all_sizes", "--all-sizes").verify_all_sizes(args, task)
     if args.cot:
-        try:
-            from depthcert.proofs import cot_cli
-        except ModuleNotFoundError as exc:
-            if exc.name != "depthcert.proofs.cot_cli":
-                raise
-            raise BadInput("--cot is not available in this build") from None
-        return cot_cli.verify_cot(args, task)
+        return _optional_module("cot_cli", "--cot").verify_cot(args, task)
     if args.batch_size < 1:
         raise BadInput("--batch-size must be >= 1")
     if args.max_points < 1:
@@ -337,6 +325,19 @@ def _verify_construction(argv) -> int:
 
 def model_has_balls(v) -> bool:
     return v.path.startswith("certified balls")
+
+
+def _optional_module(name: str, option: str):
+    """depthcert.proofs.<name>, or exit 2 naming the option when this build lacks it."""
+    import importlib
+
+    module = f"depthcert.proofs.{name}"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        raise BadInput(f"{option} is not available in this build") from None
 
 
 def _precision_options(args, model) -> dict | None:
