@@ -5,6 +5,7 @@ closed: a kernel module imports only kernel modules, the standard library, numpy
 python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.py):
 
     errors.py         BadInput, the one exception for bad input
+    budget.py         resource guards: weight entries and estimated seconds, refused before use
     rational.py       exact numbers from text ("p/q"), floats refused
     layout.py         named blocks of the residual stream, block matrices
     model.py          the model classes and their semantics (the reference text)
@@ -16,6 +17,7 @@ python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.p
     template_tasks.py the TM / ICTM enumerators (a verdict is about the dataset they define)
     multihop_task.py  the multi-hop enumerator
     exhaustive.py     verify(): every point, strict argmax, verdicts
+    generation.py     verify_generation(): every step of autoregressive generation (chain of thought)
     certificate.py    the independent certificate checker (standard library only)
 
 Around it, calling in: dataset_file.py and weights_file.py (file formats), dependence.py (LP

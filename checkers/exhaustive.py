@@ -18,6 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from depthcert.checkers.budget import charge_seconds
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.model import Model
@@ -172,14 +173,20 @@ class Plan:
     note: str
 
 
-def plan_points(model: Model, task: Task, symmetry: str = "auto") -> Plan:
+def plan_points(model: Model, task: Task, symmetry: str = "auto", max_scan: int | None = None) -> Plan:
     """symmetry = "auto": use orbit representatives when the model's equivariance under the
-    task's symmetry group is proven on the weights (checkers.symmetry); otherwise every point."""
+    task's symmetry group is proven on the weights (checkers.symmetry); otherwise every point.
+    max_scan: refuse (BadInput, naming --max-points) a representative search that decodes more
+    points than this."""
     if symmetry not in ("auto", "off"):
         raise BadInput(f"--symmetry must be auto or off, got {symmetry!r}")
     if symmetry == "auto":
         from depthcert.checkers.symmetry import check_equivariance
 
+        scan = task.orbit_scan_points()
+        if max_scan is not None and scan > max_scan:
+            raise BadInput(f"{task.describe()}: finding the orbit representatives decodes {scan} points, above the "
+                           f"limit {max_scan}; raise it with --max-points {scan}, or use smaller sizes")
         groups = task.symmetry_groups()
         reps = task.orbit_representatives() if groups else None
         if reps is None:
@@ -197,6 +204,23 @@ def plan_points(model: Model, task: Task, symmetry: str = "auto") -> Plan:
 
 
 PARALLEL_MIN_POINTS = 400_000
+
+# Throughput of the evaluators in multiply-adds per second, measured on this 2-core machine
+# (benchmarks/bench_exact.py and bench_model_classes.py) and rounded down: for the time guard.
+FLOAT_OPS_PER_SECOND = 1e9
+EXACT_OPS_PER_SECOND = 2e7
+BALL_OPS_PER_SECOND = 1e7
+
+
+def forward_ops(model: Model, n: int) -> int:
+    """Multiply-adds of one forward pass on a sequence of length n (dense products)."""
+    d, total = model.dim, 0
+    for li, layer in enumerate(model.layers):
+        q = 1 if (li == model.n_layers - 1 and model.outputs == "last") else n
+        total += len(layer) * (2 * q * d * d + 2 * n * q * d)
+        if layer.mlp is not None:
+            total += 2 * q * d * layer.mlp.width
+    return total + len(model.classes) * d * (n if model.outputs == "all" else 1)
 
 
 @dataclass(frozen=True)
@@ -269,9 +293,14 @@ def verify(
     tokens = token_rows(model, task)
     plan = plan or plan_points(model, task, symmetry)
     if model.has_softmax:
+        charge_seconds(plan.n_eval * forward_ops(model, task.length) / BALL_OPS_PER_SECOND,
+                       f"deciding {plan.n_eval} points in ball arithmetic")
         return _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, progress,
                              force_exact, t0, **(balls or {}))
     ev = Evaluator(model, force_exact=force_exact)
+    rate = FLOAT_OPS_PER_SECOND if ev.use_float else EXACT_OPS_PER_SECOND
+    charge_seconds(plan.n_eval * forward_ops(model, task.length) / rate,
+                   f"evaluating {plan.n_eval} points ({ev.path}, {model.n_layers} layers, d' = {model.dim})")
     if plan.indices is None:
         batches = task.batches(batch_size)
     else:

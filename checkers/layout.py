@@ -17,6 +17,7 @@ from typing import Iterable
 
 import numpy as np
 
+from depthcert.checkers.budget import charge_weights
 from depthcert.checkers.errors import BadInput
 
 
@@ -134,6 +135,7 @@ class BlockMatrix:
 
     def __init__(self, rows: Layout, cols: Layout):
         self.rows, self.cols = rows, cols
+        charge_weights(rows.dim * cols.dim, f"a {rows.dim} x {cols.dim} block matrix")
         self._m = np.full((rows.dim, cols.dim), Fraction(0), dtype=object)
 
     def set(self, row_block: str, col_block: str, value) -> "BlockMatrix":
@@ -162,6 +164,7 @@ class BlockMatrix:
 
 
 def eye(n: int, scale=1) -> np.ndarray:
+    charge_weights(n * n, f"a {n} x {n} identity")
     out = np.full((n, n), Fraction(0), dtype=object)
     for i in range(n):
         out[i, i] = Fraction(scale)
@@ -169,6 +172,7 @@ def eye(n: int, scale=1) -> np.ndarray:
 
 
 def zeros(rows: int, cols: int) -> np.ndarray:
+    charge_weights(rows * cols, f"a {rows} x {cols} matrix")
     return np.full((rows, cols), Fraction(0), dtype=object)
 
 

@@ -97,6 +97,11 @@ class Task:
         """(indices, orbit sizes): one point per orbit of symmetry_groups(), or None."""
         return None
 
+    def orbit_scan_points(self) -> int:
+        """How many points orbit_representatives() decodes to find the representatives (0 when
+        they are written down directly); plan_points refuses scans above its limit."""
+        return 0
+
     @property
     def size_formula(self) -> str:
         """How `size` is counted, e.g. "A(5,3) * A(5,3) * 3"."""

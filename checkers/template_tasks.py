@@ -17,6 +17,7 @@ from math import factorial, perm
 
 import numpy as np
 
+from depthcert.checkers.budget import progress_wanted
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import MAX_DIM
 from depthcert.checkers.tasks import CLS, RESPONSE, Task, _check_int, bounded_pow, decode_partial_permutations
@@ -253,6 +254,9 @@ class InContextTemplateMatching(Task):
     def symmetry_groups(self):
         return (self.tokens, self.answers)
 
+    def orbit_scan_points(self) -> int:
+        return int(self._cum[-1])
+
     def orbit_representatives(self):
         """Under Sym(alphabet) x Sym(answers): answers a_0..a_{k-1} in order, and the question
         tokens of the whole sequence in first-occurrence order (x0 first, then x1, ...); the orbit
@@ -260,7 +264,14 @@ class InContextTemplateMatching(Task):
         qpos = np.array([j for j in range(self.length) if j % (self.l + 2) < self.l], dtype=np.int64)
         reps, sizes = [], []
         total = int(self._cum[-1])
-        for lo in range(0, total, 1 << 15):
+        chunks = range(0, total, 1 << 15)
+        if progress_wanted(total / 2e6):  # ~2 million points decoded per second
+            import sys
+
+            from tqdm import tqdm
+
+            chunks = tqdm(chunks, desc="orbit representatives", unit="chunk", leave=False, file=sys.stderr)
+        for lo in chunks:
             rest = np.arange(lo, min(total, lo + (1 << 15)), dtype=np.int64)
             ids, _ = self.decode(rest * self.n_aperm)
             q = ids[:, qpos]

@@ -45,7 +45,15 @@ def constrained_attention(
     if allowed.shape != (n, n):
         raise ValueError(f"mask is {allowed.shape}, positions are {n}")
     pp = np.where(allowed, Fraction(0), mask_value).astype(object)
-    return content.add(position_block, position_block, pp).build()
+    # on a copy: the caller's `content` must not change (building a second head from the same
+    # content used to get the mask twice; tests/test_properties_builders.py)
+    r, c = content.rows.slice(position_block), content.cols.slice(position_block)
+    W = content.build().copy()
+    if W[r, c].shape != pp.shape:
+        raise ValueError(f"mask is {pp.shape}, the ({position_block}, {position_block}) block of the content is {W[r, c].shape}")
+    W[r, c] = W[r, c] + pp
+    W.flags.writeable = False
+    return W
 
 
 def position_map(n: int, pairs) -> np.ndarray:

@@ -18,7 +18,7 @@ from depthcert.checkers.layout import BlockMatrix, Layout
 from depthcert.checkers.model import Head, Model
 from depthcert.checkers.tasks import SequenceClassification
 from depthcert.constructions.attention import instructive_attention, position_map
-from depthcert.constructions.classifier import lemma3_classifier
+from depthcert.constructions.classifier import lemma3_classifier, lemma3_guard
 from depthcert.constructions.registry import Construction
 
 THEOREM = "Theorem 1 / Lemma 4 (one-layer memorization, n heads)"
@@ -71,6 +71,7 @@ def build(task: SequenceClassification, as_printed: bool = False) -> Constructio
     inp, slots = layouts(d, n)
     heads = lemma4_heads(inp, slots, n, "token", n - 1)
 
+    lemma3_guard(task.size, inp.dim)  # before the probe: it costs as much as the classifier's input
     # Read the layer's actual last column on every point (W_O = I), then apply Lemma 3 to
     # those exact vectors: the classifier rests on what the layer computes, not on the lemma.
     probe_out = BlockMatrix(inp, inp)

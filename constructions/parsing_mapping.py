@@ -37,7 +37,7 @@ from depthcert.checkers.layout import BlockMatrix, Layout, eye
 from depthcert.checkers.model import Head, Model
 from depthcert.checkers.template_tasks import TemplateMatching
 from depthcert.constructions.attention import instructive_attention, position_map
-from depthcert.constructions.classifier import lemma3_classifier
+from depthcert.constructions.classifier import lemma3_classifier, lemma3_guard
 from depthcert.constructions.memorization import lemma4_heads
 from depthcert.constructions.registry import Construction
 
@@ -74,6 +74,7 @@ def last_columns(task, lay: Layout, layers, ids) -> list[list[Fraction]]:
 
 def classifier(task: TemplateMatching, lay: Layout, layers, notes: list[str]) -> np.ndarray:
     """Lemma 3 on the last column of one representative sequence per template."""
+    lemma3_guard(len(task.classes), lay.dim)  # before the probe evaluates one sequence per class
     reps = [task.representative(t) for t in range(len(task.classes))]
     vectors = last_columns(task, lay, layers, reps)
     if len(vectors) == 1:

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import time
 from fractions import Fraction
 
 import numpy as np
@@ -98,6 +99,15 @@ def nonnegative_int(text: str) -> int:
     return value
 
 
+def add_budget_options(p: argparse.ArgumentParser) -> None:
+    from depthcert.checkers.budget import DEFAULT_MAX_SECONDS, DEFAULT_MAX_WEIGHTS
+
+    p.add_argument("--max-weights", type=positive_int, default=DEFAULT_MAX_WEIGHTS,
+                   help=f"refuse constructions with more weight entries (default {DEFAULT_MAX_WEIGHTS:,})")
+    p.add_argument("--max-seconds", type=positive_int, default=DEFAULT_MAX_SECONDS,
+                   help=f"refuse a build or evaluation step estimated to take longer (default {DEFAULT_MAX_SECONDS} s)")
+
+
 def add_task_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("dataset size")
     for name, help_text in TASK_OPTIONS:
@@ -114,7 +124,26 @@ def task_from_args(args):
 
 
 def _fmt_q(q) -> str:
-    return "-" if q is None else str(format_rational(q))
+    """An exact number as text; a long one (over 30 characters) also as a short decimal."""
+    if q is None:
+        return "-"
+    text = str(format_rational(q))
+    if len(text) > 30:
+        text += f" (~{_approx(q)})"
+    return text
+
+
+def _approx(q) -> str:
+    """4 significant digits of an exact rational, in scientific notation (huge ones included)."""
+    q = Fraction(q)
+    if q == 0:
+        return "0"
+    a = abs(q)
+    e = len(str(a.numerator)) - len(str(a.denominator))
+    if Fraction(10) ** e > a:
+        e -= 1
+    mant = a / Fraction(10) ** e
+    return ("-" if q < 0 else "") + f"{float(mant):.3f}e{e:+d}"
 
 
 def bound_text(q, up: bool, digits: int = 10) -> str:
@@ -190,6 +219,7 @@ def _build_parser() -> _Parser:
     p.add_argument("--point", type=nonnegative_int, metavar="N", help="evaluate only dataset point N and show it")
     p.add_argument("--max-points", type=positive_int, default=DEFAULT_MAX_POINTS,
                    help=f"refuse runs that would evaluate more points (default {DEFAULT_MAX_POINTS})")
+    add_budget_options(p)
     p.add_argument("--symmetry", choices=("auto", "off"), default="auto",
                    help="auto: prove equivariance under the task's token permutations on the weights, then "
                    "evaluate one point per orbit (falls back to every point if the proof fails)")
@@ -242,10 +272,39 @@ def _load_model(args, task):
 
 
 def _verify_construction(argv) -> int:
+    from depthcert.checkers.budget import resource_budget
+
+    t_start = time.perf_counter()
+    args = _build_parser().parse_args(argv)
+    with resource_budget(args.max_weights, args.max_seconds, show_progress=sys.stderr.isatty() and not args.json):
+        return _verify_construction_guarded(args, t_start)
+
+
+def guard_classifier_size(task, max_weights: int) -> None:
+    """Refuse before building when W_O alone (classes x d', d' >= vocabulary + positions) is
+    over the weight budget: some builders compute a value per class before they allocate."""
+    from depthcert.checkers.layout import MAX_DIM
+
+    width = len(task.vocab) + task.length
+    if width > MAX_DIM:
+        return  # the layout's own limit refuses it, naming d'
+    entries = len(task.classes) * width
+    if entries > max_weights:
+        raise BadInput(f"{task.describe()} has {len(task.classes):,} classes: W_O alone needs more than "
+                       f"{entries:,} weight entries, above the limit {max_weights:,}; raise it with "
+                       f"--max-weights {entries}, or use smaller sizes")
+
+
+def phase(args, text: str) -> None:
+    """Name a phase on stderr for terminal runs (a long build or proof is not silent)."""
+    if sys.stderr.isatty() and not getattr(args, "json", False):
+        print(f"... {text}", file=sys.stderr, flush=True)
+
+
+def _verify_construction_guarded(args, t_start: float) -> int:
     from depthcert.checkers.exhaustive import check_compatible, plan_points, verify
     from depthcert.constructions import registry
 
-    args = _build_parser().parse_args(argv)
     task = _task_or_dataset(args)
     if args.all_sizes:
         return _optional_module("all_sizes", "--all-sizes").verify_all_sizes(args, task)
@@ -261,6 +320,8 @@ def _verify_construction(argv) -> int:
         model = _load_model(args, task)
         theorem, variant, description, notes = "user-supplied weights", "weights:" + args.weights, "", ()
     else:
+        guard_classifier_size(task, args.max_weights)
+        phase(args, f"building the {task.name} construction")
         c = registry.build(task, args.variant, args.as_printed)
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
     check_compatible(model, task)
@@ -278,7 +339,8 @@ def _verify_construction(argv) -> int:
             raise BadInput(f"--point {args.point} is outside the dataset (0 .. {task.size - 1})")
         export()
         return _show_point(args, task, model, theorem, balls)
-    plan = plan_points(model, task, args.symmetry)
+    phase(args, "planning the points (symmetry proof on the weights)")
+    plan = plan_points(model, task, args.symmetry, max_scan=args.max_points)
     if plan.n_eval > args.max_points:
         raise BadInput(
             f"{task.describe()} needs {plan.n_eval} points evaluated ({plan.note}), above the limit "
@@ -304,6 +366,7 @@ def _verify_construction(argv) -> int:
         "min_margin": None if v.min_margin is None else format_rational(v.min_margin),
         "evaluation": v.path,
         "seconds": round(v.seconds, 3),
+        "total_seconds": round(time.perf_counter() - t_start, 3),
         "symmetry": v.notes[0] if v.notes else "",
         "notes": list(notes),
     }
@@ -379,7 +442,7 @@ def _print_human(info: dict, task, v, description: str) -> None:
         ("symmetry", info["symmetry"].removeprefix("symmetry: ")),
         ("verdict", info["verdict"].upper()),
         ("min margin", margin + ("" if v.verified or v.counterexample is None else " (up to the counterexample)")),
-        ("wall time", f"{v.seconds:.2f} s"),
+        ("wall time", f"{info['total_seconds']:.2f} s in all, {v.seconds:.2f} s evaluating"),
     ]
     print(f"verify-construction {task.name}")
     for key, val in rows:

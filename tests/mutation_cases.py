@@ -28,12 +28,17 @@ SMALL = {
     "tm": dict(l=3, alphabet=3),
     "ictm": dict(k=2, l=2, alphabet=2, n_answers=2),
     "multihop": dict(hops=2, k=2, n_entities=2),
+    "parity": dict(n=3),  # 8 points, 2 tree levels
+    "mod-count": dict(n=3, modulus=3),  # 8 points
+    "word-problem": dict(group="s3", n=3),  # 8 points, non-abelian, 2 tree levels
+    "reachability": dict(vertices=2),  # 64 points, length 6
+    "composition": dict(n_functions=3, domain=2),  # 128 points, length 7 (preimage and forward heads)
 }
 
 # Mutations per construction in the test suite; the oracle is slow on long sequences with many
 # heads, so those get fewer (the report script uses many more, without the oracle).
 PER_CASE = 30
-PER_CASE_TASK = {"ictm": 12}
+PER_CASE_TASK = {"composition": 6, "ictm": 12}
 
 
 def constructions():
