@@ -36,3 +36,23 @@ def format_rational(q) -> int | str:
     """An int when integral, otherwise "p/q"."""
     q = Fraction(q)
     return q.numerator if q.denominator == 1 else f"{q.numerator}/{q.denominator}"
+
+
+def short_decimal(q) -> str:
+    """4 significant digits of an exact rational in scientific notation (huge ones included):
+    an approximation for reading, printed beside the exact value, never instead of it."""
+    q = Fraction(q)
+    if q == 0:
+        return "0"
+    a = abs(q)
+    e = len(str(a.numerator)) - len(str(a.denominator))
+    if Fraction(10) ** e > a:
+        e -= 1
+    mant = a / Fraction(10) ** e
+    return ("-" if q < 0 else "") + f"{float(mant):.3f}e{e:+d}"
+
+
+def exact_text(q, long: int = 30) -> str:
+    """An exact number as text; one longer than `long` characters also as a short decimal."""
+    text = str(format_rational(q))
+    return text + f" (~{short_decimal(q)})" if len(text) > long else text

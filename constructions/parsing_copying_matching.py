@@ -18,7 +18,7 @@ final = attends, with weight sum_i mult_i |T_b[i, r] - T_c[i, r]|, every questio
 block whose template differs from the query's, and subtracts (W_V = -I) its answer.
 W_O reads the answer block.
 
-Printed errors (docs/errata-templates.md), fixed unless as_printed:
+Printed errors (docs/errata.md), fixed unless as_printed:
   * W_QK^(1) has a stray rectangular identity I_{(d'-d_1) x d_1} under the (question, question)
     block: a key's position p then matches query token d_2+1+p, corrupting the template;
   * W_QK^(3)_i acts on the last l rows of the stream, which are template rows 2..l+1 (rows l and

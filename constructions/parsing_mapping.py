@@ -15,7 +15,7 @@ Layer 2 (mapping), two variants the paper gives:
              slot i, the last head cancels the residual.
 The classifier is Lemma 3 applied to the last column of one representative per template.
 
-Printed errors (docs/errata-templates.md), fixed unless as_printed:
+Printed errors (docs/errata.md), fixed unless as_printed:
   * W_V^(1) reads its "I_{n x n}" from the first n coordinates of the stream (the printed column
     split is n | d'-n), i.e. from the token rows, not from the position block;
   * layer 1 does not cancel the token rows: position i attends c_i >= 1 equal tokens, so its token

@@ -31,8 +31,8 @@ import sympy as sp
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
-from depthcert.proofs.all_sizes_families import (NotAFamily, PointView, View, merge, missing_classes,
-                                                 model_tables, point_h0, refine)
+from depthcert.proofs.all_sizes_families import (NotAFamily, PointView, View, check_point_sizes, merge,
+                                                 missing_classes, model_tables, point_h0, refine)
 from depthcert.proofs.all_sizes_lumped import (LHead, LMatrix, LumpedModel, Param, PassLog, Region, Ring, Split,
                                                Undecided, apply_layers, decide, first_failure, forward, logits_of, margins,
                                                poly_text, state_key, to_fraction, whole_region)
@@ -85,7 +85,8 @@ class Report:
             "claim": self.claim, "method": self.method, "margin": self.margin, "margin_note": self.margin_note,
             "all_sizes": list(self.params), "finite_only": [{"parameter": p, "why": w} for p, w in self.finite],
             "steps": [{"title": s.title, "lines": list(s.lines)} for s in self.steps],
-            "base_cases": self.base_cases, "failure": self.failure, "reason": self.reason,
+            "base_cases": [{k: v for k, v in r.items() if not k.startswith("_")} for r in self.base_cases],
+            "failure": self.failure, "reason": self.reason,
             "instance": self.instance, "seconds": round(self.seconds, 3),
             "evaluating_seconds": round(self.eval_seconds, 3),
         }
@@ -406,14 +407,17 @@ def prove_lumped(plan: LumpedPlan) -> Report:
     reps: dict = {}
     for key, b in family_sizes.items():
         for rkey, pv, ids, used in plan.points(b.task, b.view):
+            where = f"{_size_text(b.values)} point {rkey}"
             try:
-                h0 = point_h0(b.model, ids, b.view, pv, f"{_size_text(b.values)} point {rkey}")
+                h0 = point_h0(b.model, ids, b.view, pv, where)
+                check_point_sizes(pv, b.view, ring_, b.values, where)
             except NotAFamily as exc:
                 return _not_proven(rep, f"the representative is not invariant: {exc}", t0)
             entry = reps.setdefault(rkey, {"pv": pv, "h0": [], "used": used, "at": []})
             entry["h0"].append((_size_text(b.values), h0))
             entry["at"].append(b)
-            if tuple(f.name for f in entry["pv"].rows) != tuple(f.name for f in pv.rows):
+            old = entry["pv"]
+            if (old.rows, old.cols, old.classes, old.last, old.label) != (pv.rows, pv.cols, pv.classes, pv.last, pv.label):
                 return _not_proven(rep, f"representative {rkey} has different point families at different sizes", t0)
     lines, ok = plan.coverage([(k, e["used"]) for k, e in reps.items()])
     rep.steps.append(Step("orbits", tuple(lines)))
@@ -458,6 +462,8 @@ def prove_lumped(plan: LumpedPlan) -> Report:
             cert_points.append(_cert_point(rkey, lm, pv, tree, ring_))
     except Undecided as exc:
         return _not_proven(rep, f"a sign is not decided: {exc}", t0)
+    except NotAFamily as exc:
+        return _not_proven(rep, f"the representative is not one table across sizes: {exc}", t0)
     rep.steps.append(Step("lumped pass", _pass_lines(reps, leaves, relu_logged, plan, ring_)))
 
     # 5. margins in closed form
@@ -1060,10 +1066,7 @@ def verify_all_sizes(args, task) -> int:
         rep.theorem += " [as printed]"
     rep.instance = _instance(rep, task, args)
     if args.json:
-        out = rep.to_json()
-        for row in out["base_cases"]:
-            row.pop("_margin", None)
-        print(json.dumps(out))
+        print(json.dumps(rep.to_json()))
     else:
         print_report(rep)
     return rep.exit_code

@@ -18,6 +18,7 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
+from depthcert.proofs.cli import enclosure_text
 
 
 def cot_builders() -> dict:
@@ -33,6 +34,21 @@ def cot_builders() -> dict:
         for task, variants in getattr(mod, "COT_BUILDERS", {}).items():
             table.setdefault(task, {}).update(variants)
     return table
+
+
+def _counterexample_json(ce) -> dict:
+    from depthcert.proofs.cli import _counterexample_json as base
+
+    return base(ce)
+
+
+def _undecided_json(u) -> dict:
+    from depthcert.proofs.cli import _undecided_json as base
+
+    out = base(u)
+    out["margin_enclosure"] = None if u.margin is None else enclosure_text(u.margin)
+    out["logits"] = {c: enclosure_text(b) for c, b in zip(u.classes, u.logit_bounds)}
+    return out
 
 
 def _model(args, task):
@@ -57,8 +73,7 @@ def _model(args, task):
 
 def verify_cot(args, task) -> int:
     from depthcert.checkers.generation import TeacherForced, check_model, is_causal, verify_generation
-    from depthcert.proofs.cli import EXIT_UNDECIDED, _counterexample_json, _precision_options, _undecided_json, \
-        enclosure_text
+    from depthcert.proofs.cli import EXIT_UNDECIDED, _precision_options
 
     t_start = time.perf_counter()
     if args.dataset:
@@ -134,7 +149,7 @@ def _export(args, model) -> None:
 
 
 def _print_human(info, task, tf, g, description) -> None:
-    from depthcert.proofs.cli import _fmt_q, enclosure_text
+    from depthcert.proofs.cli import _fmt_q
 
     v = g.verdict
     margin = _fmt_q(v.min_margin)
@@ -189,7 +204,7 @@ def _show_point(args, task, tf, model, balls) -> int:
     """Run the generation on one input, step by step (each prefix run separately), and show it."""
     from depthcert.checkers.evaluate import Evaluator
     from depthcert.checkers.exhaustive import check_compatible, token_rows
-    from depthcert.proofs.cli import EXIT_UNDECIDED, enclosure_text
+    from depthcert.proofs.cli import EXIT_UNDECIDED
 
     class_map = check_compatible(model, task)
     tokens = token_rows(model, tf)

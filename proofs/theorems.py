@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.rational import format_rational
+from depthcert.checkers.rational import exact_text
 
 CERT_DIR = os.path.join(os.path.dirname(__file__), "certificates")
 
@@ -27,22 +27,32 @@ class Claim:
     key: str
     paper: str  # where the paper states it
     statement: str
-    method: str  # "construction" or "certificate"
+    method: str  # "construction", "certificate", or "fittable" (a scope finding: one layer suffices)
     task: str
     options: dict = field(default_factory=dict)
     variant: str | None = None
     certificate: str | None = None  # file name in proofs/certificates/
+    # what the paper prints for it: "same" (depthcert builds exactly the printed weights),
+    # "differs" (the printed weights are built too, with --as-printed, and checked separately),
+    # "none" (the paper prints no weights for it), "dependence" (an impossibility claim)
+    printed: str = "same"
+    kind: str = "claim"  # "claim": the paper's; "scope": a finding of ours about a claim's scope
+    dataset: str | None = None  # a dataset file under docs/examples/ instead of a task
 
 
 @dataclass(frozen=True)
 class ClaimResult:
     claim: Claim
-    verdict: str  # "verified", "certified", "refuted", "not established"
+    verdict: str  # "verified", "certified", "fittable", "refuted", "not established"
     detail: str
     seconds: float
+    printed_verdict: str = ""  # the printed weights' verdict when they differ: "refuted" / "verified"
+    printed_detail: str = ""
 
     @property
     def ok(self) -> bool:
+        if self.claim.method == "fittable":
+            return self.verdict == "fittable"
         return self.verdict in ("verified", "certified")
 
 
@@ -50,28 +60,53 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("theorem1", "Theorem 1 / Lemma 4", "one layer (n heads) memorizes sequence classification",
           "construction", "sc", {"length": 3, "alphabet": 3}),
     Claim("theorem2", "Theorem 2", "no one-layer transformer solves in-context QA",
-          "certificate", "icqa", {"k": 2, "n_questions": 2, "n_answers": 2}, certificate="theorem2_icqa.json"),
+          "certificate", "icqa", {"k": 2, "n_questions": 2, "n_answers": 2}, certificate="theorem2_icqa.json",
+          printed="dependence"),
     Claim("theorem3", "Theorem 3", "two layers (1 head) solve in-context QA, at the paper's 100-token scale",
           "construction", "icqa", {"k": 3, "n_questions": 100, "n_answers": 100}),
     Claim("theorem4", "Theorem 4", "no one-layer transformer solves template matching",
-          "certificate", "tm", {"l": 2, "alphabet": 2}, certificate="theorem4_tm.json"),
+          "certificate", "tm", {"l": 2, "alphabet": 2}, certificate="theorem4_tm.json", printed="dependence"),
     Claim("theorem5-heads", "Theorem 5 (memorization head variant)", "two layers solve template matching",
-          "construction", "tm", {"l": 3, "alphabet": 4}, variant="heads"),
+          "construction", "tm", {"l": 3, "alphabet": 4}, variant="heads", printed="differs"),
     Claim("theorem5-ternary", "Theorem 5 (ternary encoding variant)", "two layers, one head solve template matching",
-          "construction", "tm", {"l": 3, "alphabet": 4}, variant="ternary"),
+          "construction", "tm", {"l": 3, "alphabet": 4}, variant="ternary", printed="differs"),
     Claim("theorem6", "Theorem 6", "three layers (2l heads in layer 3) solve in-context template matching",
-          "construction", "ictm", {"k": 2, "l": 2, "alphabet": 3, "n_answers": 2}),
+          "construction", "ictm", {"k": 2, "l": 2, "alphabet": 3, "n_answers": 2}, printed="differs"),
     Claim("ictm-one-layer", "Section 5.4", "no one-layer transformer solves in-context template matching",
-          "certificate", "ictm", {"k": 2, "l": 2, "alphabet": 2, "n_answers": 2}, certificate="ictm_one_layer.json"),
+          "certificate", "ictm", {"k": 2, "l": 2, "alphabet": 2, "n_answers": 2}, certificate="ictm_one_layer.json",
+          printed="dependence"),
     Claim("multihop-paper", "Section 7 (suggested)", "2h layers (copy-matching h times) solve h-hop in-context QA",
-          "construction", "multihop", {"hops": 3}, variant="paper"),
-    Claim("multihop-linear", "Section 7 (depthcert)", "h+1 layers: one copying layer, then h matching layers",
-          "construction", "multihop", {"hops": 3}, variant="linear"),
-    Claim("multihop-doubling", "Section 7 (depthcert)", "pointer doubling: about log2(h)+2 layers",
-          "construction", "multihop", {"hops": 3}, variant="doubling"),
+          "construction", "multihop", {"hops": 3}, variant="paper", printed="none"),
     Claim("multihop-one-layer", "Section 7", "no one-layer transformer solves 2-hop in-context QA",
-          "certificate", "multihop", {"hops": 2}, certificate="multihop_one_layer.json"),
+          "certificate", "multihop", {"hops": 2}, certificate="multihop_one_layer.json", printed="dependence"),
+    # findings of ours about the scope of the paper's claims (not errata: the paper states them
+    # for the sizes where they hold)
+    Claim("scope-theorem2-k1", "Theorem 2 (scope: k >= 2)",
+          "with a single (question, answer) pair, in-context QA is one-layer fittable",
+          "fittable", "icqa", {"k": 1}, kind="scope"),
+    Claim("scope-theorem4-one-substitution", "Theorem 4 (scope: every substitution)",
+          "template matching with one sequence (one substitution map) per template is one-layer fittable",
+          "fittable", "tm", {}, kind="scope", dataset="tm-one-substitution-l3.json"),
+    # depthcert's improvements on the paper's sufficiency claim for multi-hop (docs/findings.md)
+    Claim("multihop-linear", "Section 7 (depthcert, fewer layers)", "h+1 layers: one copying layer, then h matching layers",
+          "construction", "multihop", {"hops": 3}, variant="linear", kind="finding"),
+    Claim("multihop-doubling", "Section 7 (depthcert, fewer layers)", "pointer doubling: floor(log2 h)+2 layers",
+          "construction", "multihop", {"hops": 3}, variant="doubling", kind="finding"),
 )
+
+EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "examples")
+
+
+def command(claim: Claim, as_printed: bool = False) -> str:
+    """The command line that checks the claim (what a reader runs to see it)."""
+    if claim.method in ("certificate", "fittable"):
+        if claim.dataset:
+            return f"find-dependence --dataset docs/examples/{claim.dataset}"
+        opts = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in claim.options.items())
+        return f"find-dependence --task {claim.task} {opts}".strip()
+    opts = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in claim.options.items())
+    var = f" --variant {claim.variant}" if claim.variant else ""
+    return f"verify-construction {claim.task} {opts}{var}" + (" --as-printed" if as_printed else "")
 
 
 def dataset_points(task, limit: int = 2_000_000) -> dict[tuple[str, ...], str]:
@@ -97,15 +132,15 @@ def certificate_speaks_about(cert: dict, task) -> str | None:
     return None
 
 
-def _check_construction(claim: Claim, task) -> tuple[str, str]:
+def _check_construction(claim: Claim, task, as_printed: bool = False) -> tuple[str, str]:
     from depthcert.checkers.exhaustive import verify
     from depthcert.constructions import registry
 
-    c = registry.build(task, claim.variant, as_printed=False)
+    c = registry.build(task, claim.variant, as_printed=as_printed)
     v = verify(c.model, task, symmetry="auto", progress=False)
     heads = ",".join(str(h) for h in c.model.heads)
     detail = (f"{c.model.n_layers} layers, heads {heads}, d'={c.model.dim}; {v.points_covered}/{v.points_total} points "
-              f"covered ({v.points_checked} evaluated), min margin {format_rational(v.min_margin) if v.min_margin is not None else '-'}")
+              f"covered ({v.points_checked} evaluated), min margin {exact_text(v.min_margin) if v.min_margin is not None else '-'}")
     if not v.verified:
         ce = v.counterexample
         detail += f"; counterexample point {ce.index}: {' '.join(ce.tokens)} expected {ce.expected} got {ce.predicted}"
@@ -138,19 +173,39 @@ def _check_certificate_claim(claim: Claim, task) -> tuple[str, str]:
     return "certified", f"{source} certificate with {n} points, accepted by checkers/certificate.py; all are dataset points"
 
 
+def _check_fittable(claim: Claim, task) -> tuple[str, str]:
+    """A scope finding: the one-layer decision finds an explicit model, verified on every point."""
+    from depthcert.checkers.dependence import decide_task
+
+    dec = decide_task(task, progress=False).decision
+    if not dec.fittable:
+        return "refuted", f"not fittable: a {len(dec.certificate.points)}-point certificate"
+    return "fittable", f"an explicit one-layer model verifies exactly on all {task.size} points"
+
+
 def check_claim(claim: Claim) -> ClaimResult:
     from depthcert.checkers.tasks import make_task
 
     t0 = time.perf_counter()
+    printed_verdict = printed_detail = ""
     try:
-        task = make_task(claim.task, **claim.options)
+        if claim.dataset:
+            from depthcert.checkers.dataset_file import load_dataset
+
+            task = load_dataset(os.path.join(EXAMPLES_DIR, claim.dataset))
+        else:
+            task = make_task(claim.task, **claim.options)
         if claim.method == "construction":
             verdict, detail = _check_construction(claim, task)
+            if claim.printed == "differs":
+                printed_verdict, printed_detail = _check_construction(claim, task, as_printed=True)
+        elif claim.method == "fittable":
+            verdict, detail = _check_fittable(claim, task)
         else:
             verdict, detail = _check_certificate_claim(claim, task)
     except BadInput as exc:
         verdict, detail = "not established", f"error: {exc}"
-    return ClaimResult(claim, verdict, detail, time.perf_counter() - t0)
+    return ClaimResult(claim, verdict, detail, time.perf_counter() - t0, printed_verdict, printed_detail)
 
 
 def sizes_text(claim: Claim) -> str:

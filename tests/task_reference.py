@@ -24,6 +24,8 @@ Definitions (token names as in docs/semantics.md):
             label a_c (the answer of the context question with the query's template).
   multihop  x_0 > f(x_0) ... x_{k-1} > f(x_{k-1}) s >: k distinct sources (of N entities), f any
             function on the sources, s = x_c; label f^h(s).
+  composition, parity, mod-count, word-problem, reachability: see their sections below
+            (docs/composition.md, docs/logdepth.md).
 """
 from __future__ import annotations
 

@@ -175,7 +175,7 @@ def test_tamper_margin_formulas_equal_verify(tamper_report):
 
 
 def test_tamper_certificate_rechecks_as_failing(tamper_report, tmp_path):
-    rc, out, err = recheck(tmp_path, tamper_report.to_json() | {"base_cases": []})
+    rc, out, err = recheck(tmp_path, tamper_report.to_json())
     assert rc == 1 and "margin(s) not > 0" in out and "offsets [9, 0, 0]" in out, (out, err)
 
 

@@ -260,3 +260,16 @@ def test_one_layer_certificates(tmp_path):
     assert r.returncode == 0 and "NOT fittable" in r.stdout
     r = subprocess.run([os.path.join(BIN, "check-certificate"), str(out)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout
+
+
+def test_cot_enclosures_stay_outward_when_rounding_carries():
+    """Regression: proofs.cli.bound_text printed 0.99999999999 rounded up as "1e-1" (below the
+    value) when rounding carried into the next power of ten."""
+    from decimal import Decimal
+
+    from depthcert.proofs.cli import bound_text
+
+    for q in (Fraction(99999999999, 10**11), Fraction(-99999999999, 10**11), Fraction(1, 3), Fraction(-7, 3),
+              Fraction(999999999999, 10**9), Fraction(5)):
+        assert Fraction(Decimal(bound_text(q, up=True))) >= q >= Fraction(Decimal(bound_text(q, up=False)))
+    assert bound_text(Fraction(99999999999, 10**11), up=True) == "1e+0"

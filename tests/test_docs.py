@@ -91,6 +91,16 @@ def test_example_files_are_what_the_builders_make():
         "softmax-tie-data.json": {"format": "depthcert.dataset", "version": 1, "name": "softmax-tie",
                                   "sequences": [["x", "y", "y"]], "labels": ["a"]},
     }
+    from depthcert.checkers.tasks import make_task
+
+    for l in (3, 4):  # template matching with one sequence (one substitution map) per template
+        tm = make_task("tm", l=l, alphabet=l)
+        want[f"tm-one-substitution-l{l}.json"] = {
+            "format": "depthcert.dataset", "version": 1, "name": f"tm-one-substitution-l{l}",
+            "description": f"template matching, l={l}: one sequence per template (wildcard j -> token t_j), "
+                           "the label its template",
+            "sequences": [[tm.vocab[i] for i in tm.representative(c)] for c in range(len(tm.classes))],
+            "labels": list(tm.classes)}
     have = sorted(os.listdir(os.path.join(ROOT, "docs", "examples")))
     assert have == sorted(want)
     for name, obj in want.items():

@@ -1,6 +1,9 @@
-"""Properties of the dataset enumerators (checkers/tasks.py, template_tasks.py, multihop_task.py).
+"""Properties of the dataset enumerators (checkers/tasks.py, template_tasks.py, multihop_task.py,
+composition_task.py, logdepth_tasks.py).
 
-For every task make_task knows, at random small sizes:
+For every task make_task knows (sc, icqa, tm, ictm, multihop, composition, parity, mod-count,
+word-problem, reachability; a task whose module is absent from the build is left out), at random
+small sizes:
 
   index -> sequence -> index is the identity (the inverse is written in tests/task_reference.py
       from the index order each enumerator's docstring states), and sequence -> index ->
@@ -13,8 +16,9 @@ For every task make_task knows, at random small sizes:
       reported orbit size is the orbit's size; the sizes add up to the dataset size;
   batches(), batches_of() and point() decode the same points at every batch size.
 
-Tasks other engineers add to make_task (parity, mod-count, word-problem, reachability,
-composition) get the task-independent properties at their default sizes when they are present.
+A task added to make_task later, with no reference here yet, gets the task-independent
+properties (injective decode, point() == batches(), the printed size formula, brute-force orbits)
+at its default sizes (test_other_tasks_enumerate_consistently).
 """
 from __future__ import annotations
 
@@ -23,7 +27,6 @@ import re
 from functools import lru_cache
 from math import perm
 
-import numpy as np
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
@@ -34,6 +37,7 @@ from depthcert.checkers.tasks import TASK_ALIASES, make_task
 from depthcert.checkers.template_tasks import count_templates
 from proptools import prop
 
+# tasks with a reference in tests/task_reference.py (those present in this build: KNOWN below)
 KNOWN = ("sc", "icqa", "tm", "ictm", "multihop", "composition", "parity", "mod-count", "word-problem", "reachability")
 OTHERS = tuple(t for t in dict.fromkeys(TASK_ALIASES.values()) if t not in KNOWN)  # no reference yet
 MAX_POINTS = 3000  # brute force over the definition and the inverse of every index
