@@ -44,7 +44,7 @@ from collections import OrderedDict
 FORMAT = "depthcert.certificate"
 VERSION = 1
 
-_INT_KEY = re.compile(r"^-?[0-9]+$")
+_INT_KEY = re.compile(r"-?(0|[1-9][0-9]*)")  # canonical decimal, matched whole (no "02", "-0", "2\n")
 
 
 class MalformedCertificate(ValueError):
@@ -94,9 +94,10 @@ def parse_certificate(obj):
         if not isinstance(key, str):
             raise MalformedCertificate(where + ": class names must be strings")
         if int_labels:
-            if not _INT_KEY.match(key):
-                raise MalformedCertificate(where + ": labels are ints, so a class key must be decimal digits")
-            return str(int(key))
+            if not _INT_KEY.fullmatch(key) or key == "-0":
+                raise MalformedCertificate(where + ": labels are ints, so a class key must be the label's canonical "
+                                           "decimal digits (no sign +, leading zeros or spaces), got " + repr(key))
+            return key
         return key
 
     declared = None
@@ -205,6 +206,8 @@ def main(argv=None):
     if len(argv) != 1:
         print("usage: certificate.py FILE", file=sys.stderr)
         return 2
+    if hasattr(sys, "set_int_max_str_digits"):  # as the console command: big coefficients are numbers
+        sys.set_int_max_str_digits(0)
     try:
         with open(argv[0], encoding="utf-8") as fh:
             obj = json.load(fh)

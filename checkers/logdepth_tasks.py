@@ -19,11 +19,11 @@ Index order (most significant first): parity / mod-count / word-problem: the bas
 numeral t_0 t_1 ... t_{n-1}; reachability: i = (graph * V + s) * V + t with graph the base-2
 numeral of the V^2 bits in row-major order.
 
-Symmetry: none is declared.  A token permutation maps a dataset onto itself only with the labels
-moving along; here it never does so compatibly with how the constructions read the tokens (0 is the
-identity of the counting group and 1 its generator; the generators of a group are not exchanged by
-any automorphism in general; a vertex relabelling of the reachability task moves bit positions,
-which is not a token permutation), so every point is evaluated.
+Symmetry: none is declared, so every point is evaluated.  Swapping the tokens 0 and 1 flips the
+parity for odd n (and for even n fixes the labels, while checkers/symmetry.py would move the
+classes "0", "1" with the token names); no automorphism of A5 or S5 exchanges the two generators
+(their orders differ); a vertex relabelling of the reachability task moves bit positions, which is
+not a token permutation.
 """
 from __future__ import annotations
 

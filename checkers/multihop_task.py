@@ -11,7 +11,7 @@ from math import perm
 import numpy as np
 
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.tasks import (INDEX_LIMIT, Task, _check_int, bounded_perm, bounded_pow, bounded_product,
+from depthcert.checkers.tasks import (INDEX_LIMIT, Task, _check_int, check_vocabulary, bounded_perm, bounded_pow, bounded_product,
                             decode_partial_permutations)
 
 RELATION = ">"
@@ -55,16 +55,17 @@ class MultiHop(Task):
         self.n_entities = _check_int("n-entities", n)
         if self.k > self.n_entities:
             raise BadInput(f"--k {self.k} is larger than the number of entities ({self.n_entities})")
-        self.entities = entity_names(self.n_entities)
-        self.vocab = self.entities + (RELATION,)
-        self.classes = self.entities
-        self.length = 3 * self.k + 2
         if bounded_product((bounded_perm(self.n_entities, self.k) or INDEX_LIMIT + 1,
                             bounded_pow(self.k, self.k) or INDEX_LIMIT + 1, self.k)) is None:
             raise BadInput(
                 f"multihop with --k {self.k} --n-entities {self.n_entities} has more than 2^62 points "
                 "(dataset indices are 64-bit); use smaller sizes"
             )
+        check_vocabulary(self.n_entities + 1, f"multihop with {self.n_entities} entities")
+        self.entities = entity_names(self.n_entities)
+        self.vocab = self.entities + (RELATION,)
+        self.classes = self.entities
+        self.length = 3 * self.k + 2
         self.n_sources = perm(self.n_entities, self.k)
         self.n_targets = self.k**self.k
         self.size = multihop_size(self.n_entities, self.k)
@@ -106,10 +107,22 @@ class MultiHop(Task):
         ids[:, 2 : 3 * k : 3] = src[rows[:, None], tgt]
         ids[:, -2] = src[rows, c]
         ids[:, -1] = rel
-        cur = c.copy()
-        for _ in range(self.hops):
-            cur = tgt[rows, cur]
-        return ids, src[rows, cur]
+        return ids, src[rows, function_power(tgt, self.hops)[rows, c]]
+
+
+def function_power(f: np.ndarray, h: int) -> np.ndarray:
+    """f^h for a batch of maps f (B, k) of {0..k-1} to itself, by repeated squaring: O(log h)
+    compositions, so --hops 10^30 decodes as fast as --hops 3.  Powers of one map commute."""
+    B, k = f.shape
+    rows = np.arange(B)[:, None]
+    out = np.tile(np.arange(k), (B, 1))
+    base = f.copy()
+    while h:
+        if h & 1:
+            out = base[rows, out]
+        base = base[rows, base]
+        h >>= 1
+    return out
 
 
 def multihop_size(n_entities: int, k: int) -> int:

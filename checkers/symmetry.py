@@ -129,15 +129,15 @@ def check_equivariance(model: Model, groups: tuple[tuple[str, ...], ...]) -> Equ
             for li, layer in enumerate(model.layers):
                 for hi, head in enumerate(layer):
                     if not _invariant(head.W_QK, pi, pi):
-                        return EquivarianceReport(False, groups, f"layer {li} head {hi} W_QK is not invariant under {_show(sigma)}")
+                        return EquivarianceReport(False, groups, f"layer {li + 1} head {hi + 1} W_QK is not invariant under {_show(sigma)}")
                     if not _invariant(head.W_V, pi, pi):
-                        return EquivarianceReport(False, groups, f"layer {li} head {hi} W_V is not invariant under {_show(sigma)}")
+                        return EquivarianceReport(False, groups, f"layer {li + 1} head {hi + 1} W_V is not invariant under {_show(sigma)}")
                 if layer.mlp is not None:
                     mlp = layer.mlp
                     q = hidden_permutation(mlp, pi)
                     if q is None or not (_invariant(mlp.W1, q, pi) and _invariant(mlp.W2, pi, q)
                                          and bool((mlp.b1[q] == mlp.b1).all()) and bool((mlp.b2[pi] == mlp.b2).all())):
-                        return EquivarianceReport(False, groups, f"layer {li} MLP is not equivariant under {_show(sigma)}")
+                        return EquivarianceReport(False, groups, f"layer {li + 1} MLP is not equivariant under {_show(sigma)}")
             if not _invariant(model.W_O, kappa, pi):
                 return EquivarianceReport(False, groups, f"W_O is not equivariant under {_show(sigma)}")
     n_gen = sum(len(generators(g)) for g in groups)

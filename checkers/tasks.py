@@ -141,6 +141,15 @@ def bounded_pow(base: int, exp: int, limit: int = INDEX_LIMIT) -> int | None:
     return bounded_product((base for _ in range(exp)), limit)
 
 
+def check_vocabulary(size: int, what: str) -> None:
+    """Refuse, before any token is named, a vocabulary no model can embed (one row per token)."""
+    from depthcert.checkers.layout import MAX_DIM
+
+    if size > MAX_DIM:
+        raise BadInput(f"{what} needs {size} token rows, more than any model may have (d' limit {MAX_DIM}); "
+                       "use smaller sizes")
+
+
 def _check_int(name: str, value, low: int = 1, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise BadInput(f"--{name} must be an integer, got {value!r}")

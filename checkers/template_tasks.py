@@ -20,7 +20,8 @@ import numpy as np
 from depthcert.checkers.budget import progress_wanted
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import MAX_DIM
-from depthcert.checkers.tasks import CLS, RESPONSE, Task, _check_int, bounded_pow, decode_partial_permutations
+from depthcert.checkers.tasks import (CLS, RESPONSE, Task, _check_int, bounded_pow, check_vocabulary,
+                                      decode_partial_permutations)
 
 MAX_TEMPLATES = 200_000
 MAX_TUPLES = 2_000_000
@@ -131,6 +132,7 @@ class TemplateMatching(Task):
             raise BadInput(f"tm --l {self.l} has sequences of length {self.l + 1}, more positions than any model "
                            f"may have (d' limit {MAX_DIM})")
         self.templates = _Templates(self.l, self.m)
+        check_vocabulary(self.m + 1, f"tm with alphabet {self.m}")
         self.tokens = tuple(f"t{i}" for i in range(self.m))
         self.vocab = self.tokens + (CLS,)
         self.classes = self.templates.names
@@ -172,9 +174,10 @@ class TemplateMatching(Task):
         return tuple(int(v) for v in self.templates.patterns[template]) + (self.m,)
 
 
-def ictm_size(l: int, m: int, k: int, n_answers: int) -> int:
+def ictm_size(l: int, m: int, k: int, n_answers: int, query: str = "any") -> int:
     """A(n_a, k) * k! * sum over k-subsets S of templates of (prod_{t in S} N(t)) * (sum_{t in S} N(t)),
-    computed from the template counts S(l, b) by generating polynomials (independent of decode)."""
+    computed from the template counts S(l, b) by generating polynomials (independent of decode).
+    query="new" (the query differs from its context question): sum N(t) - k in place of sum N(t)."""
     # poly[j][s] = sum over j-subsets of (prod N) with s = 0 (plain) or s = 1 (times sum N)
     plain = [1] + [0] * k
     marked = [0] * (k + 1)
@@ -184,25 +187,39 @@ def ictm_size(l: int, m: int, k: int, n_answers: int) -> int:
             for j in range(k, 0, -1):
                 marked[j] += N * marked[j - 1] + N * N * plain[j - 1]
                 plain[j] += N * plain[j - 1]
-    return perm(n_answers, k) * factorial(k) * marked[k]
+    total = marked[k] - (k * plain[k] if query == "new" else 0)
+    return perm(n_answers, k) * factorial(k) * total
 
 
 class InContextTemplateMatching(Task):
     """In-context template matching (paper 4.4, Theorem 6).  Layout X_0 = a_0 ... X_{k-1} = a_{k-1} X_c =,
     length n = k(l+2)+l+1: k distinct templates (ordered) t_0..t_{k-1}, each context question X_i
     any sequence of t_i, k distinct answers (ordered) from n_answers tokens, a query index c and a
-    query X_c any sequence of t_c; the label is a_c.  With T the realizable templates and
-    N(t) = m!/(m-b(t))! the sequences of a template with b(t) wildcards, the size is
+    query X_c of template t_c; the label is a_c.  The paper (section 4.4) has the query use "a new
+    mapping function"; its words admit two readings, both offered (`query`):
+
+      "any"  (default) the query is any sequence of t_c, its context question's included
+      "new"  the query differs from its context question (another substitution of t_c)
+
+    With T the realizable templates and N(t) = m!/(m-b(t))! the sequences of a template with b(t)
+    wildcards, the size is
 
         A(n_answers, k) * sum over ordered k-tuples of distinct templates (t_0..t_{k-1}) of
-                          (N(t_0) * ... * N(t_{k-1})) * (N(t_0) + ... + N(t_{k-1})).
+                          (N(t_0) * ... * N(t_{k-1})) * (Q(t_0) + ... + Q(t_{k-1})),
+
+    Q(t) = N(t) for "any", N(t) - 1 for "new".  "any" is the default: it contains "new", so a
+    construction verified on it is verified on both (a certificate is needed for each).
 
     Index order: answers fastest, then context questions, then (c, query), then the template tuple."""
 
     name = "ictm"
     theorem = "Theorem 6 (three-layer parsing-copying-matching)"
 
-    def __init__(self, k: int = 2, l: int = 2, alphabet: int | None = None, n_answers: int | None = None):
+    def __init__(self, k: int = 2, l: int = 2, alphabet: int | None = None, n_answers: int | None = None,
+                 query: str = "any"):
+        if query not in ("any", "new"):
+            raise BadInput(f"--query must be any or new, got {query!r}")
+        self.query = query
         self.k = _check_int("k", k)
         self.l = _check_int("l", l)
         self.m = _check_int("alphabet", self.l if alphabet is None else alphabet)
@@ -223,6 +240,9 @@ class InContextTemplateMatching(Task):
             )
         if perm(n_t, self.k) > MAX_TUPLES:
             raise BadInput(f"{perm(n_t, self.k)} ordered template choices (limit {MAX_TUPLES}); use smaller --k/--l")
+        if self.m + 1 + self.n_a > MAX_DIM:  # before naming a token: no model could embed them
+            raise BadInput(f"ictm with {self.m} question tokens and {self.n_a} answers has a vocabulary of "
+                           f"{self.m + 1 + self.n_a} tokens, more rows than any model may have (d' limit {MAX_DIM})")
         self.templates = _Templates(self.l, self.m)
         self.tokens = tuple(f"x{i}" for i in range(self.m))
         self.answers = tuple(f"a{i}" for i in range(self.n_a))
@@ -234,7 +254,8 @@ class InContextTemplateMatching(Task):
         tuples = decode_partial_permutations(np.arange(perm(n_t, self.k), dtype=np.int64), n_t, self.k)
         self._tuples = tuples
         prods = np.array([int(np.prod(N[t])) for t in tuples], dtype=object)
-        sums = np.array([int(sum(N[t])) for t in tuples], dtype=object)
+        q_off = 1 if query == "new" else 0  # "new": the query avoids its context question's sequence
+        sums = np.array([int(sum(N[t])) - q_off * self.k for t in tuples], dtype=object)
         self._ctx = prods  # context questions per tuple
         self._weight = prods * sums  # (query, c, contexts) per tuple
         cum = np.cumsum(np.concatenate([[0], self._weight]).astype(object))
@@ -245,11 +266,14 @@ class InContextTemplateMatching(Task):
         self._N = np.array(self.templates.n_seqs, dtype=np.int64)
         self._bmax = int(min(self.l, self.m))
         self.params = {"k": self.k, "l": self.l, "alphabet": self.m, "n_answers": self.n_a}
+        if query != "any":
+            self.params["query"] = query
 
     @property
     def size_formula(self) -> str:
+        q = "(N(t_i) - 1)" if self.query == "new" else "N(t_i)"
         return (f"A({self.n_a},{self.k}) * sum over ordered distinct (t_0..t_{self.k - 1}) of "
-                f"prod N(t_i) * sum N(t_i), N(t) = A({self.m}, wildcards of t)")
+                f"prod N(t_i) * sum {q}, N(t) = A({self.m}, wildcards of t)")
 
     def symmetry_groups(self):
         return (self.tokens, self.answers)
@@ -302,16 +326,22 @@ class InContextTemplateMatching(Task):
         ctx = off % ctx_total
         qpart = off // ctx_total
         Ns = self._N[temps]  # (B, k)
-        cumN = np.cumsum(Ns, axis=1)
-        c = (qpart[:, None] >= cumN).sum(axis=1)
-        qrank = qpart - (cumN[np.arange(B), c] - Ns[np.arange(B), c])
+        Qs = Ns - (1 if self.query == "new" else 0)  # query choices per context question
+        cumQ = np.cumsum(Qs, axis=1)
+        c = (qpart[:, None] >= cumQ).sum(axis=1)
+        qrank = qpart - (cumQ[np.arange(B), c] - Qs[np.arange(B), c])
         ans = decode_partial_permutations(arank, self.n_a, self.k)
         ids = np.empty((B, self.length), dtype=np.int64)
         r = self.m
         step = self.l + 2
+        ranks = np.empty((B, self.k), dtype=np.int64)
         for i in range(self.k):
-            rank_i = ctx % Ns[:, i]
+            ranks[:, i] = ctx % Ns[:, i]
             ctx = ctx // Ns[:, i]
+        if self.query == "new":  # skip the context question's own rank
+            qrank = qrank + (qrank >= ranks[np.arange(B), c])
+        for i in range(self.k):
+            rank_i = ranks[:, i]
             ids[:, i * step : i * step + self.l] = self._substitute(temps[:, i], rank_i)
             ids[:, i * step + self.l] = r
             ids[:, i * step + self.l + 1] = ans[:, i] + self.m + 1
@@ -325,5 +355,5 @@ def make(key: str, take) -> Task:
     if key == "tm":
         return TemplateMatching(**take("l", "alphabet"))
     if key == "ictm":
-        return InContextTemplateMatching(**take("k", "l", "alphabet", "n_answers"))
+        return InContextTemplateMatching(**take("k", "l", "alphabet", "n_answers", "query"))
     raise BadInput(f"unknown template task {key!r}")

@@ -50,7 +50,7 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import BlockMatrix, Layout
-from depthcert.checkers.logdepth_tasks import GroupWord, Group
+from depthcert.checkers.logdepth_tasks import Group, GroupWord
 from depthcert.checkers.model import MLP, Head, Layer, Model
 from depthcert.constructions.attention import constrained_attention, instructive_attention, position_map
 from depthcert.constructions.registry import Construction
@@ -196,7 +196,7 @@ def _classifier(task: GroupWord, e: Encoding, lay: Layout) -> np.ndarray:
     return BlockMatrix(out, lay).set("class", "state", e.enc).build()
 
 
-def _model(task, lay, layers, W_O, name: str, e: Encoding | None = None) -> Model:
+def _model(task, lay, layers, W_O, name: str) -> Model:
     return Model(task.vocab, task.length, task.classes, lay, tuple(layers), W_O, name=name)
 
 

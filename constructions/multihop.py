@@ -89,6 +89,7 @@ def _model(task: MultiHop, lay: Layout, layers, read_block: str, name: str) -> M
 def build_linear(task, as_printed: bool = False) -> Construction:
     """Copy once, then h hops of the last column: h + 1 layers, one head each, d' = 2N + 1 + n."""
     task = _check(task)
+    _guard_layers_per_hop(task, "linear", task.hops + 1)
     lay = layout(task)
     last = task.length - 1
     layers = [copy_head(task, lay, "dst", True)] + [hop_head(task, lay, [last], "dst", "dst") for _ in range(task.hops)]
@@ -124,6 +125,16 @@ def build_doubling(task, as_printed: bool = False) -> Construction:
     )
 
 
+def _guard_layers_per_hop(task, variant: str, layers: int) -> None:
+    """Variants whose layers (and, for paper, blocks) grow with h: refuse an h no model of d' <=
+    MAX_DIM rows could hold, before any list of h items is made (--hops 10^30 must not hang)."""
+    from depthcert.checkers.layout import MAX_DIM
+
+    if task.hops > MAX_DIM:
+        raise BadInput(f"--variant {variant} needs {layers} layers for --hops {task.hops} (one block or layer per "
+                       f"hop; limit {MAX_DIM} hops); --variant doubling needs about log2(h) + 2 layers")
+
+
 def build_paper(task, as_printed: bool = False) -> Construction:
     """Copy-matching h times: 2h layers.
 
@@ -135,6 +146,7 @@ def build_paper(task, as_printed: bool = False) -> Construction:
     """
     task = _check(task)
     h, n = task.hops, task.length
+    _guard_layers_per_hop(task, "paper", 2 * h)
     if as_printed:
         from depthcert.constructions.copy_matching import copy_map
 

@@ -23,6 +23,16 @@ a count vector C_v with C_v[u] > 0 iff u reaches v within the current number of 
 * read (layer T + 2): the last column attends itself with score sum_u src_u reach_u = C_t[s]
   (the key's src row against the query's reach row; no other column has src), value 1 into "yes".
   W_O: logit(yes) = 2 yes, logit(no) = 1 (the last column's position row): margin >= 1.
+
+Variant "squaring-mlp" (ReLU MLP sublayers, one head per layer, integer weights, 0/1 rows): the
+gather writes e_u into block slot_w (so column c(w) holds its row in its *own* slot, every
+other slot 0), the MLP thresholds min(1, x) = x - relu(x - 1).  Per squaring two layers:
+(a) a Lemma 1 head broadcasts every vertex column's slot into "all" of every vertex column and
+of the last column; the MLP counts acc[u] = sum_v relu(own[v] + all_v[u] - 1) (own = the sum of
+the column's slots) and clears "all"; (b) an MLP-only layer writes min(1, slot + acc) into the
+own slot (own = its diagonal entry: relu(x + V own - V) - relu(x + V own - V - 1)) and clears
+"acc".  The last MLP reads [x_s >= 1] into "yes".  1 + 2T layers; attention scores read only
+token and position rows, which keeps the proven float64 bound small (docs/logdepth.md).
 """
 from __future__ import annotations
 
@@ -56,7 +66,10 @@ def layout(task: Reachability) -> Layout:
     return Layout.of(("bit", 2), ("vertex", V), ("position", task.length), ("reach", V), ("src", V), ("yes", 1))
 
 
-def gather_head(task: Reachability, lay: Layout) -> Head:
+def gather_scores(task: Reachability, lay: Layout) -> np.ndarray:
+    """W_QK of the gather: query c(v) scores [key bit = 1] on the keys p(u, v) of its column (+1 on
+    the diagonal p(v, v)); the last column (vertex token t) scores the same on column t and 1 on
+    the source position S; every other (key, query) pair scores <= 0 (the source column too)."""
     V, n = task.V, task.length
     S, L = V * V, V * V + 1
     p = lambda u, w: u * V + w  # noqa: E731
@@ -67,23 +80,30 @@ def gather_head(task: Reachability, lay: Layout) -> Head:
         pos[:, p(v, v)] = -1
         for u in range(V):
             pos[p(u, v), p(v, v)] = 1 if u == v else 0
-    # query L (vertex token t): [key bit = 1] + [key in column t] (+1 on the diagonal) - 1
+    # a query holding a vertex token w: [key bit = 1] + [key in column w] (+1 on the diagonal)
     key_col = np.zeros((n, V), dtype=np.int64)
     for u in range(V):
         for w in range(V):
             key_col[p(u, w), w] = 2 if u == w else 1
     qk.set("position", "vertex", key_col)
     qk.set("bit", "vertex", np.array([[0] * V, [1] * V], dtype=np.int64))
-    pos[: V * V, L] = -1
+    pos[: V * V, L] = -1  # query L (target t): bit + [column t] (+1) - 1
     pos[S, L] = 1  # copy the source token
-    pos[: V * V, S] = -3  # query S (a vertex token too) scores <= 0 everywhere
+    pos[: V * V, S] = -3  # query S (the source token) scores <= 0 everywhere
     qk.add("position", "position", pos)
-    reach_of_key = np.zeros((V, n), dtype=np.int64)
+    return qk.build()
+
+
+def gather_head(task: Reachability, lay: Layout) -> Head:
+    """Key p(u, w) writes e_u into "reach" (the weight decides which column receives it); the
+    source key writes its vertex token into "src"."""
+    V = task.V
+    reach_of_key = np.zeros((V, task.length), dtype=np.int64)
     for u in range(V):
         for w in range(V):
-            reach_of_key[u, p(u, w)] = 1
+            reach_of_key[u, u * V + w] = 1
     v = BlockMatrix(lay, lay).set("reach", "position", reach_of_key).set("src", "vertex", 1).build()
-    return Head(qk.build(), v)
+    return Head(gather_scores(task, lay), v)
 
 
 def square_head(task: Reachability, lay: Layout) -> Head:
@@ -134,42 +154,21 @@ def squaring_mlp_layers(V: int) -> int:
 
 
 def _gather_into_slots(task: Reachability, lay: Layout) -> Head:
-    """Layer 1's head: the gather scores of `gather_head`, the value of key p(u, w) is e_u in
-    block slot_w (the key's position names both), the source token goes to "src"."""
-    V, n = task.V, task.length
-    S, L = V * V, V * V + 1
-    p = lambda u, w: u * V + w  # noqa: E731
-    qk = BlockMatrix(lay, lay)
-    pos = np.zeros((n, n), dtype=np.int64)
-    for v in range(V):
-        qk.entry("bit", 1, "position", p(v, v), 1)
-        pos[:, p(v, v)] = -1
-        for u in range(V):
-            pos[p(u, v), p(v, v)] = 1 if u == v else 0
-    key_col = np.zeros((n, V), dtype=np.int64)
-    for u in range(V):
-        for w in range(V):
-            key_col[p(u, w), w] = 2 if u == w else 1
-    qk.set("position", "vertex", key_col)
-    qk.set("bit", "vertex", np.array([[0] * V, [1] * V], dtype=np.int64))
-    pos[: V * V, L] = -1
-    pos[S, L] = 1
-    qk.add("position", "position", pos)
+    """Layer 1 of squaring-mlp: the gather scores; the value of key p(u, w) is e_u in block
+    slot_w (the key's position names both), the source token goes to "src"."""
+    V = task.V
     val = BlockMatrix(lay, lay).set("src", "vertex", 1)
     for u in range(V):
         for w in range(V):
-            val.entry(f"slot{w}", u, "position", p(u, w), 1)
-    return Head(qk.build(), val.build())
-
-
-def _read_units(V: int, big: int):
-    """[x_u >= 1 and src_u = 1] summed into "yes", x_u = sum_w slot_w[u] (+ acc[u]) an integer in
-    [0, big]: relu(x_u + big src_u - big) - relu(x_u + big src_u - big - 1) per u."""
-    return [(u, off) for u in range(V) for off in (0, 1)]
+            val.entry(f"slot{w}", u, "position", u * V + w, 1)
+    return Head(gather_scores(task, lay), val.build())
 
 
 def _add_read(W1: BlockMatrix, W2: BlockMatrix, b1: list, block: str, V: int, big: int, with_acc: bool) -> None:
-    for i, (u, off) in enumerate(_read_units(V, big)):
+    """Hidden units adding [x_u >= 1 and src_u = 1] into "yes", with x_u = sum_w slot_w[u]
+    (+ acc[u]) an integer in [0, big]: relu(x_u + big src_u - big) - relu(x_u + big src_u - big - 1)
+    is min(1, x_u) when src_u = 1 and 0 when src_u = 0.  Exactly one src_u is 1."""
+    for i, (u, off) in enumerate((u, off) for u in range(V) for off in (0, 1)):
         for w in range(V):
             W1.entry(block, i, f"slot{w}", u, 1)
         if with_acc:

@@ -13,7 +13,9 @@ Methods (docs/all-sizes.md has the worked proofs):
     exactly); one representative per orbit is run with the set sizes as polynomials (sympy), so
     every score and logit is a polynomial in the size parameters and every ReLU sign and every
     margin is decided for all integers at once.  ICQA (Theorem 3): symbolic in k, n_q, n_a.
-    TM (ternary), ICTM, multi-hop: symbolic in the vocabulary sizes at a fixed structure.
+    TM (ternary), ICTM, multi-hop: symbolic in the vocabulary sizes at a fixed structure;
+    multi-hop `linear` also in every hop count (its hop layers are one layer repeated, and the
+    lumped states repeat: periodicity).
   * Lemma 4 derivation (proofs/all_sizes_lemma4.py): Theorem 1's layer, head by head.
 Base cases are always verified exactly with checkers.exhaustive.verify, and the symbolic margins
 are required to equal verify's exact margins at every base case.
@@ -174,7 +176,7 @@ def icqa_plan(builder=None, as_printed: bool = False, variant: str | None = None
     )
 
 
-def _vocab_points(groups_of: Callable, label_of=None):
+def _vocab_points(groups_of: Callable):
     import numpy as np
 
     def points(task, view):
@@ -428,7 +430,7 @@ def prove_lumped(plan: LumpedPlan) -> Report:
     model_layers = []
     for li, m in enumerate(fam.heads):
         model_layers.append([(fam.qk[(li, hi)], fam.v[(li, hi)]) for hi in range(m)])
-    pieces_total, relu_logged, failures, leaves, refined = 0, None, [], {}, {}
+    relu_logged, failures, leaves, refined = None, [], {}, {}
     cert_points = []
     try:
         for rkey, e in reps.items():
@@ -450,7 +452,6 @@ def prove_lumped(plan: LumpedPlan) -> Report:
             tree = _run_region(lm, ring_, plan.region(e["used"]), done)
             if relu_logged is None and done:
                 relu_logged = done[0][2]
-            pieces_total += len(done)
             leaves[rkey] = done
             for region, mg, _ in done:
                 for other, (poly, conds) in mg.items():

@@ -97,7 +97,8 @@ def fit(shapes: list[HeadShape], kind: str, name: str, monomials=MONOMIALS) -> s
         raise NotAFamily(f"the {kind} heads' {name} is not one formula in {', '.join(map(str, monomials))} "
                          "across the sizes built")
     (values,) = sol
-    values = [v.subs({c: 0 for c in cs}) for v in values]  # free coefficients: any value fits; take 0
+    if any(v.free_symbols for v in values):  # the sizes built must determine the formula
+        raise NotAFamily(f"the {kind} heads' {name} is not determined by the sizes built")
     formula = sp.expand(sum(v * m for v, m in zip(values, monomials)))
     for L, M, h, v in data:
         if formula.subs({L_: L, M_: M, h_: h}) != sp.Rational(v.numerator, v.denominator):

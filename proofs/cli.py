@@ -70,10 +70,11 @@ TASK_OPTIONS = (
     ("vertices", "number of vertices (reachability)"),
     ("n_functions", "number of composed functions L (composition); --L is the same"),
     ("domain", "domain size N of each function (composition); --N is the same"),
+    ("query", "ictm: the query's substitution: any (default; its context question's included) or new"),
 )
 # extra flag spellings and non-integer options of TASK_OPTIONS
 OPTION_FLAGS = {"l": ["--len"], "modulus": ["--p"], "n_functions": ["--L"], "domain": ["--N"]}
-OPTION_TYPES = {"group": str}
+OPTION_TYPES = {"group": str, "query": str}
 
 
 def _int_arg(text: str) -> int:
@@ -97,6 +98,15 @@ def nonnegative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is negative")
     return value
+
+
+def variants_help() -> str:
+    """--variant's help: every task's constructions, the default first."""
+    from depthcert.constructions import registry
+
+    table = registry._builders()
+    return "which construction (default: the task's first): " + "; ".join(
+        f"{task}: {', '.join(v)}" for task, v in table.items())
 
 
 def add_budget_options(p: argparse.ArgumentParser) -> None:
@@ -200,7 +210,7 @@ def _build_parser() -> _Parser:
                    help="a labelled dataset (depthcert.dataset JSON) instead of a task's: checks --weights on it, "
                    "or builds the Theorem 1 memorization construction for it (task sc)")
     add_task_options(p)
-    p.add_argument("--variant", default=None, help="which construction (default: the task's first)")
+    p.add_argument("--variant", default=None, help=variants_help())
     p.add_argument("--as-printed", action="store_true", help="the weights exactly as the paper prints them")
     p.add_argument("--weights", metavar="FILE", help="verify these weights (depthcert.weights JSON) instead")
     p.add_argument("--export", metavar="FILE", help="write the construction's exact weights as JSON")

@@ -1,16 +1,19 @@
 """show-construction: pictures of a construction on one example (like the paper's Figure 3).
 
-    show-construction TASK [size options] [--variant V] [--as-printed] [--point N] --out DIR
+    show-construction TASK [size options] [--variant V] [--as-printed] [--point N] --out DIR [--json]
 
-writes into DIR
-    overview.png                 every head's attention map (layer by layer, 6 per row) above the
-                                 residual stream after every layer, on the chosen point
-    layer<l>-attention.png       layer l: every head's map relu(H^T W_QK H), query rows x key columns,
-                                 axes labelled "position token"; exact values written in the cells
-    layer<l>-head<h>-weights.png W_QK and W_V of that head, axes labelled with the layout's block
-                                 names, block boundaries drawn
-    classifier.png               W_O (class rows x blocks)
-    residual.png                 H_0 .. H_L (block rows x tokens)
+writes into DIR, every file name starting with PREFIX = task, sizes, variant and point (for
+example multihop-hops2-k2-n_entities2-doubling-p5), so runs with other sizes or points do not
+overwrite or mix with each other's pictures:
+    PREFIX-overview.png                 every head's attention map (layer by layer, 6 per row) above
+                                        the residual stream after every layer, on the chosen point
+    PREFIX-layer<l>-attention.png       layer l: every head's attention weights, query rows x key
+                                        columns, axes labelled "position token"; exact values in cells
+    PREFIX-layer<l>-head<h>-weights.png W_QK and W_V of that head, axes labelled with the layout's
+                                        block names, block boundaries drawn
+    PREFIX-classifier.png               W_O (class rows x blocks)
+    PREFIX-residual.png                 H_0 .. H_L (block rows x tokens)
+Layers and heads are numbered from 1, as in the paper.
 
 The numbers come from checkers/trace.py (exact Fractions); only the colours are floats.  Values
 spanning more than [-50, 50] are coloured by sign * log10(1 + |value|) (said in the colour bar).
@@ -178,6 +181,13 @@ def _residual_panel(ax, fig, H: np.ndarray, layout, tokens, title: str, rows: li
 
 # ---------------------------------------------------------------- the pictures
 
+def file_prefix(construction, task, point: int) -> str:
+    """task-sizes-variant[-printed]-pPOINT: what distinguishes one run's pictures from another's."""
+    parts = [task.name] + [f"{k}{v}" for k, v in task.params.items() if not isinstance(v, (list, tuple))]
+    parts += [construction.variant] + (["printed"] if construction.as_printed else []) + [f"p{point}"]
+    return "-".join(str(x).replace("/", "_").replace(" ", "") for x in parts)
+
+
 def render(construction, task, point: int, out: Path) -> list[Path]:
     """Write every picture of `construction` on dataset point `point` into `out`; returns the paths."""
     plt = _require_matplotlib()
@@ -195,8 +205,10 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
     variant = construction.variant + (" (as printed)" if construction.as_printed else "")
     head_line = f"{task.describe()}  [{variant}]  point {point}: {task.render(p.tokens)}  -> {p.label}"
 
+    prefix = file_prefix(construction, task, point)
+
     def save(fig, name):
-        path = out / name
+        path = out / f"{prefix}-{name}"
         fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
@@ -275,7 +287,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
 # ---------------------------------------------------------------- command line
 
 def _build_parser():
-    from depthcert.proofs.cli import _Parser, add_task_options
+    from depthcert.proofs.cli import _Parser, add_budget_options, add_task_options, variants_help
 
     p = _Parser(
         prog="show-construction",
@@ -285,11 +297,13 @@ def _build_parser():
     )
     p.add_argument("task", help="sc (classification), icqa, tm (template), ictm, multihop")
     add_task_options(p)
-    p.add_argument("--variant", default=None, help="which construction (default: the task's first)")
+    p.add_argument("--variant", default=None, help=variants_help())
     p.add_argument("--as-printed", action="store_true", help="the weights exactly as the paper prints them")
     p.add_argument("--point", type=int, metavar="N", default=None,
                    help="dataset point to draw (default: floor(0.618 * size))")
     p.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_budget_options(p)
     return p
 
 
@@ -299,8 +313,13 @@ def _show_construction(argv) -> int:
     from depthcert.constructions import registry
     from depthcert.proofs.cli import task_from_args
 
+    from depthcert.checkers.budget import resource_budget
+    from depthcert.proofs.cli import guard_classifier_size
+
     task = task_from_args(args)
-    construction = registry.build(task, args.variant, args.as_printed)
+    guard_classifier_size(task, args.max_weights)
+    with resource_budget(args.max_weights, args.max_seconds, show_progress=sys.stderr.isatty() and not args.json):
+        construction = registry.build(task, args.variant, args.as_printed)
     point = default_point(task.size) if args.point is None else args.point
     if not 0 <= point < task.size:
         raise BadInput(f"--point {point} is outside the dataset (0 .. {task.size - 1})")
@@ -313,9 +332,16 @@ def _show_construction(argv) -> int:
         raise BadInput(f"--out {out}: cannot create the directory ({exc.strerror})") from None
     paths = render(construction, task, point, out)
     p = task.point(point)
+    if args.json:
+        import json
+
+        print(json.dumps({"task": task.name, "params": task.params, "variant": construction.variant,
+                          "as_printed": construction.as_printed, "point": point, "tokens": list(p.tokens),
+                          "label": p.label, "files": [str(x) for x in paths]}))
+        return 0
     print(f"show-construction {task.describe()} [{construction.variant}{' as printed' if construction.as_printed else ''}]")
     print(f"  point   {point}: {task.render(p.tokens)}  (label {p.label})")
-    print(f"  wrote   {len(paths)} PNG files to {out}/ (overview.png first)")
+    print(f"  wrote   {len(paths)} PNG files to {out}/ ({paths[-1].name} first)")
     return 0
 
 

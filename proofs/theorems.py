@@ -75,6 +75,15 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ictm-one-layer", "Section 5.4", "no one-layer transformer solves in-context template matching",
           "certificate", "ictm", {"k": 2, "l": 2, "alphabet": 2, "n_answers": 2}, certificate="ictm_one_layer.json",
           printed="dependence"),
+    # section 4.4's "a new mapping function" for the query, read as: the query differs from its
+    # context question (the default dataset lets it repeat it; docs/theorem6.md)
+    Claim("theorem6-new-query", "Theorem 6 (query reading \"new\")",
+          "three layers solve in-context template matching when the query differs from its context question",
+          "construction", "ictm", {"k": 2, "l": 2, "alphabet": 3, "n_answers": 2, "query": "new"}, printed="differs"),
+    Claim("ictm-one-layer-new-query", "Section 5.4 (query reading \"new\")",
+          "no one-layer transformer solves it when the query differs from its context question",
+          "certificate", "ictm", {"k": 2, "l": 2, "alphabet": 2, "n_answers": 2, "query": "new"},
+          printed="dependence"),
     Claim("multihop-paper", "Section 7 (suggested)", "2h layers (copy-matching h times) solve h-hop in-context QA",
           "construction", "multihop", {"hops": 3}, variant="paper", printed="none"),
     Claim("multihop-one-layer", "Section 7", "no one-layer transformer solves 2-hop in-context QA",
@@ -120,9 +129,9 @@ def dataset_points(task, limit: int = 2_000_000) -> dict[tuple[str, ...], str]:
     return out
 
 
-def certificate_speaks_about(cert: dict, task) -> str | None:
+def certificate_speaks_about(cert: dict, task, limit: int = 2_000_000) -> str | None:
     """None if every certificate point is a dataset point with its dataset label, else why not."""
-    points = dataset_points(task)
+    points = dataset_points(task, limit)
     for i, p in enumerate(cert.get("points", [])):
         toks = tuple(str(t) for t in p["tokens"])
         if toks not in points:

@@ -110,6 +110,24 @@ def test_sc_proven_for_all_sizes(capsys):
     assert sum("holds" in line for line in derivation) == 8 and not any("FAILS" in line for line in derivation)
 
 
+def test_sc_changed_layer_is_not_proven_even_where_it_verifies():
+    """Doubling every copy head's W_V doubles the last column (2 x the concatenation): every base
+    case still verifies (margins double), but the layer is no longer the Lemma 4 family the
+    derivation proves (a_h s_h / n = 2, not 1): not proven (exit 3), never silently accepted."""
+    from depthcert.proofs.all_sizes import prove_sc
+
+    def build(task):
+        m = registry.build(task).model
+        heads = [replace(h, W_V=h.W_V * 2) for h in m.layers[0][:-1]] + [m.layers[0][-1]]
+        return replace(m, layers=(tuple(heads),))
+
+    rep = prove_sc(builder=build)
+    assert all(r["verdict"] == "verified" for r in rep.base_cases)
+    assert rep.base_cases[4]["min_margin"] == 1  # L=2, M=2: twice 1/2
+    assert rep.status == "not-proven" and rep.exit_code == 3 and "identity" in rep.reason
+    assert "copy weight a_h s_h / n = 1: FAILS" in rep.steps[1].lines
+
+
 @pytest.mark.parametrize("L,M", [(1, 2), (2, 2), (2, 5), (3, 2), (3, 3), (3, 4), (4, 3), (5, 2)])
 def test_sc_observed_margin_at_enumerated_sizes(L, M):
     """Observed (the proof only shows margin > 0): Lemma 3's exact margin is 2^-((L-1)(M-1))."""

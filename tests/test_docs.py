@@ -139,3 +139,28 @@ def refresh() -> None:
 
 if __name__ == "__main__":
     refresh()
+
+
+def results_rows():
+    """(command, expected cells) of README's results table (marked <!-- results-table -->)."""
+    lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
+    i = lines.index("<!-- results-table -->")
+    rows = []
+    for line in lines[i + 3:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows.append((cells[1].strip("`"), cells[2:]))
+    return rows
+
+
+@pytest.mark.parametrize("cmd,cells", results_rows(), ids=[r[0] for r in results_rows()])
+def test_readme_results_table_is_what_the_commands_print(cmd, cells):
+    argv = shlex.split(cmd) + ["--json"]
+    argv[0] = os.path.join(BIN, argv[0])
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    got = [str(info["layers"]), ",".join(map(str, info["heads"])), str(info["d_model"]),
+           str(info["points_covered"]), str(info["points_checked"]), str(info["min_margin"])]
+    assert got == cells, (cmd, got, cells)

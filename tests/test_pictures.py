@@ -73,7 +73,8 @@ def test_show_construction_writes_pngs(tmp_path, capsys):
     names = {p.name for p in tmp_path.iterdir()}
     expected = {"overview.png", "residual.png", "classifier.png"}
     expected |= {f"layer{i}-attention.png" for i in (1, 2, 3)} | {f"layer{i}-head1-weights.png" for i in (1, 2, 3)}
-    assert names == expected
+    prefix = "multihop-hops2-k2-n_entities2-doubling-p5-"  # task, sizes, variant, point: runs do not mix
+    assert names == {prefix + n for n in expected}
     for p in tmp_path.iterdir():
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "point   5:" in out

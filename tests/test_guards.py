@@ -1,0 +1,93 @@
+"""Every size option of every task is guarded before allocation: a huge value is refused (exit 2,
+one line naming what is wrong) or runs quickly, never a hang or a machine-filling allocation.
+
+verify-construction, find-dependence and show-construction run in-process with a wall-clock
+alarm (allocating gigabytes takes longer than the alarm allows: the regression this guards
+against built 10^30 token names until the kernel killed it)."""
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from depthcert.checkers.tasks import TASK_ALIASES
+from depthcert.proofs.cli import TASK_OPTIONS, _verify_construction, run_main
+
+TASKS = sorted(set(TASK_ALIASES.values()))
+STRING_VALUES = {"group": "s99999", "query": "x" * 50}
+HUGE = (10**6, 10**30)
+SECONDS = 20
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _run_limited(fn, argv, capsys):
+    def alarm(signum, frame):
+        raise _Timeout
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(SECONDS)
+    t0 = time.perf_counter()
+    try:
+        code = run_main(fn, argv)
+    except _Timeout:
+        code = "timeout"
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    out = capsys.readouterr()
+    return code, out.out, out.err, time.perf_counter() - t0, None
+
+
+CASES = [(task, name, value) for task in TASKS for name, _ in TASK_OPTIONS if name != "seed"
+         for value in ([STRING_VALUES[name]] if name in STRING_VALUES else HUGE)]
+
+
+@pytest.mark.parametrize("task,name,value", CASES, ids=[f"{t}-{n}-{str(v)[:8]}" for t, n, v in CASES])
+def test_huge_size_option_is_refused_or_fast(task, name, value, capsys):
+    argv = [task, f"--{name.replace('_', '-')}", str(value), "--json"]
+    code, out, err, seconds, peak = _run_limited(_verify_construction, argv, capsys)
+    assert code != "timeout", f"{argv} still running after {SECONDS} s"
+    assert code in (0, 1, 2), (argv, code, err)
+    if code == 2:
+        assert out == "" and err.startswith("error: ") and err.count("\n") == 1, (argv, err)
+        assert "out of memory" not in err, (argv, err)
+
+
+def test_multihop_hops_1000_is_refused_naming_the_option(capsys):
+    code, out, err, seconds, _ = _run_limited(_verify_construction, ["multihop", "--hops", "1000"], capsys)
+    assert code == 2 and "--max-weights" in err and seconds < 5, (code, err, seconds)
+
+
+def test_evaluation_estimate_is_refused_naming_max_seconds(capsys):
+    code, out, err, seconds, _ = _run_limited(_verify_construction, ["multihop", "--hops", "12", "--max-seconds", "1"],
+                                              capsys)
+    assert code == 2 and "--max-seconds" in err and "estimated" in err, err
+
+
+def test_orbit_scan_is_under_max_points(capsys):
+    code, out, err, _, _ = _run_limited(_verify_construction, ["ictm", "--k", "3", "--l", "3", "--alphabet", "5"],
+                                        capsys)
+    assert code == 2 and "orbit representatives" in err and "--max-points" in err, err
+
+
+def test_lemma3_estimate_is_refused_before_the_probe(capsys):
+    code, out, err, seconds, _ = _run_limited(
+        _verify_construction, ["sc", "--n-points", "200000", "--length", "12", "--alphabet", "3"], capsys)
+    assert code == 2 and seconds < 10 and ("--max-weights" in err or "--max-seconds" in err), (err, seconds)
+
+
+def test_find_dependence_and_show_construction_take_the_budget(tmp_path, capsys):
+    from depthcert.proofs.cli_dependence import _find_dependence
+
+    code, out, err, seconds, _ = _run_limited(_find_dependence, ["--task", "multihop", "--hops", "1000"], capsys)
+    assert code in (0, 2) and seconds < SECONDS, (code, err)
+    pytest.importorskip("matplotlib")
+    from depthcert.proofs.pictures import _show_construction
+
+    code, out, err, seconds, _ = _run_limited(_show_construction, ["multihop", "--hops", "1000", "--out",
+                                                                   str(tmp_path / "p")], capsys)
+    assert code == 2 and "--max-weights" in err, err
