@@ -12,7 +12,8 @@ A_i(H) is an n x n matrix, entry (j, k) = weight of key j for query k, from the 
 s_jk = h_j^T W_QKi h_k:
     relu     A[j, k] = relu(s_jk)                                  (the paper's, the default)
     hardmax  A[j, k] = 1/|M_k| if j in M_k = argmax_j' s_j'k, else 0  (average-hard)
-    softmax  A[j, k] = exp(c s_jk) / sum_j' exp(c s_j'k)            (c = `scale`, a rational)
+    softmax  A[j, k] = exp(c s_jk) / sum_j' exp(c s_j'k)            (c = scale / sqrt(scale_sqrt_divisor),
+                                                                     both positive rationals)
 A causal layer only lets query k see keys j <= k: masked entries are 0 (relu), outside the
 argmax (hardmax) and outside the sum (softmax).
 
@@ -73,17 +74,22 @@ class Head(_ExactEq):
     W_QK: np.ndarray  # (d', d') Fractions
     W_V: np.ndarray  # (d', d') Fractions
     attention: str = "relu"  # relu | hardmax | softmax
-    scale: Fraction = Fraction(1)  # softmax only: weights exp(scale * score), normalised
+    scale: Fraction = Fraction(1)  # softmax only: weights exp(c * score), normalised, with
+    scale_sqrt_divisor: Fraction = Fraction(1)  # c = scale / sqrt(scale_sqrt_divisor) (1/sqrt(key_size))
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KINDS:
             raise BadInput(f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {self.attention!r}")
         scale = _exact(self.scale, "scale")
+        root = _exact(self.scale_sqrt_divisor, "scale_sqrt_divisor")
         if scale <= 0:
             raise BadInput(f"scale must be a positive rational, got {scale}")
-        if self.attention != "softmax" and scale != 1:
+        if root <= 0:
+            raise BadInput(f"scale_sqrt_divisor must be a positive rational, got {root}")
+        if self.attention != "softmax" and (scale != 1 or root != 1):
             raise BadInput(f"scale applies to softmax heads only (this head is {self.attention})")
         object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "scale_sqrt_divisor", root)
 
 
 @dataclass(frozen=True, eq=False)

@@ -95,7 +95,9 @@ class _Weights:
             self.layers = []
             for layer in model.layers[first:]:
                 heads = [(mat(h.W_QK), mat(h.W_V), h.attention,
-                          arb(fmpq(h.scale.numerator, h.scale.denominator))) for h in layer]
+                          arb(fmpq(h.scale.numerator, h.scale.denominator))
+                          / arb(fmpq(h.scale_sqrt_divisor.numerator, h.scale_sqrt_divisor.denominator)).sqrt())
+                         for h in layer]
                 mlp = None
                 if layer.mlp is not None:
                     mlp = (mat(layer.mlp.W1), col(layer.mlp.b1), mat(layer.mlp.W2), col(layer.mlp.b2))

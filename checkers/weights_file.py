@@ -16,7 +16,8 @@
            {"heads": [HEAD, ...], "causal": bool (default false),
             "mlp": {"W1": M, "b1": VEC, "W2": M, "b2": VEC} (optional)}
     HEAD:  {"W_QK": M, "W_V": M}, version 2 may add "attention": "relu" | "hardmax" | "softmax"
-           (default relu) and "scale": RATIONAL (softmax only, default 1)
+           (default relu), "scale": RATIONAL and "scale_sqrt_divisor": RATIONAL (softmax only,
+           both default 1: the scores are multiplied by scale / sqrt(scale_sqrt_divisor))
     M: a list of rows, VEC a list; each entry an int or a "p/q" string (exact; floats refused).
 
 H0 = [one-hot token in vocab order; one-hot position (max_length rows); ones if constant_row;
@@ -49,6 +50,8 @@ def _head_to_json(h: Head, v2: bool) -> dict:
         out["attention"] = h.attention
     if v2 and h.attention == "softmax":
         out["scale"] = format_rational(h.scale)
+        if h.scale_sqrt_divisor != 1:
+            out["scale_sqrt_divisor"] = format_rational(h.scale_sqrt_divisor)
     return out
 
 
@@ -125,7 +128,7 @@ def _head(head, where: str, d: int, v2: bool) -> Head:
     for key in ("W_QK", "W_V"):
         if key not in head:
             raise BadInput(f"weights file: {where}.{key} is missing")
-    allowed = {"W_QK", "W_V"} | ({"attention", "scale"} if v2 else set())
+    allowed = {"W_QK", "W_V"} | ({"attention", "scale", "scale_sqrt_divisor"} if v2 else set())
     extra = sorted(set(head) - allowed)
     if extra:
         hint = " (attention and scale need \"version\": 2)" if extra[0] in ("attention", "scale") else ""
@@ -133,16 +136,20 @@ def _head(head, where: str, d: int, v2: bool) -> Head:
     kind = head.get("attention", "relu")
     if kind not in ATTENTION_KINDS:
         raise BadInput(f"weights file: {where}.attention must be one of {', '.join(ATTENTION_KINDS)}, got {kind!r}")
-    if "scale" in head:
-        if kind != "softmax":
-            raise BadInput(f"weights file: {where}.scale applies to softmax heads only")
-        scale = parse_rational(head["scale"], f"{where}.scale")
-        if scale <= 0:
-            raise BadInput(f"weights file: {where}.scale must be positive, got {scale}")
-    else:
-        scale = Fraction(1)
+    scale, root = Fraction(1), Fraction(1)
+    for key in ("scale", "scale_sqrt_divisor"):
+        if key in head:
+            if kind != "softmax":
+                raise BadInput(f"weights file: {where}.{key} applies to softmax heads only")
+            value = parse_rational(head[key], f"{where}.{key}")
+            if value <= 0:
+                raise BadInput(f"weights file: {where}.{key} must be positive, got {value}")
+            if key == "scale":
+                scale = value
+            else:
+                root = value
     return Head(_matrix(head["W_QK"], f"{where}.W_QK", (d, d)), _matrix(head["W_V"], f"{where}.W_V", (d, d)),
-                attention=kind, scale=scale)
+                attention=kind, scale=scale, scale_sqrt_divisor=root)
 
 
 def _mlp(obj, where: str, d: int) -> MLP:
