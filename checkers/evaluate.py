@@ -229,94 +229,306 @@ def hardmax_weights(S: np.ndarray, visible: np.ndarray | None, lam: int) -> np.n
     return np.where(at_max, np.floor_divide(lam, count), 0).astype(S.dtype)
 
 
+class _Exceeded(Exception):
+    """A checked float64 batch met a value whose magnitude may reach 2^53: redo it exactly."""
+
+
+def _limit(Xa) -> None:
+    if Xa is not None and Xa.size and float(Xa.max()) >= FLOAT_EXACT_LIMIT:
+        raise _Exceeded
+
+
+def _float(M):
+    return np.array(M, dtype=np.float64)
+
+
 class Evaluator:
     """Batched exact logits of one model.  `logits(ids)` -> (numerators (B, C) int, denominator)
-    at the last position; `logits_all(ids)` -> (numerators (B, n, C), denominator).
+    at the last position; `logits_all(ids)` -> (numerators (B, n, C), denominator);
+    `margins_last(ids, label rows)` -> (margin numerators (B,), denominator, numerators or None).
 
     Works on X = H^T (B, n, d'), so that every product with a weight matrix is a single large
     matrix product: scores S = (X A) X^T, and since W_V is linear, sum_j w_jk W_V x_j =
     W_V (sum_j w_jk x_j), i.e. out^T = (W^T X) B^T.  For last-position logits the last layer
-    only computes the last query.  Every partial sum stays within `magnitude_bound`.
+    only computes the last query.
+
+    Three ways to run a batch, every one exact:
+      float     the a-priori `magnitude_bound` is below 2^53: float64 throughout (proven before
+                any point is seen);
+      checked   the a-priori bound fails but every integer weight is below 2^53: float64, and
+                alongside, the same products on absolute values (|X|, |A|, ...).  Every abs
+                result bounds every partial sum of the signed products (in any order), and a
+                float sum of non-negative exact integers that reaches 2^53 stays >= 2^53 under
+                rounding; so if every abs result of the batch is below 2^53, every float value
+                was an exact integer.  Otherwise this batch alone is redone on big integers;
+      exact     Python integers (numpy object arrays).
+    A classifier with entries of 2^53 or more (Lemma 3's can have thousand-bit denominators) is
+    applied exactly, once per distinct hidden vector (`margins_last`), keeping only what a
+    margin needs, so no batch holds B x C thousand-bit logits.
     """
 
     def __init__(self, model: Model, force_exact: bool = False):
         self.im = integerize(model)
         self.model = model
         self.use_float = self.im.use_float and not force_exact
-        dt = np.float64 if self.use_float else object
-        conv = (lambda M: np.array(M, dtype=np.float64)) if self.use_float else (lambda M: M)
-        # store transposes: X @ A^T gives rows (A x_j)^T; X @ B^T gives rows (B x_j)^T
-        self._layers = []
+        self.checked = not self.use_float and not force_exact and _checkable(self.im)
+        self.batches = {"float": 0, "checked": 0, "exact": 0}
+        self._exact_w = self._weights(lambda M: M)
+        if self.use_float or self.checked:
+            self._float_w = self._weights(_float)
+        if self.checked:
+            self._abs_w = self._weights(lambda M: _float(_absmat(M)))
+        C = self.im.C
+        self.big_classifier = any(abs(v) >= FLOAT_EXACT_LIMIT for v in C.flat)
+        self._CT = C.T
+        self._CTf = None if self.big_classifier else _float(C.T)
+        self._CTa = None if self.big_classifier else _float(_absmat(C.T))
+        self._rows_cache: dict = {}
+        self.denominator = self.im.c * (self.im.layers[-1].g_out if self.im.layers else 1)
+
+    def _weights(self, conv):
+        """Per layer: (A^T per head, B^T per head, coef, IntLayer, MLP pieces or None), converted."""
+        out = []
         for L in self.im.layers:
             mlp = None
             if L.mlp is not None:
                 mlp = (conv(L.mlp.P1.T), conv(L.mlp.beta1g), conv(L.mlp.P2.T), conv(L.mlp.beta2g), L.mlp.x_scale)
-            self._layers.append(([conv(A.T) for A in L.A], [conv(B.T) for B in L.B], L.coef, L, mlp))
-        self._CT = conv(self.im.C.T)
-        self._dtype = dt
-        self.denominator = self.im.c * (self.im.layers[-1].g_out if self.im.layers else 1)
+            out.append(([conv(A.T) for A in L.A], [conv(B.T) for B in L.B], L.coef, L, mlp))
+        return out
 
     @property
     def path(self) -> str:
-        return "float64 (proven < 2^53)" if self.use_float else "exact big integers"
+        if self.use_float:
+            return "float64 (proven < 2^53)"
+        if self.checked:
+            n, e = self.batches["checked"], self.batches["exact"]
+            text = "float64, checked < 2^53 per batch"
+            return text + (f" ({e} of {n + e} batches on big integers)" if e else "")
+        return "exact big integers"
 
-    def logits(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
-        X = self._forward(token_ids, last_only=True)
-        h = X[:, -1, :]  # (B, d')
-        num = _rowmul(h[:, None, :], self._CT)[:, 0, :]  # (B, C)
-        return (num.astype(np.int64) if self.use_float else num), self.denominator
+    # ---------------------------------------------------------------- the stream
 
-    def logits_all(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
-        X = self._forward(token_ids, last_only=False)
-        num = _rowmul(X, self._CT)  # (B, n, C)
-        return (num.astype(np.int64) if self.use_float else num), self.denominator
-
-    def _forward(self, token_ids: np.ndarray, last_only: bool) -> np.ndarray:
+    def _stream(self, token_ids: np.ndarray, last_only: bool) -> np.ndarray:
+        """The final residual stream X (B, n or 1, d'), exact: float64 holding exact integers, or
+        object (Python int) arrays."""
         token_ids = np.asarray(token_ids)
         if token_ids.ndim != 2:
             raise ValueError("token_ids must be (batch, length)")
         if token_ids.shape[1] > self.model.max_length:
             raise ValueError(f"sequence length {token_ids.shape[1]} exceeds max_length {self.model.max_length}")
-        X = embed_rows(self.model, token_ids, self._dtype)  # (B, n, d)
-        nl = len(self._layers)
-        for li, (ATs, BTs, coefs, L, mlp) in enumerate(self._layers):
-            last = last_only and li == nl - 1
-            if ATs:
-                X = self._attention(X, ATs, BTs, coefs, L, last)
-            if mlp is not None:
-                P1T, b1, P2T, b2, xs = mlp
-                Z = _relu(_rowmul(X, P1T) + b1)  # (B, n, d_ff)
-                X = X * xs + _rowmul(Z, P2T) + b2
-        return X
+        if self.use_float:
+            self.batches["float"] += 1
+            return _run(self.model, token_ids, last_only, self._float_w, None, np.float64)
+        if self.checked:
+            try:
+                X = _run(self.model, token_ids, last_only, self._float_w, self._abs_w, np.float64)
+                self.batches["checked"] += 1
+                return X
+            except _Exceeded:
+                pass
+        self.batches["exact"] += 1
+        return _run(self.model, token_ids, last_only, self._exact_w, None, object)
 
-    @staticmethod
-    def _attention(X, ATs, BTs, coefs, L: IntLayer, last: bool):
-        n = X.shape[1]
-        if last:
-            # only the last query reaches the classifier; it sees every key, masked or not
-            x_last = X[:, -1, :]  # (B, d)
-            out = x_last * L.x_scale
-            for AT, BT, coef, kind in zip(ATs, BTs, coefs, L.kinds):
-                u = _rowmul(x_last[:, None, :], AT)[:, 0, :]  # (B, d) = (A x_last)^T
-                s = np.matmul(X, u[:, :, None])  # (B, n, 1): key j, query last
-                w = _relu(s) if kind == "relu" else hardmax_weights(s, None, L.lam)
-                v = np.matmul(w[:, :, 0][:, None, :], X)[:, 0, :]  # (B, d) = sum_j w_j x_j
-                upd = _rowmul(v[:, None, :], BT)[:, 0, :]
-                out = out + (upd * coef if coef != 1 else upd)
-            return out[:, None, :]
-        visible = causal_mask(n, np.arange(n)) if L.causal else None
-        out = X * L.x_scale
-        for AT, BT, coef, kind in zip(ATs, BTs, coefs, L.kinds):
-            S = np.matmul(X, _rowmul(X, AT).transpose(0, 2, 1))  # (B, n_key, n_query)
-            if kind == "relu":
-                W = _relu(S)
-                if visible is not None:
-                    W = np.where(visible[None, :, :], W, 0)
-            else:
-                W = hardmax_weights(S, visible, L.lam)
-            upd = _rowmul(np.matmul(W.transpose(0, 2, 1), X), BT)  # (B, n_query, d)
+    def _forward(self, token_ids: np.ndarray, last_only: bool) -> np.ndarray:
+        return self._stream(token_ids, last_only)
+
+    # ---------------------------------------------------------------- the classifier
+
+    def _classify(self, h: np.ndarray) -> np.ndarray:
+        """h (..., d') exact stream rows -> exact logit numerators (..., C)."""
+        if h.dtype != object and self._CTf is not None:
+            ha = np.abs(h)
+            try:
+                _limit(_rowmul_any(ha, self._CTa))
+                return _rowmul_any(h, self._CTf).astype(np.int64)
+            except _Exceeded:
+                pass
+        return _rowmul_any(_to_int_objects(h), self._CT)
+
+    def logits(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
+        h = self._stream(token_ids, last_only=True)[:, -1, :]  # (B, d')
+        return self._classify(h), self.denominator
+
+    def logits_all(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
+        return self._classify(self._stream(token_ids, last_only=False)), self.denominator
+
+    def margins_last(self, token_ids: np.ndarray, rows: np.ndarray):
+        """(margin numerators (B,) label minus best other, denominator, logits (B, C) or None).
+
+        With a small classifier the logits are computed and returned; with a big one each
+        distinct hidden vector is classified once (cached across batches as its best class,
+        best and second-best logit) and the logits are not returned (None)."""
+        h = self._stream(token_ids, last_only=True)[:, -1, :]
+        if not self.big_classifier:
+            num = self._classify(h)
+            return _margins_from_logits(num, rows), self.denominator, num
+        keys = _row_keys(h)
+        margins = np.empty(len(rows), dtype=object)
+        for i, (key, y) in enumerate(zip(keys, rows)):
+            best_idx, best, second = self._summary(key, h[i])
+            if best_idx == y:
+                margins[i] = best - second
+            else:  # the label is not the strict argmax: its own logit minus the best
+                margins[i] = self._logit(h[i], int(y)) - best
+        return margins, self.denominator, None
+
+    def _summary(self, key, row):
+        got = self._rows_cache.get(key)
+        if got is None:
+            vals = _rowmul_any(_to_int_objects(row[None, :]), self._CT)[0]
+            order = sorted(range(len(vals)), key=lambda c: vals[c], reverse=True)
+            best = order[0]
+            second = vals[order[1]] if len(order) > 1 else None
+            got = (best, vals[best], second)
+            if len(self._rows_cache) < 100_000:
+                self._rows_cache[key] = got
+        return got
+
+    def _logit(self, row, c: int):
+        v = _to_int_objects(row[None, :])[0]
+        return sum(int(self._CT[f, c]) * int(v[f]) for f in range(len(v)) if v[f])
+
+
+def _checkable(im: IntegerModel) -> bool:
+    """The checked float64 path needs every weight of the stream (and every scale factor) to be
+    an exact float64 integer: below 2^53."""
+    for L in im.layers:
+        mats = list(L.A) + list(L.B)
+        if L.mlp is not None:
+            mats += [L.mlp.P1, L.mlp.beta1g, L.mlp.P2, L.mlp.beta2g]
+        if any(abs(v) >= FLOAT_EXACT_LIMIT for M in mats for v in M.flat):
+            return False
+        factors = list(L.coef) + [L.x_scale, L.lam] + ([L.mlp.x_scale] if L.mlp is not None else [])
+        if any(abs(f) >= FLOAT_EXACT_LIMIT for f in factors):
+            return False
+    return True
+
+
+def _to_int_objects(h: np.ndarray) -> np.ndarray:
+    if h.dtype == object:
+        return h
+    return h.astype(np.int64).astype(object)
+
+
+def _rowmul_any(X: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """X (..., d) @ M (d, e) for any leading shape."""
+    if X.dtype == object or M.dtype == object:
+        return np.dot(X.astype(object) if X.dtype != object else X, M)
+    return np.matmul(X, M)
+
+
+def _row_keys(h: np.ndarray) -> list:
+    if h.dtype == object:
+        return [tuple(int(v) for v in row) for row in h]
+    hi = h.astype(np.int64)
+    return [row.tobytes() for row in hi]
+
+
+def _margins_from_logits(num: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+    """num (B, C), rows (B,) -> label minus best other logit, or None for a single class."""
+    B = len(rows)
+    if num.shape[1] == 1:
+        return None
+    correct = num[np.arange(B), rows]
+    other = num.copy()
+    if other.dtype == object:
+        other[np.arange(B), rows] = None
+        best_other = np.array([max(v for v in r if v is not None) for r in other], dtype=object)
+    else:
+        other[np.arange(B), rows] = np.iinfo(np.int64).min
+        best_other = other.max(axis=1)
+    return correct - best_other
+
+
+def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype) -> np.ndarray:
+    """The integer forward pass (module docstring) with weights W; with Wa (abs weights, float64)
+    every product is repeated on absolute values and checked below 2^53 (raises _Exceeded)."""
+    X = embed_rows(model, token_ids, dtype)  # (B, n, d)
+    Xa = X if Wa is not None else None  # one-hot inputs: |X| = X
+    nl = len(W)
+    for li, (ATs, BTs, coefs, L, mlp) in enumerate(W):
+        last = last_only and li == nl - 1
+        absw = Wa[li] if Wa is not None else None
+        if ATs:
+            X, Xa = _attention(X, Xa, ATs, BTs, coefs, L, last, absw)
+        if mlp is not None:
+            P1T, b1, P2T, b2, xs = mlp
+            P = _rowmul(X, P1T) + b1  # (B, n, d_ff)
+            if Xa is not None:
+                P1Ta, b1a, P2Ta, b2a, _ = absw[4]
+                Pa = _rowmul(Xa, P1Ta) + b1a
+                _limit(Pa)
+            Z = _relu(P)
+            Q = _rowmul(Z, P2T)
+            X = X * xs + Q + b2
+            if Xa is not None:
+                Qa = _rowmul(Pa, P2Ta)  # |relu(p)| <= |p| <= Pa
+                _limit(Qa)
+                Xa = Xa * xs + Qa + b2a
+                _limit(Xa)
+    return X
+
+
+def _attention(X, Xa, ATs, BTs, coefs, L: IntLayer, last: bool, absw):
+    """One attention sublayer on X (and, when checking, the abs bounds Xa)."""
+    n = X.shape[1]
+    ATas, BTas = (absw[0], absw[1]) if absw is not None else ([None] * len(ATs), [None] * len(BTs))
+    if last:
+        # only the last query reaches the classifier; it sees every key, masked or not
+        x_last = X[:, -1, :]  # (B, d)
+        out = x_last * L.x_scale
+        outa = Xa[:, -1, :] * L.x_scale if Xa is not None else None
+        for AT, BT, coef, kind, ATa, BTa in zip(ATs, BTs, coefs, L.kinds, ATas, BTas):
+            u = _rowmul(x_last[:, None, :], AT)[:, 0, :]  # (B, d) = (A x_last)^T
+            s = np.matmul(X, u[:, :, None])  # (B, n, 1): key j, query last
+            if Xa is not None:
+                ua = _rowmul(Xa[:, -1, :][:, None, :], ATa)[:, 0, :]
+                _limit(ua)
+                sa = np.matmul(Xa, ua[:, :, None])
+                _limit(sa)
+            w = _relu(s) if kind == "relu" else hardmax_weights(s, None, L.lam)
+            v = np.matmul(w[:, :, 0][:, None, :], X)[:, 0, :]  # (B, d) = sum_j w_j x_j
+            upd = _rowmul(v[:, None, :], BT)[:, 0, :]
             out = out + (upd * coef if coef != 1 else upd)
-        return out
+            if Xa is not None:
+                wa = sa if kind == "relu" else w  # |relu(s)| <= |s| <= sa; hardmax weights are exact
+                va = np.matmul(wa[:, :, 0][:, None, :], Xa)[:, 0, :]
+                _limit(va)
+                upda = _rowmul(va[:, None, :], BTa)[:, 0, :] * coef
+                _limit(upda)
+                outa = outa + upda
+        if outa is not None:
+            _limit(outa)
+            outa = outa[:, None, :]
+        return out[:, None, :], outa
+    visible = causal_mask(n, np.arange(n)) if L.causal else None
+    out = X * L.x_scale
+    outa = Xa * L.x_scale if Xa is not None else None
+    for AT, BT, coef, kind, ATa, BTa in zip(ATs, BTs, coefs, L.kinds, ATas, BTas):
+        S = np.matmul(X, _rowmul(X, AT).transpose(0, 2, 1))  # (B, n_key, n_query)
+        if Xa is not None:
+            Ua = _rowmul(Xa, ATa)
+            _limit(Ua)
+            Sa = np.matmul(Xa, Ua.transpose(0, 2, 1))
+            _limit(Sa)
+        if kind == "relu":
+            Wt = _relu(S)
+            if visible is not None:
+                Wt = np.where(visible[None, :, :], Wt, 0)
+        else:
+            Wt = hardmax_weights(S, visible, L.lam)
+        upd = _rowmul(np.matmul(Wt.transpose(0, 2, 1), X), BT)  # (B, n_query, d)
+        out = out + (upd * coef if coef != 1 else upd)
+        if Xa is not None:
+            Wa_ = (np.where(visible[None, :, :], Sa, 0) if visible is not None else Sa) if kind == "relu" else Wt
+            Va = np.matmul(Wa_.transpose(0, 2, 1), Xa)
+            _limit(Va)
+            upda = _rowmul(Va, BTa) * coef
+            _limit(upda)
+            outa = outa + upda
+    if outa is not None:
+        _limit(outa)
+    return out, outa
 
 
 def logits_fraction_reference(model: Model, token_ids) -> list[Fraction]:

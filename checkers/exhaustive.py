@@ -126,14 +126,21 @@ def _margins_last(num: np.ndarray, rows: np.ndarray):
     return correct - best_other, best_other
 
 
-def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray, tokens: np.ndarray | None = None):
+def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray, tokens: np.ndarray | None = None,
+                need_logits: bool = True):
     """(margins numerators (B,), denominator, first failing row or -1, numerators, positions).
 
-    Last-position tasks: numerators (B, C), positions None.  Tasks labelling every position:
-    numerators (B, n, C); a point's margin is its minimum over labelled positions, and
-    positions (B,) holds, per point, its first failing position (else its smallest margin's)."""
+    Last-position tasks: numerators (B, C) (None when need_logits is False and the evaluator
+    classifies distinct hidden vectors instead: Evaluator.margins_last), positions None.  Tasks
+    labelling every position: numerators (B, n, C); a point's margin is its minimum over
+    labelled positions, and positions (B,) holds, per point, its first failing position (else
+    its smallest margin's)."""
     ids = batch.ids if tokens is None else tokens[batch.ids]
     if batch.labels.ndim == 1:
+        if not need_logits and getattr(ev, "big_classifier", False) and len(ev.model.classes) > 1:
+            margins, den, num = ev.margins_last(ids, class_rows[batch.labels])
+            bad = np.nonzero(np.asarray(margins <= 0, dtype=bool))[0]
+            return margins, den, (int(bad[0]) if len(bad) else -1), num, None
         num, den = ev.logits(ids)
         margins, _ = _margins_last(num, class_rows[batch.labels])
         if margins is None:
@@ -243,7 +250,7 @@ def _worker_chunk(args) -> _ChunkResult:
     ev, task, rows = _WORKER["ev"], _WORKER["task"], _WORKER["rows"]
     checked, min_num = 0, None
     for batch in task.batches(batch_size, lo, hi):
-        margins, _, bad, _, _ = check_batch(ev, batch, rows, _WORKER["tokens"])
+        margins, _, bad, _, _ = check_batch(ev, batch, rows, _WORKER["tokens"], need_logits=False)
         if len(margins) and margins[0] is not None:
             m = int(min(margins[: bad + 1] if bad >= 0 else margins))
             min_num = m if min_num is None else min(min_num, m)
@@ -331,7 +338,7 @@ def verify(
                 continue
             # re-run the failing point's batch here to build the counterexample
             batch = next(task.batches_of([batch.bad_index]))
-        margins, den, bad, num, positions = check_batch(ev, batch, class_rows, tokens)
+        margins, den, bad, num, positions = check_batch(ev, batch, class_rows, tokens, need_logits=False)
         checked += len(batch.index) if bad < 0 else bad + 1
         if bar is not None:
             bar.update(len(batch.index))
@@ -341,7 +348,7 @@ def verify(
             m = int(min(margins[: bad + 1] if bad >= 0 else margins))
             min_num = m if min_num is None else min(min_num, m)
         if bad >= 0:
-            counter = _counterexample(model, task, class_map, batch, bad, num, den, positions)
+            counter = _counterexample(model, task, class_map, batch, bad, num, den, positions, ev, tokens)
             break
     if bar is not None:
         bar.close()
@@ -351,11 +358,16 @@ def verify(
                    time.perf_counter() - t0, (plan.note,))
 
 
-def _counterexample(model, task, class_map, batch, bad, num, den, positions) -> Counterexample:
+def _counterexample(model, task, class_map, batch, bad, num, den, positions, ev=None, tokens=None) -> Counterexample:
     """Row `bad` of a checked batch as a replayable counterexample (its first failing position)."""
     pos = None if positions is None else int(positions[bad])
-    row = [int(v) for v in (num[bad] if pos is None else num[bad, pos])]
     label = batch.labels[bad] if pos is None else batch.labels[bad, pos]
+    if num is None:  # margins came without logits (distinct hidden vectors): this point's, in full
+        ids = batch.ids[bad:bad + 1] if tokens is None else tokens[batch.ids[bad:bad + 1]]
+        one, den = ev.logits(ids)
+        row = [int(v) for v in one[0]]
+    else:
+        row = [int(v) for v in (num[bad] if pos is None else num[bad, pos])]
     exp_row = class_map[int(label)]
     pred = max((i for i in range(len(row)) if i != exp_row), key=lambda i: row[i])
     p = task.point(int(batch.index[bad]))
@@ -373,7 +385,7 @@ def _verify_unordered(ev, model, task, plan, batches, class_map, class_rows, tok
     idx_parts, margin_parts = [], []
     den = ev.denominator
     for batch in batches:
-        margins, den, _, _, _ = check_batch(ev, batch, class_rows, tokens)
+        margins, den, _, _, _ = check_batch(ev, batch, class_rows, tokens, need_logits=False)
         idx_parts.append(batch.index)
         margin_parts.append(margins)
         if bar is not None:
