@@ -17,6 +17,8 @@ python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.p
     template_tasks.py the TM / ICTM enumerators (a verdict is about the dataset they define)
     multihop_task.py  the multi-hop enumerator
     exhaustive.py     verify(): every point, strict argmax, verdicts
+    shards.py         runs split into index ranges (processes, clusters), merged in index order
+    journal.py        finished chunks on disk, so a killed run resumes with the same verdict
     generation.py     verify_generation(): every step of autoregressive generation (chain of thought)
     certificate.py    the independent certificate checker (standard library only)
 

@@ -124,6 +124,17 @@ class DatasetTask(Task):
         self.token_out = {str(t): t for t in tokens}
         self.label_out = {str(c): c for c in classes}
 
+    def content_fingerprint(self) -> str:
+        """A hash of every sequence and label (the journal refuses another dataset's chunks)."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for seq in self._seqs:
+            h.update(np.asarray(seq, dtype=np.int64).tobytes() + b"|")
+        for lab in (self._labels if isinstance(self._labels, list) else [self._labels]):
+            h.update(np.asarray(lab, dtype=np.int64).tobytes() + b"|")
+        return h.hexdigest()
+
     def to_json(self) -> dict:
         """The dataset as a "depthcert.dataset" object (version 1 when it labels the last
         position only, else 2), with its tokens and labels as originally given."""

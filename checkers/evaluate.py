@@ -35,18 +35,17 @@ import numpy as np
 from depthcert.checkers.model import Model
 
 FLOAT_EXACT_LIMIT = 2**53
+MAX_DENOMINATOR_BITS = 2**24  # 16 million bits (2 MB) per number: deeper models are refused
 
 
 def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
-    """(integer object array N, denominator q) with M = N / q (any shape)."""
-    q = 1
-    for v in M.flat:
-        q = lcm(q, Fraction(v).denominator)
-    N = np.empty(M.shape, dtype=object)
-    for idx, v in np.ndenumerate(M):
-        v = Fraction(v)
-        N[idx] = v.numerator * (q // v.denominator)
-    return N, q
+    """(integer object array N, denominator q) with M = N / q (any shape; entries ints or
+    Fractions, read through .numerator / .denominator without building new Fractions)."""
+    flat = [v if isinstance(v, (int, Fraction)) else Fraction(v) for v in M.flat]
+    q = lcm(*{v.denominator for v in flat}) if flat else 1
+    N = np.empty(len(flat), dtype=object)
+    N[:] = [v.numerator * (q // v.denominator) for v in flat] if q != 1 else [v.numerator for v in flat]
+    return N.reshape(M.shape), q
 
 
 def hardmax_lcm(max_length: int) -> int:
@@ -87,6 +86,7 @@ class IntegerModel:
     c: int
     bound: int  # proven bound on every intermediate magnitude of the integer pass
     use_float: bool
+    proven_layers: int = 0  # the first layers whose values are all proven below 2^53 a priori
 
     def as_float(self, M: np.ndarray) -> np.ndarray:
         return np.array(M, dtype=np.float64)
@@ -98,7 +98,13 @@ def integerize(model: Model) -> IntegerModel:
     lam = hardmax_lcm(model.max_length)
     layers = []
     g = 1
-    for layer in model.layers:
+    for li, layer in enumerate(model.layers):
+        if g.bit_length() > MAX_DENOMINATOR_BITS // 3:  # the next layer cubes it
+            from depthcert.checkers.errors import BadInput
+
+            raise BadInput(f"exact evaluation would need a common denominator of more than {MAX_DENOMINATOR_BITS:,} bits "
+                           f"from layer {li + 1} on (denominators grow threefold per ReLU layer with rational weights); "
+                           "use fewer layers")
         m = len(layer)
         As, Bs, abs_, alphas_b = [], [], [], []
         for head in layer:
@@ -125,7 +131,8 @@ def integerize(model: Model) -> IntegerModel:
         layers.append(IntLayer(tuple(As), tuple(Bs), coef, D, tuple(h.attention for h in layer),
                                layer.causal, x_scale, lam, mlp, g))
     C, c = _int_matrix(model.W_O)
-    bound = magnitude_bound(model, layers, C)
+    per_layer: list = []
+    bound = magnitude_bound(model, layers, C, per_layer)
     # The bound skips weights that only ever meet exact zeros (rows or columns no input reaches),
     # which is sound only while such weights stay finite in float64: 0 * inf is NaN (a weight
     # pair of 2^1023 in an unreached row gave a wrong verdict), and ints >= 2^1024 do not convert.
@@ -134,7 +141,11 @@ def integerize(model: Model) -> IntegerModel:
     mats += [M for L in layers if L.mlp for M in (L.mlp.P1, L.mlp.beta1g, L.mlp.P2, L.mlp.beta2g)]
     small = all(abs(v) < FLOAT_EXACT_LIMIT for M in mats for v in M.flat)
     small = small and (lam < FLOAT_EXACT_LIMIT or not any("hardmax" in L.kinds for L in layers))
-    return IntegerModel(model, tuple(layers), C, c, bound, bound < FLOAT_EXACT_LIMIT and small)
+    # layers whose every value is proven below 2^53 a priori: a checked run needs no abs pass there
+    proven = 0
+    while proven < len(per_layer) and per_layer[proven] < FLOAT_EXACT_LIMIT:
+        proven += 1
+    return IntegerModel(model, tuple(layers), C, c, bound, bound < FLOAT_EXACT_LIMIT and small, proven)
 
 
 def _absmat(M: np.ndarray) -> np.ndarray:
@@ -145,10 +156,11 @@ def _vmax(v) -> int:
     return int(max(v, default=0))
 
 
-def magnitude_bound(model: Model, layers, C: np.ndarray) -> int:
+def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None = None) -> int:
     """An upper bound on |every partial sum| in the integer forward pass, for any input.
 
     hb[f] bounds |G[f, j]| over all columns j and all inputs; n = max_length columns.
+    per_layer, if given, receives the running bound after each layer (the stream alone).
     """
     n = model.max_length
     hb = np.zeros(model.dim, dtype=object)
@@ -171,6 +183,8 @@ def magnitude_bound(model: Model, layers, C: np.ndarray) -> int:
             zb = _absmat(mlp.P1) @ hb + _absmat(mlp.beta1g)  # pre-activation, all partial sums
             hb = hb * mlp.x_scale + _absmat(mlp.P2) @ zb + _absmat(mlp.beta2g)
             worst = max(worst, _vmax(zb), _vmax(hb))
+        if per_layer is not None:
+            per_layer.append(worst)
     logits = _absmat(C) @ hb
     return max(worst, _vmax(logits))
 
@@ -321,7 +335,8 @@ class Evaluator:
             return _run(self.model, token_ids, last_only, self._float_w, None, np.float64)
         if self.checked:
             try:
-                X = _run(self.model, token_ids, last_only, self._float_w, self._abs_w, np.float64)
+                X = _run(self.model, token_ids, last_only, self._float_w, self._abs_w, np.float64,
+                         self.im.proven_layers)
                 self.batches["checked"] += 1
                 return X
             except _Exceeded:
@@ -440,15 +455,18 @@ def _margins_from_logits(num: np.ndarray, rows: np.ndarray) -> np.ndarray | None
     return correct - best_other
 
 
-def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype) -> np.ndarray:
+def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, proven: int = 0) -> np.ndarray:
     """The integer forward pass (module docstring) with weights W; with Wa (abs weights, float64)
-    every product is repeated on absolute values and checked below 2^53 (raises _Exceeded)."""
+    every product is repeated on absolute values and checked below 2^53 (raises _Exceeded),
+    from layer `proven` on (the layers before it are proven exact a priori)."""
     X = embed_rows(model, token_ids, dtype)  # (B, n, d)
-    Xa = X if Wa is not None else None  # one-hot inputs: |X| = X
+    Xa = None
     nl = len(W)
     for li, (ATs, BTs, coefs, L, mlp) in enumerate(W):
         last = last_only and li == nl - 1
-        absw = Wa[li] if Wa is not None else None
+        absw = Wa[li] if Wa is not None and li >= proven else None
+        if absw is not None and Xa is None:
+            Xa = np.abs(X)  # exact values so far (proven or checked): their magnitudes
         if ATs:
             X, Xa = _attention(X, Xa, ATs, BTs, coefs, L, last, absw)
         if mlp is not None:

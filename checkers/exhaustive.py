@@ -215,7 +215,9 @@ PARALLEL_MIN_POINTS = 400_000
 # Throughput of the evaluators in multiply-adds per second, measured on this 2-core machine
 # (benchmarks/bench_exact.py and bench_model_classes.py) and rounded down: for the time guard.
 FLOAT_OPS_PER_SECOND = 1e9
-EXACT_OPS_PER_SECOND = 2e7
+EXACT_OPS_PER_SECOND = 4e7
+CHECKED_OPS_PER_SECOND = 1e9  # float64 and its abs pass; batches redone exactly are slower (re-estimated
+# after the first batch)
 BALL_OPS_PER_SECOND = 1e7
 
 
@@ -230,56 +232,6 @@ def forward_ops(model: Model, n: int) -> int:
     return total + len(model.classes) * d * (n if model.outputs == "all" else 1)
 
 
-@dataclass(frozen=True)
-class _ChunkResult:
-    checked: int
-    min_num: int | None
-    bad_index: int  # dataset index of the first failure in the chunk, or -1
-
-
-_WORKER = {}
-
-
-def _worker_init(model, task, class_rows, force_exact):
-    _WORKER.update(ev=Evaluator(model, force_exact=force_exact), task=task, rows=class_rows,
-                   tokens=token_rows(model, task))
-
-
-def _worker_chunk(args) -> _ChunkResult:
-    lo, hi, batch_size = args
-    ev, task, rows = _WORKER["ev"], _WORKER["task"], _WORKER["rows"]
-    checked, min_num = 0, None
-    for batch in task.batches(batch_size, lo, hi):
-        margins, _, bad, _, _ = check_batch(ev, batch, rows, _WORKER["tokens"], need_logits=False)
-        if len(margins) and margins[0] is not None:
-            m = int(min(margins[: bad + 1] if bad >= 0 else margins))
-            min_num = m if min_num is None else min(min_num, m)
-        if bad >= 0:
-            return _ChunkResult(checked + bad, min_num, int(batch.index[bad]))
-        checked += len(batch.index)
-    return _ChunkResult(checked, min_num, -1)
-
-
-def _parallel_batches(model, task, class_rows, force_exact, batch_size, workers, bar):
-    """Chunks of the index range on `workers` processes, yielded in index order (so the first
-    failure reported is the first in index order); stops at the first failing chunk."""
-    import multiprocessing as mp
-
-    chunk = max(batch_size, min(200_000, task.size // (8 * workers) + 1))
-    jobs = [(lo, min(task.size, lo + chunk), batch_size) for lo in range(0, task.size, chunk)]
-    ctx = mp.get_context("fork")
-    with ctx.Pool(workers, _worker_init, (model, task, class_rows, force_exact)) as pool:
-        for res in pool.imap(_worker_chunk, jobs):
-            if bar is not None:
-                bar.update(res.checked)
-            yield res
-            if res.bad_index >= 0:
-                pool.terminate()
-                break
-    if bar is not None:
-        bar.close()
-
-
 def verify(
     model: Model,
     task: Task,
@@ -290,10 +242,17 @@ def verify(
     plan: Plan | None = None,
     workers: int = 1,
     balls: dict | None = None,
+    runner=None,
+    journal: str | None = None,
+    chunk_points: int | None = None,
 ) -> Verdict:
     """Evaluate every point of `task`, or one point per orbit when `symmetry="auto"` and the
     model's equivariance is proven (then the verdict covers every point).  Softmax models are
-    decided in ball arithmetic; `balls` may set start_precision / max_precision (bits)."""
+    decided in ball arithmetic; `balls` may set start_precision / max_precision (bits).
+
+    Sharded runs (checkers/shards.py) give the same verdict: `workers` > 1 processes (from
+    PARALLEL_MIN_POINTS points), a `runner` (proofs/cluster.py: Dask), and/or a `journal` file
+    that records finished chunks so that a re-run after a crash resumes."""
     t0 = time.perf_counter()
     class_map = check_compatible(model, task)
     class_rows = np.array([class_map[i] for i in range(len(task.classes))], dtype=np.int64)
@@ -305,9 +264,9 @@ def verify(
         return _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, progress,
                              force_exact, t0, **(balls or {}))
     ev = Evaluator(model, force_exact=force_exact)
-    rate = FLOAT_OPS_PER_SECOND if ev.use_float else EXACT_OPS_PER_SECOND
-    charge_seconds(plan.n_eval * forward_ops(model, task.length) / rate,
-                   f"evaluating {plan.n_eval} points ({ev.path}, {model.n_layers} layers, d' = {model.dim})")
+    rate = FLOAT_OPS_PER_SECOND if ev.use_float else (CHECKED_OPS_PER_SECOND if ev.checked else EXACT_OPS_PER_SECOND)
+    what = f"evaluating {plan.n_eval} points ({ev.path}, {model.n_layers} layers, d' = {model.dim})"
+    charge_seconds(plan.n_eval * forward_ops(model, task.length) / rate, what)
     if plan.indices is None:
         batches = task.batches(batch_size)
     else:
@@ -322,23 +281,24 @@ def verify(
         bar = tqdm(total=n_eval, unit="pt", desc=f"verify {task.name}", leave=False, file=sys.stderr)
     ordered = getattr(task, "index_ordered", True)
     if not ordered:
+        if runner is not None or journal is not None:
+            raise BadInput("this dataset is not batched in index order (mixed lengths): it runs in one process, "
+                           "without --dask or --journal")
         return _verify_unordered(ev, model, task, plan, batches, class_map, class_rows, tokens, bar, t0)
-    if workers > 1 and plan.indices is None and plan.n_eval >= PARALLEL_MIN_POINTS:
-        batches = _parallel_batches(model, task, class_rows, force_exact, batch_size, workers, bar)
-        bar = None
+    if runner is not None or journal is not None or (workers > 1 and plan.n_eval >= PARALLEL_MIN_POINTS):
+        return _verify_sharded(ev, model, task, plan, class_map, class_rows, tokens, force_exact, batch_size,
+                               workers, runner, journal, bar, t0, chunk_points)
     checked = 0
     min_num = None
     counter = None
+    first = True
     for batch in batches:
-        if isinstance(batch, _ChunkResult):
-            checked += batch.checked
-            if batch.min_num is not None:
-                min_num = batch.min_num if min_num is None else min(min_num, batch.min_num)
-            if batch.bad_index < 0:
-                continue
-            # re-run the failing point's batch here to build the counterexample
-            batch = next(task.batches_of([batch.bad_index]))
+        t_batch = time.perf_counter()
         margins, den, bad, num, positions = check_batch(ev, batch, class_rows, tokens, need_logits=False)
+        if first and len(batch.index) < plan.n_eval:  # the a-priori rate may be far off: re-estimate
+            first = False
+            per_point = (time.perf_counter() - t_batch) / len(batch.index)
+            charge_seconds(per_point * (plan.n_eval - len(batch.index)), what + ", measured on its first batch")
         checked += len(batch.index) if bad < 0 else bad + 1
         if bar is not None:
             bar.update(len(batch.index))
@@ -356,6 +316,60 @@ def verify(
     cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
     return Verdict(task.name, task.size, checked, cov, min_margin, counter, ev.path,
                    time.perf_counter() - t0, (plan.note,))
+
+
+def _verify_sharded(ev, model, task, plan, class_map, class_rows, tokens, force_exact, batch_size, workers, runner,
+                    journal_path, bar, t0, chunk_points=None) -> Verdict:
+    """The plan's points in chunks (checkers/shards.py), merged in index order."""
+    from depthcert.checkers import shards
+
+    chunk = chunk_points or shards.CHUNK_POINTS
+    spec = shards.Spec(model, task, class_rows, force_exact, plan.indices)
+    jobs = shards.jobs_for(plan.n_eval, batch_size, chunk)
+    journal = None
+    if journal_path is not None:
+        from depthcert.checkers.journal import Journal
+
+        journal = Journal(journal_path, model, task, plan.indices, plan.n_eval, chunk)
+    done = journal.done if journal is not None else {}
+    missing = [j for j in jobs if (j.lo, j.hi) not in done]
+    n_done = len(jobs) - len(missing)
+    if runner is None:
+        runner = shards.ProcessRunner(workers) if workers > 1 else shards.InProcessRunner()
+    fresh = runner.run(spec, missing)
+    results = shards.in_order(jobs, done, fresh, journal.record if journal is not None else None)
+    counts = [0, 0]
+
+    def seen(r):
+        counts[0] += r.batches[0]
+        counts[1] += r.batches[1]
+        if bar is not None:
+            bar.update(r.checked)
+
+    try:
+        checked, min_num, bad_index = shards.merge(results, seen)
+    finally:
+        results.close()
+        fresh.close()
+        if bar is not None:
+            bar.close()
+    counter = None
+    if bad_index >= 0:  # rebuild the counterexample here, from that one point
+        batch = next(task.batches_of([bad_index]))
+        _, den, bad, num, positions = check_batch(ev, batch, class_rows, tokens)
+        counter = _counterexample(model, task, class_map, batch, bad, num, den, positions, ev, tokens)
+    min_margin = None if min_num is None else Fraction(min_num, ev.denominator)
+    cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
+    notes = (plan.note,) + ((f"journal {journal_path}: {n_done} of {len(jobs)} chunks were already done",)
+                            if journal is not None else ())
+    if ev.checked:
+        path = "float64, checked < 2^53 per batch" + (
+            f" ({counts[1]} of {counts[0] + counts[1]} batches on big integers)" if counts[1] else "")
+    else:
+        path = ev.path
+    where = runner.describe()
+    return Verdict(task.name, task.size, checked, cov, min_margin, counter, path + (f"; {where}" if where else ""),
+                   time.perf_counter() - t0, notes)
 
 
 def _counterexample(model, task, class_map, batch, bad, num, den, positions, ev=None, tokens=None) -> Counterexample:

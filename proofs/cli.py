@@ -229,7 +229,16 @@ def _build_parser() -> _Parser:
                    f"(default 4096, at most {PRECISION_LIMIT})")
     p.add_argument("--batch-size", type=positive_int, default=2048)
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                   help="processes for runs of 400k+ evaluated points (default: all cores)")
+                   help="processes for runs of 400k+ evaluated points (default: all cores); with --dask local, "
+                   "the LocalCluster's workers")
+    p.add_argument("--dask", nargs="?", const="local", default=None, metavar="SCHEDULER",
+                   help="run the points on Dask: 'local' (a LocalCluster here; the default value) or a scheduler "
+                   "address tcp://host:port (a cluster started with dask-jobqueue); needs the cluster extra")
+    p.add_argument("--journal", metavar="FILE",
+                   help="record finished chunks in FILE; re-running the same command resumes from it (the same "
+                   "verdict); a journal of another model, task or size is refused")
+    p.add_argument("--chunk-points", type=positive_int, default=None, metavar="N",
+                   help="points per chunk of a sharded run (--workers, --dask, --journal; default 65536)")
     p.add_argument("--all-sizes", action="store_true",
                    help="prove the construction correct for every value of its size parameters (at or above "
                    "stated base values), not only the sizes given; exit 0 proven, 1 a size where it fails")
@@ -344,9 +353,21 @@ def _verify_construction_guarded(args, t_start: float) -> int:
             f"{task.describe()} needs {plan.n_eval} points evaluated ({plan.note}), above the limit "
             f"{args.max_points}; raise it with --max-points {plan.n_eval}"
         )
+    if (args.dask or args.journal) and model.has_softmax:
+        raise BadInput("--dask and --journal apply to exact models; softmax models are decided in one process")
     export()
-    v = verify(model, task, batch_size=args.batch_size, progress=None if not args.json else False,
-               force_exact=args.exact, plan=plan, workers=args.workers, balls=balls)
+    runner = None
+    if args.dask:
+        from depthcert.proofs.cluster import DaskRunner
+
+        runner = DaskRunner(args.dask, args.workers if args.dask == "local" else None)
+    try:
+        v = verify(model, task, batch_size=args.batch_size, progress=None if not args.json else False,
+                   force_exact=args.exact, plan=plan, workers=args.workers, balls=balls, runner=runner,
+                   journal=args.journal, chunk_points=args.chunk_points)
+    finally:
+        if runner is not None:
+            runner.close()
     info = {
         "task": task.name,
         "params": task.params,
@@ -370,6 +391,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     }
     if not model.is_plain:
         info["model_class"] = model.kinds()
+    if len(v.notes) > 1:
+        info["run_notes"] = list(v.notes[1:])
     if v.margin_enclosure is not None:
         info["min_margin_enclosure"] = enclosure_text(v.margin_enclosure)
     if v.counterexample is not None:
@@ -445,7 +468,7 @@ def _print_human(info: dict, task, v, description: str) -> None:
     print(f"verify-construction {task.name}")
     for key, val in rows:
         print(f"  {key:<11} {val}")
-    for note in info["notes"]:
+    for note in info["notes"] + info.get("run_notes", []):
         print(f"  note        {note}")
     ce = v.counterexample
     if ce is not None:

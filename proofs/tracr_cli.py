@@ -26,7 +26,6 @@ Exit codes: 0 verified (numerical without --tolerance: reported), 1 refuted, 2 b
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import itertools
@@ -95,25 +94,36 @@ def _is_int(s: str) -> bool:
 def _fill(fn, given: dict, vocab: tuple, max_seq_len: int, where: str) -> dict:
     from tracr.rasp import rasp
 
-    special = {"SOP": rasp.tokens, "MAX_SEQ_LEN": max_seq_len, "TOKEN": vocab[0],
-               "TOKEN_EQ": (rasp.tokens == vocab[0]).named(f"tokens=={vocab[0]}"),
+    token_eq = rasp.tokens == vocab[0]
+    token_eq._depthcert_text = f"rasp.tokens == {vocab[0]!r}"
+    special = {"SOP": rasp.tokens, "MAX_SEQ_LEN": max_seq_len, "TOKEN": vocab[0], "TOKEN_EQ": token_eq,
                "PATTERN": list(vocab[:3])}
     kwargs = {}
     for name, p in inspect.signature(fn).parameters.items():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        if name in given:
-            v = given[name]
+        if p.kind == p.POSITIONAL_ONLY:
+            name = (p.POSITIONAL_ONLY, name)  # passed by position (shift_by's offset)
+        key = name[1] if isinstance(name, tuple) else name
+        if key in given:
+            v = given[key]
             kwargs[name] = special.get(v, v) if isinstance(v, str) else v
-        elif p.annotation in (rasp.SOp, "rasp.SOp") or name in ("sop", "vals", "keys", "bools"):
+        elif p.annotation in (rasp.SOp, "rasp.SOp") or key in ("sop", "vals", "keys", "bools"):
             kwargs[name] = rasp.tokens
-        elif name == "max_seq_len":
+        elif key == "max_seq_len":
             kwargs[name] = max_seq_len
         elif p.default is not p.empty:
             continue
         else:
-            raise BadInput(f"{where}: no value for its argument {name!r} (write a MODULE:FUNCTION that fixes it)")
+            raise BadInput(f"{where}: no value for its argument {key!r} (write a MODULE:FUNCTION that fixes it)")
     return kwargs
+
+
+def _call(fn, kwargs: dict):
+    """Call with the positional-only arguments by position, in order."""
+    pos = [v for k, v in kwargs.items() if isinstance(k, tuple)]
+    kw = {k: v for k, v in kwargs.items() if not isinstance(k, tuple)}
+    return fn(*pos, **kw)
 
 
 def _describe_call(name: str, kwargs: dict) -> str:
@@ -121,10 +131,11 @@ def _describe_call(name: str, kwargs: dict) -> str:
 
     def show(v):
         if isinstance(v, rasp.SOp):
-            return "rasp.tokens" if v is rasp.tokens else v.label
+            return "rasp.tokens" if v is rasp.tokens else getattr(v, "_depthcert_text", v.label)
         return repr(v)
 
-    return f"{name}(" + ", ".join(f"{k}={show(v)}" for k, v in kwargs.items()) + ")"
+    return f"{name}(" + ", ".join(show(v) if isinstance(k, tuple) else f"{k}={show(v)}"
+                                  for k, v in kwargs.items()) + ")"
 
 
 def resolve_program(spec: str, vocab: tuple, max_seq_len: int):
@@ -156,7 +167,7 @@ def resolve_program(spec: str, vocab: tuple, max_seq_len: int):
         raise BadInput(f"{spec} is neither a RASP expression nor a function")
     kwargs = _fill(obj, given, vocab, max_seq_len, where)
     try:
-        program = obj(**kwargs)
+        program = _call(obj, kwargs)
     except Exception as exc:  # a user function may raise anything: one line, exit 2
         raise BadInput(f"{spec} raised {type(exc).__name__}: {exc}") from None
     if not isinstance(program, rasp.SOp):
@@ -329,7 +340,7 @@ def check_program(spec: str, vocab: tuple, max_seq_len: int, distinct: bool = Fa
                   max_inputs: int = DEFAULT_MAX_INPUTS, balls: dict | None = None, float_check: bool = True,
                   embedding: str = "auto", symmetry: str = "auto", tolerance: Fraction | None = None,
                   export: str | None = None, dataset_out: str | None = None, progress: bool = False,
-                  program=None, compiled=None) -> Result:
+                  skip_none: bool = False, mlp_exactness: int = 100, program=None, compiled=None) -> Result:
     """Compile, import and check one program on every input; the verdict as a dict."""
     from dataclasses import replace
 
@@ -351,7 +362,7 @@ def check_program(spec: str, vocab: tuple, max_seq_len: int, distinct: bool = Fa
         call = spec
     t_compile = time.perf_counter()
     if compiled is None:
-        compiled = compile_program(program, vocab, max_seq_len, causal=causal)
+        compiled = compile_program(program, vocab, max_seq_len, causal=causal, mlp_exactness=mlp_exactness)
     t_compile = time.perf_counter() - t_compile
     imported = import_tracr(compiled, embedding=embedding, name=f"tracr:{spec}")
     model = imported.model
@@ -377,6 +388,8 @@ def check_program(spec: str, vocab: tuple, max_seq_len: int, distinct: bool = Fa
         "tracr_residual": len(compiled.assembled.residual_labels),
         "classes": list(model.classes),
         "inputs": len(inputs),
+        "skip_none": skip_none,
+        "mlp_exactness": mlp_exactness,
         "compile_seconds": round(t_compile, 3),
     }
     if export:
@@ -386,9 +399,9 @@ def check_program(spec: str, vocab: tuple, max_seq_len: int, distinct: bool = Fa
         write_json_atomic(export, model_to_json(model))
     if compiled.categorical:
         res = _check_categorical(model, imported, compiled, inputs, truth, base, balls, symmetry, dataset_out,
-                                 progress, vocab_names)
+                                 progress, vocab_names, skip_none)
     else:
-        res = _check_numerical(model, compiled, inputs, truth, base, balls, tolerance)
+        res = _check_numerical(model, compiled, inputs, truth, base, balls, tolerance, skip_none)
     if float_check:
         _float_check(compiled, inputs, truth, res)
     res.info["total_seconds"] = round(time.perf_counter() - t0, 3)
@@ -397,12 +410,12 @@ def check_program(spec: str, vocab: tuple, max_seq_len: int, distinct: bool = Fa
 
 def _value_text(v) -> str:
     if isinstance(v, Fraction):
-        return str(v)
+        return str(v) if v.denominator <= 10**6 else f"{float(v)!r} (exactly {v})"
     return repr(v) if isinstance(v, str) else str(v)
 
 
 def _check_categorical(model, imported, compiled, inputs, truth, base, balls, symmetry, dataset_out, progress,
-                       vocab_names) -> Result:
+                       vocab_names, skip_none=False) -> Result:
     from depthcert.checkers.exhaustive import plan_points, verify
     from depthcert.proofs.cli import _counterexample_json, _undecided_json, enclosure_text
 
@@ -411,7 +424,7 @@ def _check_categorical(model, imported, compiled, inputs, truth, base, balls, sy
         value_class[v] = c
     labels, ds_inputs, ds_index = [], [], []
     outside = []  # (input index, position (BOS = 0), RASP value or error)
-    n_labelled = 0
+    n_labelled = skipped = 0
     for i, (x, vals) in enumerate(zip(inputs, truth)):
         row = [None]
         if isinstance(vals, str):  # the evaluator raised: the program has no value anywhere
@@ -424,7 +437,9 @@ def _check_categorical(model, imported, compiled, inputs, truth, base, balls, sy
                     c = value_class.get(v)
                 except TypeError:
                     c = None
-                if c is None:
+                if c is None and v is None and skip_none:
+                    skipped += 1
+                elif c is None:
                     outside.append((i, k + 1, v))
                 row.append(c)
         n_lab = sum(c is not None for c in row)
@@ -436,6 +451,7 @@ def _check_categorical(model, imported, compiled, inputs, truth, base, balls, sy
     info = dict(base)
     info["positions_labelled"] = n_labelled
     info["positions_outside"] = len(outside)
+    info["positions_none_skipped"] = skipped
     v = None
     if ds_inputs:
         name = base["program"].split(":")[-1]
@@ -455,6 +471,10 @@ def _check_categorical(model, imported, compiled, inputs, truth, base, balls, sy
         if v.margin_enclosure is not None:
             info["min_margin_enclosure"] = enclosure_text(v.margin_enclosure)
             info["min_margin_exact_ends"] = [str(v.margin_enclosure[0]), str(v.margin_enclosure[1])]
+        if v.min_margin is not None:  # a model without softmax (MLP-only programs): exact
+            from depthcert.checkers.rational import format_rational
+
+            info["min_margin"] = format_rational(v.min_margin)
     counter = None
     if v is not None and v.counterexample is not None:
         ce = v.counterexample
@@ -522,7 +542,7 @@ def _ids(model, inputs) -> np.ndarray:
     return np.array([[row[BOS]] + [row[str(t)] for t in x] for x in inputs], dtype=np.int64)
 
 
-def _check_numerical(model, compiled, inputs, truth, base, balls, tolerance) -> Result:
+def _check_numerical(model, compiled, inputs, truth, base, balls, tolerance, skip_none=False) -> Result:
     from depthcert.checkers.budget import charge_seconds
     from depthcert.checkers.exhaustive import BALL_OPS_PER_SECOND, forward_ops
     from depthcert.proofs.cli import bound_text, enclosure_text
@@ -539,6 +559,7 @@ def _check_numerical(model, compiled, inputs, truth, base, balls, tolerance) -> 
     worst_low = Fraction(0)  # the largest error is at least this
     outside = []
     values = []
+    skipped = 0
     by_len: dict[int, list[int]] = {}
     for i, x in enumerate(inputs):
         by_len.setdefault(len(x), []).append(i)
@@ -550,6 +571,9 @@ def _check_numerical(model, compiled, inputs, truth, base, balls, tolerance) -> 
             for k in range(n):
                 lo, hi = outs[b][k][0]
                 v = None if isinstance(vals, str) else vals[k]
+                if v is None and skip_none and not isinstance(vals, str):
+                    skipped += 1
+                    continue
                 if v is None or not isinstance(v, (int, float, Fraction, bool)):
                     outside.append((i, k + 1, vals if isinstance(vals, str) else v))
                     continue
@@ -564,11 +588,12 @@ def _check_numerical(model, compiled, inputs, truth, base, balls, tolerance) -> 
     info["evaluation"] = f"certified balls (arb, {reader.decider.start} bits), one readout per position"
     info["positions_labelled"] = len(values)
     info["positions_outside"] = len(outside)
+    info["positions_none_skipped"] = skipped
     if worst is not None:
         up, i, pos, enc, v = worst
         info["max_error_enclosure"] = [bound_text(worst_low, up=False), bound_text(up, up=True)]
         info["max_error_at"] = {"input": [str(t) for t in inputs[i]], "position": pos,
-                                "value": str(v), "output_enclosure": enclosure_text(enc)}
+                                "value": _value_text(v), "output_enclosure": enclosure_text(enc)}
     verdict = "reported"
     status = 0
     if tolerance is not None:
@@ -607,6 +632,8 @@ def _float_check(compiled, inputs, truth, res: Result) -> None:
             vals = truth[i]
             for k in range(len(x)):
                 v = None if isinstance(vals, str) else vals[k]
+                if v is None and info.get("skip_none") and not isinstance(vals, str):
+                    continue
                 total += 1
                 if not _same_value(dec[k + 1], v):
                     wrong.append((i, k + 1, dec[k + 1], v))
@@ -634,7 +661,7 @@ def _float_check(compiled, inputs, truth, res: Result) -> None:
             if isinstance(vals, str):
                 continue
             for k in range(len(x)):
-                if vals[k] is None:
+                if vals[k] is None or not isinstance(vals[k], (int, float, bool, Fraction)):
                     continue
                 err = abs(Fraction(decoded[i][0][k + 1]) - Fraction(vals[k]))
                 if err > worst:
@@ -681,6 +708,11 @@ def _parser():
     p.add_argument("--embedding", choices=("auto", "mlp-table"), default="auto",
                    help="auto: permute the residual basis when tracr's tables are one-hot; mlp-table: always "
                         "reproduce the tables with a first MLP layer")
+    p.add_argument("--skip-none", action="store_true", help="do not check positions where the program's value "
+                   "is None (shift_by and detect_pattern pad with None by design); by default such a position "
+                   "is a failure: no output of the model is None")
+    p.add_argument("--mlp-exactness", type=positive_int, default=100,
+                   help="tracr's compile option (default 100, tracr's): larger values make its MLPs more exact")
     p.add_argument("--no-float-check", action="store_true", help="skip tracr's float forward comparison")
     p.add_argument("--export", metavar="FILE", help="write the imported model (depthcert.weights version 2)")
     p.add_argument("--dataset-out", metavar="FILE", help="write the per-position dataset (depthcert.dataset v2); "
@@ -721,7 +753,8 @@ def _main(argv) -> int:
                             causal=args.causal, max_inputs=args.max_inputs, balls=balls,
                             float_check=not args.no_float_check, embedding=args.embedding,
                             symmetry=args.symmetry, tolerance=tol, export=args.export,
-                            dataset_out=args.dataset_out, progress=sys.stderr.isatty() and not args.json)
+                            dataset_out=args.dataset_out, progress=sys.stderr.isatty() and not args.json,
+                            skip_none=args.skip_none, mlp_exactness=args.mlp_exactness)
     if args.json:
         print(json.dumps(res.info))
     else:
@@ -734,11 +767,15 @@ def print_human(info: dict) -> None:
     rows = [
         ("program", f"{info['call']} ({info['output']} output)"),
         ("compiled", f"tracr, vocab {{{', '.join(info['vocab'])}}}, max_seq_len {info['max_seq_len']}, BOS first"
-                     + (", causal" if info["causal"] else "") + f" ({info['compile_seconds']:.1f} s)"),
+                     + (", causal" if info["causal"] else "")
+                     + (f", mlp_exactness {info['mlp_exactness']}" if info["mlp_exactness"] != 100 else "")
+                     + f" ({info['compile_seconds']:.1f} s)"),
         ("model", f"{info['layers']} layer(s), heads per layer {info['heads']}, d' = {info['d_model']} "
                   f"[{info['model_class']}], embedding {info['embedding']}"),
         ("inputs", f"{info['inputs']} ({lengths}); {info['positions_labelled']} output positions labelled"
-                   + (f", {info['positions_outside']} without a value in the output space" if info["positions_outside"] else "")),
+                   + (f", {info['positions_outside']} without a value in the output space" if info["positions_outside"] else "")
+                   + (f", {info['positions_none_skipped']} None positions not checked (--skip-none)"
+                      if info.get("positions_none_skipped") else "")),
     ]
     if "points_evaluated" in info:
         rows.append(("evaluated", f"{info['points_evaluated']} inputs ({info['evaluation']})"))
@@ -748,8 +785,13 @@ def print_human(info: dict) -> None:
     rows.append(("verdict", info["verdict"].upper()))
     if "min_margin_enclosure" in info:
         lo, hi = info["min_margin_enclosure"]
-        note = "" if info["verdict"] != "refuted" else " (up to the counterexample)"
+        ce0 = info.get("counterexample")
+        note = " (up to the counterexample)" if ce0 is not None and ce0["kind"] == "wrong output" else ""
         rows.append(("min margin", f"in [{lo}, {hi}] (certified enclosure){note}"))
+    elif info.get("min_margin") is not None:
+        ce0 = info.get("counterexample")
+        note = " (up to the counterexample)" if ce0 is not None and ce0["kind"] == "wrong output" else ""
+        rows.append(("min margin", f"{info['min_margin']} (exact){note}"))
     if "max_error_enclosure" in info:
         lo, hi = info["max_error_enclosure"]
         at = info["max_error_at"]
@@ -779,9 +821,11 @@ def print_human(info: dict) -> None:
         print(f"  position   {ce['position']}  (BOS is position 0; output {ce['position'] - 1} of the program)")
         print(f"  expected   {ce['expected']}")
         pred = ce["predicted"] if ce["predicted"] is not None else \
-            "undecided between " + ", ".join(ce.get("predicted_undecided_between", []))
+            ("not certified: the balls of " + ", ".join(ce.get("predicted_undecided_between", []))
+             + " overlap (an exact tie never separates); any output differs from the program's None")
         print(f"  predicted  {pred}")
-        print("  logits     " + "  ".join(f"{c} in [{lo}, {hi}]" for c, (lo, hi) in ce["logits"].items()))
+        print("  logits     " + "  ".join(f"{c} in [{b[0]}, {b[1]}]" if isinstance(b, list) else f"{c}={b}"
+                                          for c, b in ce["logits"].items()))
     u = info.get("undecided")
     if u is not None:
         print(f"undecided: {info['undecided_points']} input(s); the first:")

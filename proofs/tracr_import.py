@@ -55,10 +55,11 @@ BOS = "BOS"  # the name given to tracr's compiler BOS token
 def require_tracr():
     """The tracr package, or BadInput (exit 2, one line) naming the extra to install."""
     try:
-        import haiku  # noqa: F401
-        import jax  # noqa: F401
+        import importlib
+
+        for name in ("jax", "haiku", "tracr.compiler.compiling"):
+            importlib.import_module(name)
         import tracr
-        from tracr.compiler import compiling  # noqa: F401
     except ImportError as exc:
         raise BadInput(f"{INSTALL_HINT} ({exc.name or exc} is missing)") from None
     return tracr

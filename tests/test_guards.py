@@ -63,7 +63,7 @@ def test_multihop_hops_1000_is_refused_naming_the_option(capsys):
 
 
 def test_evaluation_estimate_is_refused_naming_max_seconds(capsys):
-    code, out, err, seconds, _ = _run_limited(_verify_construction, ["multihop", "--hops", "12", "--max-seconds", "1"],
+    code, out, err, seconds, _ = _run_limited(_verify_construction, ["parity", "--n", "16", "--max-seconds", "1"],
                                               capsys)
     assert code == 2 and "--max-seconds" in err and "estimated" in err, err
 
