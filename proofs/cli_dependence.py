@@ -250,7 +250,7 @@ def find_dependence_main(argv=None) -> int:
 
 
 VALID_MEANS = ("valid means: these labelled sequences cannot all be classified correctly by one layer of the "
-               "classes ruled out (docs/impossibility.md, section 9)")
+               "classes ruled out (docs/impossibility.md, section 10)")
 
 
 def _check_certificate(argv) -> int:
