@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from math import lcm
+from math import gcd, lcm
 
 import numpy as np
 
@@ -60,6 +60,9 @@ class IntMLP:
     P2: np.ndarray  # (d', d_ff)
     beta2g: np.ndarray  # (d',) q1 * g * beta2
     x_scale: int  # q1 * q2
+    beta1: np.ndarray = None  # (d_ff,) q1 * b1, before the factor g (renormalized runs rescale it)
+    beta2: np.ndarray = None  # (d',) q2 * b2
+    q1: int = 1
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class IntLayer:
     lam: int = 1  # hardmax weight denominator
     mlp: IntMLP | None = None
     g_out: int = 1  # denominator after the whole layer
+    dens: tuple[tuple[int, int], ...] = ()  # (a_i, b_i) per head: W_QK = A / a, W_V = B / b
 
 
 @dataclass(frozen=True)
@@ -106,13 +110,14 @@ def integerize(model: Model) -> IntegerModel:
                            f"from layer {li + 1} on (denominators grow threefold per ReLU layer with rational weights); "
                            "use fewer layers")
         m = len(layer)
-        As, Bs, abs_, alphas_b = [], [], [], []
+        As, Bs, abs_, alphas_b, dens = [], [], [], [], []
         for head in layer:
             A, a = _int_matrix(head.W_QK)
             B, b = _int_matrix(head.W_V)
             As.append(A)
             Bs.append(B)
             abs_.append(a * b)
+            dens.append((a, b))
             alphas_b.append(g * g * a * b if head.attention == "relu" else lam * b)
         if m:
             D = m * lcm(*abs_)
@@ -126,10 +131,11 @@ def integerize(model: Model) -> IntegerModel:
         if layer.mlp is not None:
             P1, q1 = _int_matrix(np.concatenate([layer.mlp.W1, layer.mlp.b1[:, None]], axis=1))
             P2, q2 = _int_matrix(np.concatenate([layer.mlp.W2, layer.mlp.b2[:, None]], axis=1))
-            mlp = IntMLP(P1[:, :-1], P1[:, -1] * g, P2[:, :-1], P2[:, -1] * (q1 * g), q1 * q2)
+            mlp = IntMLP(P1[:, :-1], P1[:, -1] * g, P2[:, :-1], P2[:, -1] * (q1 * g), q1 * q2,
+                         P1[:, -1], P2[:, -1], q1)
             g = g * q1 * q2
         layers.append(IntLayer(tuple(As), tuple(Bs), coef, D, tuple(h.attention for h in layer),
-                               layer.causal, x_scale, lam, mlp, g))
+                               layer.causal, x_scale, lam, mlp, g, tuple(dens)))
     C, c = _int_matrix(model.W_O)
     per_layer: list = []
     bound = magnitude_bound(model, layers, C, per_layer)
@@ -274,7 +280,10 @@ class Evaluator:
                 result bounds every partial sum of the signed products (in any order), and a
                 float sum of non-negative exact integers that reaches 2^53 stays >= 2^53 under
                 rounding; so if every abs result of the batch is below 2^53, every float value
-                was an exact integer.  Otherwise this batch alone is redone on big integers;
+                was an exact integer.  Otherwise this batch alone is redone on big integers.
+                Before each layer the batch is renormalized (`_run_renormalized`): stream and
+                denominator divided by their gcd, so deep models with rational weights, whose
+                static denominator grows threefold per layer, stay small;
       exact     Python integers (numpy object arrays).
     A classifier with entries of 2^53 or more (Lemma 3's can have thousand-bit denominators) is
     applied exactly, once per distinct hidden vector (`margins_last`), keeping only what a
@@ -322,9 +331,11 @@ class Evaluator:
 
     # ---------------------------------------------------------------- the stream
 
-    def _stream(self, token_ids: np.ndarray, last_only: bool) -> np.ndarray:
-        """The final residual stream X (B, n or 1, d'), exact: float64 holding exact integers, or
-        object (Python int) arrays."""
+    def _stream(self, token_ids: np.ndarray, last_only: bool) -> tuple[np.ndarray, int]:
+        """(X, k): the final residual stream X (B, n or 1, d'), exact (float64 holding exact
+        integers, or object arrays of Python ints), over the denominator g_final / k: a checked
+        batch is renormalized layer by layer (`_run_renormalized`), so its denominator divides
+        the model's, and numerators over the model's denominator are X times the integer k."""
         token_ids = np.asarray(token_ids)
         if token_ids.ndim != 2:
             raise ValueError("token_ids must be (batch, length)")
@@ -332,20 +343,22 @@ class Evaluator:
             raise ValueError(f"sequence length {token_ids.shape[1]} exceeds max_length {self.model.max_length}")
         if self.use_float:
             self.batches["float"] += 1
-            return _run(self.model, token_ids, last_only, self._float_w, None, np.float64)
+            return _run(self.model, token_ids, last_only, self._float_w, None, np.float64), 1
         if self.checked:
             try:
-                X = _run(self.model, token_ids, last_only, self._float_w, self._abs_w, np.float64,
-                         self.im.proven_layers)
+                X, g = _run_renormalized(self.model, token_ids, last_only, self._float_w, self._abs_w, self.im)
                 self.batches["checked"] += 1
-                return X
+                g_final = self.im.layers[-1].g_out if self.im.layers else 1
+                return X, g_final // g
             except _Exceeded:
                 pass
         self.batches["exact"] += 1
-        return _run(self.model, token_ids, last_only, self._exact_w, None, object)
+        return _run(self.model, token_ids, last_only, self._exact_w, None, object), 1
 
     def _forward(self, token_ids: np.ndarray, last_only: bool) -> np.ndarray:
-        return self._stream(token_ids, last_only)
+        """The final stream over the model's common denominator (tests and debugging)."""
+        X, k = self._stream(token_ids, last_only)
+        return X if k == 1 else _to_int_objects(X) * k
 
     # ---------------------------------------------------------------- the classifier
 
@@ -361,11 +374,12 @@ class Evaluator:
         return _rowmul_any(_to_int_objects(h), self._CT)
 
     def logits(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
-        h = self._stream(token_ids, last_only=True)[:, -1, :]  # (B, d')
-        return self._classify(h), self.denominator
+        X, k = self._stream(token_ids, last_only=True)
+        return _scaled(self._classify(X[:, -1, :]), k), self.denominator
 
     def logits_all(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
-        return self._classify(self._stream(token_ids, last_only=False)), self.denominator
+        X, k = self._stream(token_ids, last_only=False)
+        return _scaled(self._classify(X), k), self.denominator
 
     def margins_last(self, token_ids: np.ndarray, rows: np.ndarray):
         """(margin numerators (B,) label minus best other, denominator, logits (B, C) or None).
@@ -373,18 +387,19 @@ class Evaluator:
         With a small classifier the logits are computed and returned; with a big one each
         distinct hidden vector is classified once (cached across batches as its best class,
         best and second-best logit) and the logits are not returned (None)."""
-        h = self._stream(token_ids, last_only=True)[:, -1, :]
+        X, k = self._stream(token_ids, last_only=True)
+        h = X[:, -1, :]
         if not self.big_classifier:
-            num = self._classify(h)
+            num = _scaled(self._classify(h), k)
             return _margins_from_logits(num, rows), self.denominator, num
         keys = _row_keys(h)
         margins = np.empty(len(rows), dtype=object)
         for i, (key, y) in enumerate(zip(keys, rows)):
-            best_idx, best, second = self._summary(key, h[i])
+            best_idx, best, second = self._summary((k, key), h[i])
             if best_idx == y:
-                margins[i] = best - second
+                margins[i] = (best - second) * k
             else:  # the label is not the strict argmax: its own logit minus the best
-                margins[i] = self._logit(h[i], int(y)) - best
+                margins[i] = (self._logit(h[i], int(y)) - best) * k
         return margins, self.denominator, None
 
     def _summary(self, key, row):
@@ -404,17 +419,91 @@ class Evaluator:
         return sum(int(self._CT[f, c]) * int(v[f]) for f in range(len(v)) if v[f])
 
 
+def _scaled(num: np.ndarray, k: int) -> np.ndarray:
+    """Numerators over a batch denominator, times k: numerators over the model's denominator."""
+    if k == 1:
+        return num
+    if num.dtype != object and k < FLOAT_EXACT_LIMIT and (num.size == 0 or int(np.abs(num).max()) * k < 2**62):
+        return num * k
+    return num.astype(object) * k
+
+
+def layer_constants(L: IntLayer, g: int):
+    """(x_scale, coefs, MLP pieces or None, g_out) of layer L for a stream over denominator g
+    (the module docstring's formulas; integerize uses them with its static g)."""
+    if L.A:
+        alphas_b = [g * g * a * b if kind == "relu" else L.lam * b for (a, b), kind in zip(L.dens, L.kinds)]
+        Q = lcm(*alphas_b)
+        coefs, x_scale = tuple(Q // x for x in alphas_b), len(L.A) * Q
+    else:
+        coefs, x_scale = (), 1
+    g_att = g * x_scale
+    if L.mlp is None:
+        return x_scale, coefs, None, g_att
+    m = L.mlp
+    return x_scale, coefs, (m.beta1 * g_att, m.beta2 * (m.q1 * g_att), m.x_scale), g_att * m.x_scale
+
+
+def _run_renormalized(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, im: IntegerModel):
+    """The checked float64 pass with per-batch denominators: before each layer the stream and
+    its denominator g are divided by their gcd over the batch (exact: the quotients are
+    integers), and the layer's scalars are recomputed for that g.  Every value is the static
+    pass's value times g_batch / g_static <= 1 (g_batch divides g_static: lcm of divisors divides
+    the lcm), so the a-priori proven prefix stays proven; from there every product is checked
+    on absolute values.  Returns (X, g_batch)."""
+    X = embed_rows(model, token_ids, np.float64)
+    Xa = None
+    g = 1
+    nl = len(W)
+    for li, (ATs, BTs, _, L, mlp) in enumerate(W):
+        last = last_only and li == nl - 1
+        if g > 1 and X.size:
+            gam = gcd(g, int(np.gcd.reduce(np.abs(X).astype(np.int64).ravel())))
+            if gam > 1:
+                X = X / gam
+                g //= gam
+                if Xa is not None:
+                    Xa = np.abs(X)
+        x_scale, coefs, mlpc, g_out = layer_constants(L, g)
+        if max((x_scale,) + coefs, default=0) >= FLOAT_EXACT_LIMIT:
+            raise _Exceeded
+        absw = Wa[li] if li >= im.proven_layers else None
+        if absw is not None and Xa is None:
+            Xa = np.abs(X)
+        if ATs:
+            X, Xa = _attention(X, Xa, ATs, BTs, coefs, L, last, absw, x_scale=x_scale)
+        if mlp is not None:
+            P1T, _, P2T, _, _ = mlp
+            b1g, b2g, xs = mlpc
+            if max(abs(v) for v in list(b1g) + list(b2g)) >= FLOAT_EXACT_LIMIT or xs >= FLOAT_EXACT_LIMIT:
+                raise _Exceeded
+            b1, b2 = _float(b1g), _float(b2g)
+            P = _rowmul(X, P1T) + b1
+            if Xa is not None:
+                P1Ta, _, P2Ta, _, _ = absw[4]
+                Pa = _rowmul(Xa, P1Ta) + np.abs(b1)
+                _limit(Pa)
+            Q = _rowmul(_relu(P), P2T)
+            X = X * xs + Q + b2
+            if Xa is not None:
+                Qa = _rowmul(Pa, P2Ta)
+                _limit(Qa)
+                Xa = Xa * xs + Qa + np.abs(b2)
+                _limit(Xa)
+        g = g_out
+    return X, g
+
+
 def _checkable(im: IntegerModel) -> bool:
-    """The checked float64 path needs every weight of the stream (and every scale factor) to be
-    an exact float64 integer: below 2^53."""
+    """The checked float64 path needs every weight matrix of the stream to be exact in float64
+    (integers below 2^53); its per-layer scalars are recomputed per batch and checked there."""
     for L in im.layers:
         mats = list(L.A) + list(L.B)
         if L.mlp is not None:
-            mats += [L.mlp.P1, L.mlp.beta1g, L.mlp.P2, L.mlp.beta2g]
+            mats += [L.mlp.P1, L.mlp.beta1, L.mlp.P2, L.mlp.beta2]
         if any(abs(v) >= FLOAT_EXACT_LIMIT for M in mats for v in M.flat):
             return False
-        factors = list(L.coef) + [L.x_scale, L.lam] + ([L.mlp.x_scale] if L.mlp is not None else [])
-        if any(abs(f) >= FLOAT_EXACT_LIMIT for f in factors):
+        if "hardmax" in L.kinds and L.lam >= FLOAT_EXACT_LIMIT:
             return False
     return True
 
@@ -487,15 +576,17 @@ def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, pro
     return X
 
 
-def _attention(X, Xa, ATs, BTs, coefs, L: IntLayer, last: bool, absw):
-    """One attention sublayer on X (and, when checking, the abs bounds Xa)."""
+def _attention(X, Xa, ATs, BTs, coefs, L: IntLayer, last: bool, absw, x_scale: int | None = None):
+    """One attention sublayer on X (and, when checking, the abs bounds Xa); x_scale and coefs
+    default to the static ones of L."""
     n = X.shape[1]
+    x_scale = L.x_scale if x_scale is None else x_scale
     ATas, BTas = (absw[0], absw[1]) if absw is not None else ([None] * len(ATs), [None] * len(BTs))
     if last:
         # only the last query reaches the classifier; it sees every key, masked or not
         x_last = X[:, -1, :]  # (B, d)
-        out = x_last * L.x_scale
-        outa = Xa[:, -1, :] * L.x_scale if Xa is not None else None
+        out = x_last * x_scale
+        outa = Xa[:, -1, :] * x_scale if Xa is not None else None
         for AT, BT, coef, kind, ATa, BTa in zip(ATs, BTs, coefs, L.kinds, ATas, BTas):
             u = _rowmul(x_last[:, None, :], AT)[:, 0, :]  # (B, d) = (A x_last)^T
             s = np.matmul(X, u[:, :, None])  # (B, n, 1): key j, query last
@@ -520,8 +611,8 @@ def _attention(X, Xa, ATs, BTs, coefs, L: IntLayer, last: bool, absw):
             outa = outa[:, None, :]
         return out[:, None, :], outa
     visible = causal_mask(n, np.arange(n)) if L.causal else None
-    out = X * L.x_scale
-    outa = Xa * L.x_scale if Xa is not None else None
+    out = X * x_scale
+    outa = Xa * x_scale if Xa is not None else None
     for AT, BT, coef, kind, ATa, BTa in zip(ATs, BTs, coefs, L.kinds, ATas, BTas):
         S = np.matmul(X, _rowmul(X, AT).transpose(0, 2, 1))  # (B, n_key, n_query)
         if Xa is not None:

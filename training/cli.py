@@ -42,7 +42,7 @@ def _import_torch():
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise BadInput("training needs PyTorch: pip install torch (the 'train' extra)") from None
+        raise BadInput("training needs PyTorch: pip install -e '.[train]' (torch 2.13.0, CPU build; see README)") from None
 
 
 def _clean(obj):
@@ -60,7 +60,7 @@ def train_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="train", description="Train the paper's attention-only transformer on a task (OBSERVED, not proven).")
     p.add_argument("task", help="sc, icqa, tm, ictm, multihop (aliases allowed)")
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=1)
+    p.add_argument("--heads", default="1", help="heads in every layer (4) or per layer (1,1,4)")
     p.add_argument("--width", type=int, default=None, help="d' (default: vocabulary + positions)")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
@@ -92,10 +92,12 @@ def config_from_args(args) -> "TrainConfig":
 
     opts = tuple((dest, getattr(args, dest)) for _, dest, _ in TASK_OPTIONS if getattr(args, dest) is not None)
     opts = tuple((("seed" if k == "task_seed" else k), v) for k, v in opts)
+    from depthcert.training.train import parse_heads
+
     return TrainConfig(
         task=args.task,
         layers=args.layers,
-        heads=args.heads,
+        heads=parse_heads(args.heads),
         width=args.width,
         steps=args.steps,
         seed=args.seed,
@@ -116,8 +118,94 @@ def config_from_args(args) -> "TrainConfig":
     )
 
 
+def copy_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="train copy", description="Train on the copy task (OBSERVED, not proven): a standard "
+                "softmax transformer with LayerNorm and MLP, or depthcert's attention-only class.")
+    p.add_argument("task", help="copy")
+    p.add_argument("--length", type=int, default=8, help="tokens to copy (n)")
+    p.add_argument("--alphabet", type=int, default=10, help="alphabet size (m)")
+    p.add_argument("--noise", type=float, default=0.0, help="rate of flipped input tokens (labels stay clean)")
+    p.add_argument("--arch", default="transformer", help="transformer (softmax, LayerNorm, MLP) or attention-only "
+                   "(depthcert's ReLU class, outputs at every position; --exact-check applies)")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--width", type=int, default=64)
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--exact-check", type=int, default=None, metavar="BITS",
+                   help="attention-only: round the weights to multiples of 2^-BITS and verify every clean input")
+    p.add_argument("--log", default=None, help="write the JSON log here (atomically)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON, no progress output")
+    return p
+
+
+def copy_main(argv) -> int:
+    args = copy_parser().parse_args(argv)
+    if args.task != "copy":
+        raise BadInput(f"expected the task copy, got {args.task!r}")
+    from depthcert.training.copy_task import CopyTask
+
+    task = CopyTask(args.length, args.alphabet, args.noise)  # bad sizes fail before torch is imported
+    if args.exact_check is not None:
+        if not 1 <= args.exact_check <= 30:
+            raise BadInput(f"--exact-check must be between 1 and 30 bits, got {args.exact_check}")
+        if args.arch != "attention-only":
+            raise BadInput("--exact-check needs --arch attention-only: the standard transformer has LayerNorm and "
+                           "GELU, which depthcert's exact checker does not support")
+        if task.size > 200_000:
+            raise BadInput(f"--exact-check: the copy task has {task.size} inputs; at most 200000 are checked")
+    _check_log_folder(args.log)
+    _import_torch()
+    from depthcert.checkers.atomic import write_json_atomic
+    from depthcert.training.copy_train import CopyConfig, exact_check_copy, train_copy
+
+    config = CopyConfig(length=args.length, alphabet=args.alphabet, noise=args.noise, arch=args.arch,
+                        layers=args.layers, heads=args.heads, width=args.width, steps=args.steps, seed=args.seed,
+                        batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every)
+    result, model = train_copy(config, progress=not args.json)
+    if args.exact_check is not None:
+        result.exact_check = exact_check_copy(model, config, args.exact_check)
+    log = _clean(result.to_json())
+    if args.log is not None:
+        write_json_atomic(args.log, log)
+    if args.json:
+        print(json.dumps({k: v for k, v in log.items() if k != "evals"}))
+        return 0
+    f, r = result.final, result.redundancy
+    print(f"OBSERVED copy n={args.length} m={args.alphabet} noise={args.noise} {args.arch} layers={args.layers} "
+          f"heads={args.heads} width={args.width} seed={args.seed} steps={f['step']}: held-out acc {f['acc']:.4f} "
+          f"(ceiling {f['ceiling']:.2f}) clean acc {f['clean_acc']:.4f} loss {f['loss']:.4f} ({result.seconds:.1f}s)")
+    if r:
+        print(f"redundancy: {r['ratio_grad']:.2f} by gradient norm (< {r['grad_rel_threshold']:.0%} of the largest), "
+              f"{r['ratio_ablation']:.2f} by ablation (drop < {r['ablation_threshold']:.0%}); "
+              f"largest single-head drop {r['max_single_drop']:.3f}")
+    if result.exact_check:
+        c = result.exact_check
+        print(f"EXACT (weights rounded to 2^-{c['bits']}): {c['verdict']} on {c['checked']} of {c['points']} inputs"
+              + (f", min margin {c['min_margin']}" if c["verdict"] == "verified" else
+                 (f"; counterexample {c['counterexample']}" if c["counterexample"] else "")))
+    return 0
+
+
+def _check_log_folder(path) -> None:
+    """Fail on an unwritable folder before spending the training time."""
+    if path is None:
+        return
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(folder):
+        raise BadInput(f"cannot write {path}: folder {folder} does not exist")
+
+
 def train_main(argv=None) -> int:
     try:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        if argv and argv[0].strip().lower() == "copy":
+            return copy_main(argv)
         args = train_parser().parse_args(argv)
         _import_torch()
         from depthcert.checkers.atomic import write_json_atomic
@@ -126,13 +214,7 @@ def train_main(argv=None) -> int:
 
         config = config_from_args(args)
         canonical_task(config.task)
-        if args.log is not None:
-            # fail on an unwritable folder before spending the training time
-            import os
-
-            folder = os.path.dirname(os.path.abspath(args.log)) or "."
-            if not os.path.isdir(folder):
-                raise BadInput(f"cannot write {args.log}: folder {folder} does not exist")
+        _check_log_folder(args.log)
         if args.exact_check is not None and not 1 <= args.exact_check <= 30:
             raise BadInput(f"--exact-check must be between 1 and 30 bits, got {args.exact_check}")
         if args.exact_check is not None and config.attention != "relu":
@@ -158,7 +240,8 @@ def train_main(argv=None) -> int:
             print(json.dumps(summary))
         else:
             print(
-                f"OBSERVED {result.config.task} layers={result.config.layers} heads={result.config.heads} "
+                f"OBSERVED {result.config.task} layers={result.config.layers} "
+                f"heads={','.join(map(str, result.config.layer_heads))} "
                 f"d'={result.shape.dim} seed={result.config.seed} steps={f.step}: "
                 f"held-out acc {f.test_acc:.4f} loss {f.test_loss:.4f} | train acc {f.train_acc:.4f} "
                 f"({result.seconds:.1f}s; split: {result.split})"
@@ -175,9 +258,15 @@ def train_main(argv=None) -> int:
         return _die("interrupted")
 
 
+EXPERIMENTS = ("figure2", "figure3", "ictm2", "figure4", "figure5", "figure6", "figure7", "copy")
+GROUPS = {"heads": ("figure4", "figure5", "figure6", "figure7"), "all": EXPERIMENTS}
+
+
 def reproduce_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="reproduce", description="Reproduce the paper's experiments (OBSERVED, not proven).")
-    p.add_argument("what", help="figure2 (depth sweep + docs/experiments.md), figure3 (attention maps), ictm2 (open question 5.4), all")
+    p.add_argument("what", help="figure2 (depth sweep + docs/experiments.md), figure3 (attention maps), ictm2 (open "
+                   "question 5.4), figure4..figure7 (heads per layer; heads = all four), copy (copy-task depth/heads "
+                   "study), all")
     p.add_argument("--out", default="docs/img", help="folder for PNG plots")
     p.add_argument("--doc", default="docs/experiments.md", help="markdown report to write")
     p.add_argument("--steps", type=int, default=None, help="override steps per run")
@@ -190,11 +279,12 @@ def reproduce_parser() -> argparse.ArgumentParser:
 def reproduce_main(argv=None) -> int:
     try:
         args = reproduce_parser().parse_args(argv)
+        # a bad name fails here, before torch (seconds to import) is loaded
+        if args.what not in EXPERIMENTS and args.what not in GROUPS:
+            raise BadInput(f"unknown experiment {args.what!r}; known: {', '.join(EXPERIMENTS + tuple(GROUPS))}")
         _import_torch()
         from depthcert.training import reproduce
 
-        if args.what not in ("figure2", "figure3", "ictm2", "all"):
-            raise BadInput(f"unknown experiment {args.what!r}; known: figure2, figure3, ictm2, all")
         summary = reproduce.run(args.what, out=args.out, doc=args.doc, steps=args.steps, seeds=args.seeds,
                                 tasks=args.tasks, progress=not args.json)
         if args.json:

@@ -14,7 +14,7 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import Layout
-from depthcert.checkers.model import Head, Model
+from depthcert.checkers.model import Head, Layer, Model
 from depthcert.checkers.tasks import Task
 
 MAX_EXACT_POINTS = 200_000
@@ -30,16 +30,21 @@ def _rounded(M, bits: int) -> np.ndarray:
     return out
 
 
-def to_exact(model, task: Task, bits: int = 12) -> Model:
-    """The trained ReLU model with every weight rounded to the nearest multiple of 2^-bits."""
+def to_exact(model, task, bits: int = 12) -> Model:
+    """The trained ReLU model with every weight rounded to the nearest multiple of 2^-bits.
+
+    `task` needs vocab, classes and a sequence length (`length`, or `seq_len` for the copy task);
+    a model with outputs "all" or a causal mask becomes the checker's widened class."""
     if model.shape.attention != "relu":
         raise BadInput("only ReLU-attention models match the verifier's model class")
-    V, n, d = len(task.vocab), task.length, model.shape.dim
+    V, d = len(task.vocab), model.shape.dim
+    n = getattr(task, "seq_len", None) or task.length
     layout = Layout.of(("token", V), ("position", n)).padded(d)
     layers = []
     for Wqk, Wv in zip(model.W_QK, model.W_V):
         Wqk, Wv = Wqk.detach().double().numpy(), Wv.detach().double().numpy()
-        layers.append(tuple(Head(_rounded(Wqk[h], bits), _rounded(Wv[h], bits)) for h in range(Wqk.shape[0])))
+        heads = tuple(Head(_rounded(Wqk[h], bits), _rounded(Wv[h], bits)) for h in range(Wqk.shape[0]))
+        layers.append(Layer(heads, causal=bool(getattr(model.shape, "causal", False))))
     return Model(
         vocab=tuple(task.vocab),
         max_length=n,
@@ -48,6 +53,7 @@ def to_exact(model, task: Task, bits: int = 12) -> Model:
         layers=tuple(layers),
         W_O=_rounded(model.W_O.detach().double().numpy(), bits),
         name=f"trained-{task.name}",
+        outputs=getattr(model.shape, "outputs", "last"),
     )
 
 

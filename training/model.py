@@ -33,8 +33,12 @@ class ModelShape:
     heads: tuple[int, ...]
     n_classes: int
     attention: str = "relu"
+    outputs: str = "last"  # "last" (the paper: classifier on the last column) or "all" (every column)
+    causal: bool = False  # query k sees keys j <= k only (masked scores: 0 for relu, -inf for softmax)
 
     def __post_init__(self):
+        if self.outputs not in ("last", "all"):
+            raise BadInput(f"outputs must be \"last\" or \"all\", got {self.outputs!r}")
         if self.dim < self.vocab_size + self.max_length:
             raise BadInput(
                 f"--width {self.dim} is smaller than vocabulary ({self.vocab_size}) + positions ({self.max_length})"
@@ -75,6 +79,10 @@ class AttentionOnly(nn.Module):
         """sigma(H^T W_QK H) per head: (B, m, n_keys, n_queries)."""
         Q = torch.matmul(H.transpose(1, 2).unsqueeze(1), self.W_QK[layer])  # (B, m, n, d') = H^T W_QK
         S = torch.matmul(Q, H.unsqueeze(1))  # (B, m, n_keys, n_queries)
+        if self.shape.causal:
+            n = S.shape[-1]
+            visible = torch.ones(n, n, dtype=torch.bool).triu()  # key j <= query k
+            S = S.masked_fill(~visible, 0.0 if self.shape.attention == "relu" else float("-inf"))
         if self.shape.attention == "relu":
             return torch.relu(S)
         return torch.softmax(S, dim=2)
@@ -89,7 +97,10 @@ class AttentionOnly(nn.Module):
             H = H + torch.matmul(VH, S).mean(dim=1)
             if return_attention:
                 maps.append(S.detach())
-        logits = H[:, :, -1] @ self.W_O.T
+        if self.shape.outputs == "all":
+            logits = H.transpose(1, 2) @ self.W_O.T  # (B, n, C)
+        else:
+            logits = H[:, :, -1] @ self.W_O.T
         return (logits, maps) if return_attention else logits
 
 

@@ -4,6 +4,8 @@ Everything trained here is OBSERVED behaviour of one optimisation run, not a pro
 """
 from __future__ import annotations
 
+import os
+import random
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -17,6 +19,34 @@ from depthcert.training.data import Sampler, split_for
 from depthcert.training.model import AttentionOnly, ModelShape, construction_qk, initialize, parsing_qk
 
 OPTIMIZERS = ("sgd", "adam")
+TORCH_THREADS = 1  # fixed thread count: CPU reductions are then done in one fixed order
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Make a CPU run a function of its seed: Python, NumPy and torch seeded, deterministic
+    algorithms only (an op without a deterministic kernel raises instead of varying), one torch
+    thread.  Returns a torch generator seeded with `seed` for the initialisation."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # only read by CUDA builds
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(TORCH_THREADS)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def parse_heads(value) -> int | tuple[int, ...]:
+    """--heads 4 (every layer) or --heads 1,1,4 (per layer, the paper's [h1, h2, ...])."""
+    if isinstance(value, (int, tuple)):
+        return value
+    parts = [p.strip() for p in str(value).strip("[]").split(",") if p.strip()]
+    try:
+        got = tuple(int(p) for p in parts)
+    except ValueError:
+        raise BadInput(f"--heads must be an integer or a comma-separated list of integers, got {value!r}") from None
+    if not got:
+        raise BadInput("--heads is empty")
+    return got[0] if len(got) == 1 else got
 
 
 @dataclass(frozen=True)
@@ -25,7 +55,7 @@ class TrainConfig:
 
     task: str
     layers: int = 2
-    heads: int = 1
+    heads: int | tuple[int, ...] = 1  # every layer, or one count per layer (paper appendix 9.2)
     width: int | None = None  # d'; default vocabulary + positions (no padding), as in the paper
     steps: int = 1000
     seed: int = 0
@@ -45,7 +75,13 @@ class TrainConfig:
     task_options: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self):
-        for name, low in (("layers", 1), ("heads", 1), ("steps", 1), ("batch_size", 1), ("eval_every", 1), ("eval_size", 1)):
+        if isinstance(self.heads, (tuple, list)):
+            object.__setattr__(self, "heads", tuple(self.heads))
+            if len(self.heads) != self.layers:
+                raise BadInput(f"--heads lists {len(self.heads)} layers but --layers is {self.layers}")
+            if any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.heads):
+                raise BadInput(f"every layer needs an integer number of heads >= 1, got {list(self.heads)}")
+        for name, low in (("layers", 1), ("steps", 1), ("batch_size", 1), ("eval_every", 1), ("eval_size", 1)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise BadInput(f"--{name.replace('_', '-')} must be an integer >= {low}, got {v!r}")
@@ -60,8 +96,17 @@ class TrainConfig:
         if self.optimizer not in OPTIMIZERS:
             raise BadInput(f"unknown --optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZERS)}")
 
+        if not isinstance(self.heads, tuple) and (isinstance(self.heads, bool) or not isinstance(self.heads, int)
+                                                  or self.heads < 1):
+            raise BadInput(f"--heads must be an integer >= 1, got {self.heads!r}")
+
     def options(self) -> dict:
         return dict(self.task_options)
+
+    @property
+    def layer_heads(self) -> tuple[int, ...]:
+        """Heads per layer."""
+        return self.heads if isinstance(self.heads, tuple) else (self.heads,) * self.layers
 
 
 @dataclass(frozen=True)
@@ -112,7 +157,7 @@ def build_task(config: TrainConfig) -> Task:
 def build_model(config: TrainConfig, task: Task, generator: torch.Generator) -> AttentionOnly:
     """A freshly initialised model for the task (layer 1 W_QK from the construction if asked)."""
     width = config.width if config.width is not None else len(task.vocab) + task.length
-    shape = ModelShape(len(task.vocab), task.length, width, (config.heads,) * config.layers, len(task.classes), config.attention)
+    shape = ModelShape(len(task.vocab), task.length, width, config.layer_heads, len(task.classes), config.attention)
     model = AttentionOnly(shape)
     first = None
     if config.qk_init == "construction":
@@ -143,10 +188,8 @@ def evaluate(model: AttentionOnly, ids: np.ndarray, labels: np.ndarray, batch: i
 
 def train(config: TrainConfig, progress: bool = False, task: Task | None = None) -> tuple[TrainResult, AttentionOnly]:
     """Run one training job; returns the result (history) and the trained model."""
-    torch.set_num_threads(1)
+    gen = seed_everything(config.seed)
     task = task or build_task(config)
-    gen = torch.Generator().manual_seed(config.seed)
-    torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     model = build_model(config, task, gen)
     sampler = Sampler(task, rng)
@@ -160,9 +203,10 @@ def train(config: TrainConfig, progress: bool = False, task: Task | None = None)
     diverged = False
     bar = None
     if progress:
-        from tqdm import tqdm
+        from depthcert.training.progress import Progress
 
-        bar = tqdm(total=config.steps, desc=f"{task.name} L={config.layers} H={config.heads} seed={config.seed}", leave=False)
+        heads = ",".join(map(str, config.layer_heads))
+        bar = Progress(config.steps, f"{task.name} L={config.layers} H={heads} seed={config.seed}")
     t0 = time.perf_counter()
     for step in range(1, config.steps + 1):
         _, x, y = sampler.train_batch(config.batch_size)
