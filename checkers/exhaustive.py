@@ -111,19 +111,10 @@ def token_rows(model: Model, task: Task) -> np.ndarray | None:
 
 
 def _margins_last(num: np.ndarray, rows: np.ndarray):
-    """num (B, C) logit numerators, rows (B,) label rows -> (margins (B,) or None, best other (B,))."""
-    B = len(rows)
-    if num.shape[1] == 1:
-        return None, None
-    correct = num[np.arange(B), rows]
-    other = num.copy()
-    if other.dtype == object:
-        other[np.arange(B), rows] = None
-        best_other = np.array([max(v for v in r if v is not None) for r in other], dtype=object)
-    else:
-        other[np.arange(B), rows] = np.iinfo(np.int64).min
-        best_other = other.max(axis=1)
-    return correct - best_other, best_other
+    """num (B, C) logit numerators, rows (B,) label rows -> (margins (B,) or None, None)."""
+    from depthcert.checkers.evaluate import _margins_from_logits
+
+    return _margins_from_logits(num, rows), None
 
 
 def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray, tokens: np.ndarray | None = None,

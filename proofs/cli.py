@@ -431,10 +431,15 @@ def _precision_options(args, model) -> dict | None:
         if given:
             raise BadInput("--precision and --max-precision apply to softmax models only (this model is exact)")
         return None
+    return precision_range(args.precision, args.max_precision)
+
+
+def precision_range(precision: int | None, max_precision: int | None) -> dict:
+    """--precision / --max-precision as verify's `balls` option, refused when out of range."""
     from depthcert.checkers.softmax_balls import MAX_PRECISION, START_PRECISION
 
-    start = START_PRECISION if args.precision is None else args.precision
-    cap = max(MAX_PRECISION, start) if args.max_precision is None else args.max_precision
+    start = START_PRECISION if precision is None else precision
+    cap = max(MAX_PRECISION, start) if max_precision is None else max_precision
     if start < 2:
         raise BadInput(f"--precision must be at least 2 bits, got {start}")
     if cap > PRECISION_LIMIT:
@@ -442,6 +447,14 @@ def _precision_options(args, model) -> dict | None:
     if start > cap:
         raise BadInput(f"--precision {start} is above --max-precision {cap}")
     return {"start_precision": start, "max_precision": cap}
+
+
+def logits_line(ce) -> str:
+    """A counterexample's logits: exact values, or certified enclosures for softmax models."""
+    if ce.logit_bounds:
+        return "  logits     " + "  ".join(f"{c} in [{lo}, {hi}]" for c, (lo, hi) in
+                                         ((c, enclosure_text(b)) for c, b in zip(ce.classes, ce.logit_bounds)))
+    return "  logits     " + "  ".join(f"{c}={format_rational(q)}" for c, q in zip(ce.classes, ce.logits))
 
 
 def _print_human(info: dict, task, v, description: str) -> None:
@@ -479,11 +492,7 @@ def _print_human(info: dict, task, v, description: str) -> None:
             print(f"  position   {ce.position}  (token {ce.tokens[ce.position]})")
         print(f"  expected   {ce.expected}")
         print(f"  predicted  {ce.predicted}" + ("  (tie with the expected label)" if ce.tie else ""))
-        if ce.logit_bounds:
-            print("  logits     " + "  ".join(f"{c} in [{lo}, {hi}]" for c, (lo, hi) in
-                                          ((c, enclosure_text(b)) for c, b in zip(ce.classes, ce.logit_bounds))))
-        else:
-            print("  logits     " + "  ".join(f"{c}={format_rational(q)}" for c, q in zip(ce.classes, ce.logits)))
+        print(logits_line(ce))
     u = v.undecided
     if u is not None:
         print(f"undecided: {v.undecided_count} point(s); the first:")

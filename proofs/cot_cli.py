@@ -18,7 +18,7 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
-from depthcert.proofs.cli import enclosure_text
+from depthcert.proofs.cli import enclosure_text, logits_line
 
 
 def cot_builders() -> dict:
@@ -186,11 +186,7 @@ def _print_human(info, task, tf, g, description) -> None:
         print(f"  step       {g.failing_step} of {g.steps}  (position {ce.position}; generated before it: {gen})")
         print(f"  expected   {ce.expected}")
         print(f"  predicted  {ce.predicted}" + ("  (tie with the expected token)" if ce.tie else ""))
-        if ce.logit_bounds:
-            print("  logits     " + "  ".join(f"{c} in [{lo}, {hi}]" for c, (lo, hi) in
-                                          ((c, enclosure_text(b)) for c, b in zip(ce.classes, ce.logit_bounds))))
-        else:
-            print("  logits     " + "  ".join(f"{c}={format_rational(q)}" for c, q in zip(ce.classes, ce.logits)))
+        print(logits_line(ce))
     u = v.undecided
     if u is not None:
         print(f"undecided: {v.undecided_count} input(s); the first:")

@@ -722,18 +722,9 @@ def _parser():
 
 
 def _balls(args) -> dict | None:
-    from depthcert.proofs.cli import PRECISION_LIMIT
-    from depthcert.checkers.softmax_balls import MAX_PRECISION, START_PRECISION
+    from depthcert.proofs.cli import precision_range
 
-    start = START_PRECISION if args.precision is None else args.precision
-    cap = max(MAX_PRECISION, start) if args.max_precision is None else args.max_precision
-    if start < 2:
-        raise BadInput(f"--precision must be at least 2 bits, got {start}")
-    if cap > PRECISION_LIMIT:
-        raise BadInput(f"--max-precision {cap} is above the limit {PRECISION_LIMIT} bits")
-    if start > cap:
-        raise BadInput(f"--precision {start} is above --max-precision {cap}")
-    return {"start_precision": start, "max_precision": cap}
+    return precision_range(args.precision, args.max_precision)
 
 
 def _main(argv) -> int:

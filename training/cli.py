@@ -272,7 +272,9 @@ def reproduce_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="override steps per run")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds per configuration")
     p.add_argument("--tasks", default=None, help="comma-separated subset of tasks")
-    p.add_argument("--json", action="store_true", help="no progress bar; print a JSON summary")
+    p.add_argument("--jobs", type=int, default=1, help="copy: training processes in parallel (results do not "
+                   "depend on it: every run is seeded and single-threaded)")
+    p.add_argument("--json", action="store_true", help="no progress output; print a JSON summary")
     return p
 
 
@@ -286,7 +288,7 @@ def reproduce_main(argv=None) -> int:
         from depthcert.training import reproduce
 
         summary = reproduce.run(args.what, out=args.out, doc=args.doc, steps=args.steps, seeds=args.seeds,
-                                tasks=args.tasks, progress=not args.json)
+                                tasks=args.tasks, progress=not args.json, jobs=args.jobs)
         if args.json:
             print(json.dumps(_clean(summary)))
         return 0

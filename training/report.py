@@ -166,6 +166,170 @@ def _ictm2(data: dict) -> list[str]:
     return out
 
 
+REFERENCE_RUN = {
+    # The documented reference experiment that tests/test_training_repro.py re-runs and compares
+    # (training/reproduce.py: reference_run).  Numbers: held-out correct / evaluated, losses to
+    # 6 significant digits, from torch 2.13.0+cpu, one thread.
+    "command": "train icqa --k 3 --layers 2 --qk-init construction --steps 200 --seed 0 --eval-every 50",
+}
+
+
+def _reference(data: dict) -> list[str]:
+    out = ["## Reproducibility: one documented run, re-run by the tests", ""]
+    m = data.get("machine", {})
+    out.append(f"Command: `{data['command']}` (torch {m.get('torch', '?')}, Python {m.get('python', '?')}, "
+               f"{m.get('threads', '?')} torch thread).  `tests/test_training_repro.py` runs the same configuration "
+               "and compares every number below exactly as printed here (accuracies as counts, losses to 6 "
+               "significant digits); it also runs it twice in two fresh processes and compares the whole per-step "
+               "loss trajectory bit for bit.")
+    out += ["", "| step | held-out correct | held-out acc | held-out loss | train loss (mean since last eval) |",
+            "|---|---|---|---|---|"]
+    for e in data["evals"]:
+        out.append(f"| {e['step']} | {e['correct']}/{e['evaluated']} | {e['test_acc']:.4f} | {e['test_loss']:.6g} | "
+                   f"{e['train_loss']:.6g} |")
+    out += ["", f"Determinism: `training/train.py: seed_everything` seeds Python, NumPy and torch, turns on "
+            "`torch.use_deterministic_algorithms(True)` and fixes torch to 1 thread; batches come from a NumPy "
+            "generator seeded with the run's seed.  Two runs of the same command give the same numbers to the last "
+            "bit on the same torch build and CPU; another torch version or CPU kernel may change the last bits "
+            "(hence 6 significant digits in the comparison above).", ""]
+    return out
+
+
+def _heads_figure(data: dict, img_rel: str) -> list[str]:
+    name = data["experiment"]
+    num = name.replace("figure", "")
+    out = [f"## Figure {num}: {data['caption']} (OBSERVED, not proven)", ""]
+    out.append(f"Command: `{data.get('command', 'reproduce ' + name)}` ({data['seconds']:.0f} s, {len(data['runs'])} runs, "
+               f"{data['seeds']} seeds each).  Paper (appendix 9.2-9.3): {data['paper']}.  Heads per layer are "
+               "written [h1, h2, ...]; layer-1 W_QK of every head starts from the verified construction as in "
+               "Figure 2 (SC: uniform).  *first >= 0.95*: the first evaluated step with held-out accuracy >= 0.95 "
+               "(a learning-speed measure; - = never); *mean acc over training*: the mean of the evaluated "
+               "held-out accuracies (the area under the curve, divided by its length).")
+    out += ["", f"![Figure {num} reproduction]({img_rel}/{name}.png)", ""]
+    out += ["| panel | sizes | heads | steps | per-seed final acc | mean | first >= 0.95 per seed | mean acc over training | majority class |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for pi, panel in enumerate(data["panels"]):
+        sizes = ", ".join(f"{k}={v}" for k, v in panel["options"])
+        for heads in panel["configs"]:
+            rs = [r for r in data["runs"] if r["panel"] == pi and r["heads"] == list(heads)]
+            if not rs:
+                continue
+            accs = [r["final_test_acc"] for r in rs]
+            firsts = ", ".join("-" if r["first_step_solved"] is None else str(r["first_step_solved"]) for r in rs)
+            out.append(f"| {panel['title']} | {sizes} | [{','.join(map(str, heads))}] | {rs[0]['steps']} | "
+                       f"{', '.join(_fmt(a) for a in accs)} | {_fmt(float(np.mean(accs)))} | {firsts} | "
+                       f"{_fmt(float(np.mean([r['mean_curve_acc'] for r in rs])))} | "
+                       f"{_fmt(float(np.mean([r['majority_baseline'] for r in rs])))} |")
+    out.append("")
+    return out
+
+
+def _copy(data: dict, img_rel: str) -> list[str]:
+    runs = data["runs"]
+    grid = [r for r in runs if r["group"] == "grid"]
+    out = ["## The copy task: depth, heads, width, noise (OBSERVED, not proven; the construction is EXACT)", ""]
+    if grid:
+        c0 = grid[0]["config"]
+        out.append(f"Command: `{data.get('command', 'reproduce copy')}` ({data['seconds']:.0f} s wall with "
+                   f"{data.get('jobs', 1)} process(es), {len(runs)} runs, one seed each).  Task "
+                   "(`training/copy_task.py`): n tokens from an alphabet of m = "
+                   f"{c0['alphabet']}, the delimiter `|`, then the sequence again one token behind (teacher forcing); "
+                   "position n + i is labelled x_i.  Noise: each input token is flipped to another token with "
+                   f"probability {c0['noise']}; labels stay clean, so no model can beat accuracy 1 - noise = "
+                   f"{grid[0]['ceiling']:.2f} on noisy inputs (*ceiling*).  Model (`training/copy_model.py`): "
+                   "GPT-style pre-LayerNorm transformer, learned token and position embeddings, causal softmax "
+                   "attention, MLP 4x width with GELU; AdamW (lr 1e-3, 50 warm-up steps, weight decay 0.01), "
+                   f"batch {c0['batch_size']}, {c0['steps']} steps, width {c0['width']} unless stated.  Held-out sets: "
+                   f"{c0['eval_size']} fresh sequences with the task's noise (*acc*) and {c0['eval_size']} "
+                   "without noise (*clean*); token accuracy over the n labelled positions.  *90% step*: first "
+                   "evaluated step with acc >= 0.9 x ceiling.  Redundancy over all heads of a model: *grad* = share "
+                   "of heads whose loss-gradient norm (own W_q, W_k, W_v rows and W_o columns, on the noisy "
+                   "held-out set after training) is < 5% of the largest head's (the study's "gradient norm about "
+                   "0"); *ablation* = share of heads whose removal (gate 0) lowers clean held-out accuracy by "
+                   "< 1 point.")
+        out += ["", f"![copy accuracy]({img_rel}/copy-accuracy.png)", "",
+                f"![copy loss curves]({img_rel}/copy-loss.png)", "",
+                f"![copy redundancy]({img_rel}/copy-redundancy.png)", ""]
+        out += ["| n | layers | heads | acc (ceiling " + f"{grid[0]['ceiling']:.2f}) | clean acc | held-out loss | 90% step | "
+                "redundancy: grad | redundancy: ablation | largest single-head drop | s |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(grid, key=lambda r: (r["config"]["length"], r["config"]["layers"], r["config"]["heads"])):
+            out.append(_copy_row(r, ("length", "layers", "heads")))
+        out.append("")
+    for group, title, keys in (("width", "Width (n = longest grid length, 2 layers, 4 heads; width 32 is in the grid above)",
+                                ("width",)),
+                               ("clean", "Without noise (8 heads, longest grid length): the same models trained and "
+                                "tested on clean inputs", ("layers",)),
+                               ("long", "Longer sequences (n = 64, 4 heads, shallow models only)", ("layers",))):
+        rs = [r for r in runs if r["group"] == group]
+        if not rs:
+            continue
+        out += [f"**{title}.**", "",
+                "| n | layers | heads | width | noise | acc | clean acc | held-out loss | 90% step | redundancy: grad | "
+                "redundancy: ablation | largest single-head drop | s |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in rs:
+            out.append(_copy_row(r, ("length", "layers", "heads", "width", "noise")))
+        out.append("")
+    ex = [r for r in runs if r["group"] == "exact"]
+    cons = data.get("constructions", [])
+    if cons:
+        out += ["### The exact copy construction (EXACT, every input)", "",
+                "`training/copy_exact.py` builds paper Lemma 1 (instructive attention) with depthcert's API: one layer, "
+                "one head; the query at n + i scores the key at i by position alone, W_V copies the key's token "
+                "into a scratch block, W_O reads it.  `depthcert.verify` checks it on every clean input (m^n "
+                "sequences, labels at the n output positions).  ReLU needs no mask (the paper's activation; per-"
+                "position outputs are the one widening of the paper's class); softmax (causal) is verified when "
+                "e^c > 2n - 2 (docstring), decided in certified ball arithmetic.", "",
+                "| n | m | attention | class | layers | heads | d' | inputs | verdict | min margin |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        for c in cons:
+            margin = c["min_margin"] if c["min_margin"] is not None else (
+                f"in [{c['margin_enclosure'][0]:.6g}, {c['margin_enclosure'][1]:.6g}] (scale c = {c['scale']})"
+                if c["margin_enclosure"] else "")
+            out.append(f"| {c['length']} | {c['alphabet']} | {c['attention']} | {c['kinds']} | {c['layers']} | "
+                       f"{','.join(map(str, c['heads']))} | {c['dim']} | {c['points']} | {c['verdict']} | {margin} |")
+        out.append("")
+    if ex:
+        out += ["**Trained weights decided exactly.**  The standard transformer above has LayerNorm (a division by a "
+                "square root of the inputs' variance) and GELU: outside depthcert's exact model classes, so its "
+                "trained weights cannot be checked exactly.  `train copy --arch attention-only` trains depthcert's "
+                "own class instead (ReLU attention, no LayerNorm, no MLP, outputs at every position; Adam lr 0.01) "
+                "and `--exact-check 12` rounds every weight to a multiple of 2^-12 and runs `depthcert.verify` on "
+                "every clean input:", "",
+                "| n | m | noise in training | layers | heads | d' | steps | held-out acc | clean acc | exact verdict (rounded weights) | inputs | min margin |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in ex:
+            c, f, e = r["config"], r["final"], r.get("exact_check") or {}
+            d = max(c["width"], c["alphabet"] + 1 + 2 * c["length"])
+            out.append(f"| {c['length']} | {c['alphabet']} | {c['noise']} | {c['layers']} | {c['heads']} | {d} | "
+                       f"{c['steps']} | {_fmt(f['acc'])} | {_fmt(f['clean_acc'])} | {e.get('verdict', 'n/a')} | "
+                       f"{e.get('points', '')} | {_short(e.get('min_margin'))} |")
+        out.append("")
+    return out
+
+
+def _short(frac) -> str:
+    if frac is None:
+        return ""
+    from fractions import Fraction
+
+    f = Fraction(frac)
+    return f"{float(f):.4g}" if f.denominator > 1000 else str(f)
+
+
+def _copy_row(r: dict, keys) -> str:
+    c, f, red = r["config"], r["final"], r.get("redundancy") or {}
+    cells = [str(c[k]) for k in keys]
+    if keys == ("length", "layers", "heads"):
+        pass
+    step = f.get("steps_to_90pct_of_ceiling")
+    cells += [_fmt(f["acc"]), _fmt(f["clean_acc"]), _fmt(f["loss"]), "-" if step is None else str(step),
+              _fmt(red.get("ratio_grad"), 2), _fmt(red.get("ratio_ablation"), 2), _fmt(red.get("max_single_drop")),
+              f"{r['seconds']:.0f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
 def write_report(out: str, doc: str) -> None:
     """Regenerate the markdown report from whatever results are stored in `out`."""
     from depthcert.checkers.atomic import write_json_atomic  # noqa: F401  (same atomic rename below)
@@ -176,17 +340,23 @@ def write_report(out: str, doc: str) -> None:
              "**OBSERVED** behaviour of gradient training at small sizes; the verified (proven) results are in the "
              "rest of depthcert.  Regenerate with `pip install -e .[train]` (torch 2.13.0 CPU) and the commands "
              "below.", "", "## Setup", "", SETUP]
-    for name in ("figure2", "figure3", "ictm2"):
+    for name in ("reference", "figure2", "figure3", "ictm2", "figure4", "figure5", "figure6", "figure7", "copy"):
         path = os.path.join(out, f"{name}.json")
         if not os.path.exists(path):
             continue
         data = read_json(path, "experiment results")
-        if name == "figure2":
+        if name == "reference":
+            lines += _reference(data)
+        elif name == "figure2":
             lines += _figure2(data, img_rel)
         elif name == "figure3":
             lines += _figure3(data, img_rel)
-        else:
+        elif name == "ictm2":
             lines += _ictm2(data)
+        elif name == "copy":
+            lines += _copy(data, img_rel)
+        else:
+            lines += _heads_figure(data, img_rel)
     extra = os.path.join(os.path.dirname(os.path.abspath(doc)), "experiments_notes.md")
     if os.path.exists(extra):
         with open(extra, encoding="utf-8") as fh:

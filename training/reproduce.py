@@ -66,11 +66,10 @@ def _cmd(argv: list[str]) -> str:
 
 
 def _progress(progress: bool, total: int, desc: str):
-    if not progress:
-        return None
-    from tqdm import tqdm
+    """A bar on a terminal, plain lines every tenth when the output is a file (training/progress.py)."""
+    from depthcert.training.progress import progress as make_progress
 
-    return tqdm(total=total, desc=desc)
+    return make_progress(progress, total, desc)
 
 
 def _summary(result: TrainResult, baseline: float) -> dict:
@@ -445,7 +444,7 @@ def run_ictm2(out: str, steps: int | None, seeds: int | None, tasks, progress: b
 
 
 def run(what: str, out: str = "docs/img", doc: str = "docs/experiments.md", steps=None, seeds=None, tasks=None,
-        progress: bool = True) -> dict:
+        progress: bool = True, jobs: int = 1) -> dict:
     """Run one experiment (or all), then regenerate the markdown report from the stored results."""
     import torch
 
@@ -464,13 +463,26 @@ def run(what: str, out: str = "docs/img", doc: str = "docs/experiments.md", step
         from depthcert.checkers.tasks import canonical_task
 
         task_set = {canonical_task(t) for t in tasks.split(",") if t.strip()}
+    if jobs < 1:
+        raise BadInput(f"--jobs must be >= 1, got {jobs}")
+    from depthcert.training.cli import EXPERIMENTS, GROUPS
+    from depthcert.training.reproduce_copy import run_copy
+    from depthcert.training.reproduce_heads import FIGURES, run_heads_figure
+
+    if what not in EXPERIMENTS and what not in GROUPS:
+        raise BadInput(f"unknown experiment {what!r}; known: {', '.join(EXPERIMENTS + tuple(GROUPS))}")
     argv = sys.argv[1:] if os.path.basename(sys.argv[0]) == "reproduce" else [what]
     out_all = {}
-    for name, fn in (("figure2", run_figure2), ("figure3", run_figure3), ("ictm2", run_ictm2)):
-        if what in (name, "all"):
+    for name in GROUPS.get(what, (what,)):
+        if name in ("figure2", "figure3", "ictm2"):
+            fn = {"figure2": run_figure2, "figure3": run_figure3, "ictm2": run_ictm2}[name]
             out_all[name] = fn(out, steps, seeds, task_set, progress)
-            out_all[name]["command"] = _cmd(argv)
-            write_json_atomic(os.path.join(out, f"{name}.json"), out_all[name])
+        elif name in FIGURES:
+            out_all[name] = run_heads_figure(name, out, steps, seeds, progress)
+        else:
+            out_all[name] = run_copy(out, steps, seeds, progress, jobs=jobs)
+        out_all[name]["command"] = _cmd(argv)
+        write_json_atomic(os.path.join(out, f"{name}.json"), out_all[name])
     from depthcert.training.report import write_report
 
     write_report(out, doc)
