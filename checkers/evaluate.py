@@ -36,6 +36,7 @@ from depthcert.checkers.model import Model
 
 FLOAT_EXACT_LIMIT = 2**53
 MAX_DENOMINATOR_BITS = 2**24  # 16 million bits (2 MB) per number: deeper models are refused
+EXACT_MEMORY_BYTES = 256 * 2**20  # big integers in flight per sub-batch of the exact path
 
 
 def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
@@ -353,7 +354,20 @@ class Evaluator:
             except _Exceeded:
                 pass
         self.batches["exact"] += 1
-        return _run(self.model, token_ids, last_only, self._exact_w, None, object), 1
+        step = self.exact_batch_points(token_ids.shape[1])
+        if len(token_ids) <= step:
+            return _run(self.model, token_ids, last_only, self._exact_w, None, object), 1
+        # big integers in flight: sub-batches sized to the memory budget, results joined
+        parts = [_run(self.model, token_ids[lo:lo + step], last_only, self._exact_w, None, object)
+                 for lo in range(0, len(token_ids), step)]
+        return np.concatenate(parts, axis=0), 1
+
+    def exact_batch_points(self, n: int) -> int:
+        """Points per big-integer sub-batch: about EXACT_MEMORY_BYTES of integers in flight, from
+        the a-priori bound's size (n x d' values, a few arrays alive at once, Python int overhead)."""
+        bits = min(self.im.bound.bit_length(), MAX_DENOMINATOR_BITS)
+        per_point = 6 * n * self.model.dim * (36 + bits // 8)
+        return max(1, EXACT_MEMORY_BYTES // per_point)
 
     def _forward(self, token_ids: np.ndarray, last_only: bool) -> np.ndarray:
         """The final stream over the model's common denominator (tests and debugging)."""

@@ -68,3 +68,15 @@ def test_random_deep_rational_models_agree_with_exact_and_oracle(data):
     task = DatasetTask(seqs, labels)
     fast, exact = verify(model, task, progress=False), verify(model, task, progress=False, force_exact=True)
     assert _triple(fast) == _triple(exact) == oracle_verdict(model, task)
+
+
+def test_exact_sub_batches_follow_the_memory_budget(monkeypatch):
+    """The big-integer path splits a batch to stay within EXACT_MEMORY_BYTES; results are the same."""
+    import depthcert.checkers.evaluate as evaluate
+
+    task = make_task("multihop", hops=2, k=3, n_entities=3)
+    model = registry.build(task, "linear").model
+    want = _triple(verify(model, task, progress=False, force_exact=True))
+    monkeypatch.setattr(evaluate, "EXACT_MEMORY_BYTES", 1)  # one point per sub-batch
+    assert Evaluator(model, force_exact=True).exact_batch_points(task.length) == 1
+    assert _triple(verify(model, task, progress=False, force_exact=True, batch_size=64)) == want

@@ -258,13 +258,13 @@ def train_main(argv=None) -> int:
         return _die("interrupted")
 
 
-EXPERIMENTS = ("figure2", "figure3", "ictm2", "figure4", "figure5", "figure6", "figure7", "copy")
+EXPERIMENTS = ("reference", "figure2", "figure3", "ictm2", "figure4", "figure5", "figure6", "figure7", "copy")
 GROUPS = {"heads": ("figure4", "figure5", "figure6", "figure7"), "all": EXPERIMENTS}
 
 
 def reproduce_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="reproduce", description="Reproduce the paper's experiments (OBSERVED, not proven).")
-    p.add_argument("what", help="figure2 (depth sweep + docs/experiments.md), figure3 (attention maps), ictm2 (open "
+    p.add_argument("what", help="reference (the run the tests compare), figure2 (depth sweep + docs/experiments.md), figure3 (attention maps), ictm2 (open "
                    "question 5.4), figure4..figure7 (heads per layer; heads = all four), copy (copy-task depth/heads "
                    "study), all")
     p.add_argument("--out", default="docs/img", help="folder for PNG plots")

@@ -244,8 +244,8 @@ def _copy(data: dict, img_rel: str) -> list[str]:
                    "without noise (*clean*); token accuracy over the n labelled positions.  *90% step*: first "
                    "evaluated step with acc >= 0.9 x ceiling.  Redundancy over all heads of a model: *grad* = share "
                    "of heads whose loss-gradient norm (own W_q, W_k, W_v rows and W_o columns, on the noisy "
-                   "held-out set after training) is < 5% of the largest head's (the study's "gradient norm about "
-                   "0"); *ablation* = share of heads whose removal (gate 0) lowers clean held-out accuracy by "
+                   "held-out set after training) is < 5% of the largest head's (the study's \"gradient norm about "
+                   "0\"); *ablation* = share of heads whose removal (gate 0) lowers clean held-out accuracy by "
                    "< 1 point.")
         out += ["", f"![copy accuracy]({img_rel}/copy-accuracy.png)", "",
                 f"![copy loss curves]({img_rel}/copy-loss.png)", "",

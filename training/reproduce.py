@@ -170,6 +170,30 @@ def run_figure2(out: str, steps: int | None, seeds: int | None, tasks, progress:
     return data
 
 
+REFERENCE_CONFIG = TrainConfig(task="icqa", layers=2, steps=200, seed=0, qk_init="construction", eval_every=50,
+                               task_options=(("k", 3),))
+
+
+def reference_run(progress: bool = False) -> dict:
+    """The documented reference experiment (docs/experiments.md, "Reproducibility"); a few seconds."""
+    from depthcert.training.report import REFERENCE_RUN
+
+    t0 = time.perf_counter()
+    result, _ = train(REFERENCE_CONFIG, progress=progress)
+    n = result.eval_points
+    evals = [{"step": e.step, "correct": int(round(e.test_acc * n)), "evaluated": n, "test_acc": e.test_acc,
+              "test_loss": e.test_loss, "train_loss": e.train_loss} for e in result.evals]
+    return {"experiment": "reference", "status": "OBSERVED (trained, not proven)", "command": REFERENCE_RUN["command"],
+            "seconds": time.perf_counter() - t0, "evals": evals,
+            "step_losses": [lo for _, lo, _ in result.steps], "machine": _machine()}
+
+
+def run_reference(out: str, steps, seeds, tasks, progress: bool) -> dict:
+    data = reference_run(progress)
+    write_json_atomic(os.path.join(out, "reference.json"), data)
+    return data
+
+
 def _machine() -> dict:
     import torch
 
@@ -474,8 +498,8 @@ def run(what: str, out: str = "docs/img", doc: str = "docs/experiments.md", step
     argv = sys.argv[1:] if os.path.basename(sys.argv[0]) == "reproduce" else [what]
     out_all = {}
     for name in GROUPS.get(what, (what,)):
-        if name in ("figure2", "figure3", "ictm2"):
-            fn = {"figure2": run_figure2, "figure3": run_figure3, "ictm2": run_ictm2}[name]
+        if name in ("figure2", "figure3", "ictm2", "reference"):
+            fn = {"figure2": run_figure2, "figure3": run_figure3, "ictm2": run_ictm2, "reference": run_reference}[name]
             out_all[name] = fn(out, steps, seeds, task_set, progress)
         elif name in FIGURES:
             out_all[name] = run_heads_figure(name, out, steps, seeds, progress)

@@ -129,6 +129,7 @@ class TrainResult:
     seconds: float
     diverged: bool = False
     notes: tuple[str, ...] = field(default=())
+    eval_points: int = 0  # size of the held-out evaluation set
 
     @property
     def final(self) -> EvalPoint:
@@ -147,6 +148,7 @@ class TrainResult:
             "evals": [asdict(e) for e in self.evals],
             "steps": [{"step": s, "loss": lo, "acc": ac} for s, lo, ac in self.steps],
             "notes": list(self.notes),
+            "eval_points": self.eval_points,
         }
 
 
@@ -250,5 +252,6 @@ def train(config: TrainConfig, progress: bool = False, task: Task | None = None)
         time.perf_counter() - t0,
         diverged,
         notes,
+        len(ev_y),
     )
     return result, model
