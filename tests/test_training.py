@@ -182,8 +182,47 @@ def test_reproduce_figure2_tiny(tmp_path):
 def test_reproduce_bad_input(tmp_path, capsys):
     from depthcert.training.cli import reproduce_main
 
-    assert reproduce_main(["figure7"]) == 2
+    assert reproduce_main(["figure9"]) == 2
     assert reproduce_main(["figure2", "--out", str(tmp_path / "missing")]) == 2
     assert reproduce_main(["figure2", "--tasks", "nope", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("error:") for line in err)
+
+
+def test_per_layer_heads_config_and_cli(capsys):
+    """--heads 1,1,4 gives one head count per layer (paper appendix 9.2's [h1, h2, ...])."""
+    from depthcert.checkers.errors import BadInput
+    from depthcert.training.train import parse_heads
+
+    assert parse_heads("1,1,4") == (1, 1, 4) and parse_heads("4") == 4 and parse_heads("[2,3]") == (2, 3)
+    cfg = TrainConfig(task="icqa", layers=2, heads=(1, 3), steps=2, eval_every=1, eval_size=20,
+                      task_options=(("k", 2),), qk_init="construction")
+    result, model = train(cfg)
+    assert model.shape.heads == (1, 3) and cfg.layer_heads == (1, 3)
+    with pytest.raises(BadInput):
+        TrainConfig(task="icqa", layers=3, heads=(1, 2))
+    with pytest.raises(BadInput):
+        parse_heads("1,x")
+    assert train_main(["icqa", "--k", "2", "--layers", "2", "--heads", "1,2,3", "--steps", "1", "--json"]) == 2
+    assert "lists 3 layers" in capsys.readouterr().err
+    rc = train_main(["icqa", "--k", "2", "--layers", "2", "--heads", "2,1", "--steps", "2", "--eval-size", "10",
+                     "--json"])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["model"]["heads"] == [2, 1]
+
+
+def test_reproduce_heads_figure_tiny(tmp_path):
+    """Figures 4-7 pipeline at a few steps: JSON, PNG and the report section."""
+    pytest.importorskip("matplotlib")
+    from depthcert.training.cli import reproduce_main
+
+    out = tmp_path / "img"
+    out.mkdir()
+    doc = tmp_path / "experiments.md"
+    assert reproduce_main(["figure5", "--steps", "2", "--seeds", "1", "--out", str(out), "--doc", str(doc),
+                           "--json"]) == 0
+    data = json.loads((out / "figure5.json").read_text())
+    assert {tuple(r["heads"]) for r in data["runs"]} == {(1, 1), (2, 2), (4, 4), (1, 4), (4, 1)}
+    assert (out / "figure5.png").stat().st_size > 0
+    text = doc.read_text()
+    assert "## Figure 5" in text and "| [1,4] |" in text

@@ -9,11 +9,13 @@ Layout: token (m + 1 rows: the alphabet, then "|"), position (2n), out (m).  One
   W_V   (out, token) block = [I_m | 0]: the attended key's alphabet token is written to `out`;
   W_O   (class, out) block = I_m.
 
-With ReLU attention (the paper's activation; `attention="relu"`, no mask) or hardmax, query
-n + i puts weight 1 on key i and 0 elsewhere, so every labelled position reads exactly
-e_{x_i}: margin 1 on every point.  Per-position outputs are the one widening of the paper's
-class it needs (the paper classifies the last column only).  With softmax (scale c, causal
-mask), query n + i also gives weight 1 / (e^c + n + i) to each of its n + i other visible keys;
+The mask is causal by default, as for a model trained to generate the copy (without it, the
+teacher-forced second half would show position n + i the answer x_i at position n + i + 1).
+With ReLU attention (the paper's activation) or hardmax, query n + i puts weight 1 on key i and
+0 elsewhere, so every labelled position reads exactly e_{x_i}: margin 1 on every point.  With
+`causal=False` and ReLU this is the paper's class but for the per-position outputs (the paper
+classifies the last column only).  With softmax (scale c, causal mask), query n + i also gives
+weight 1 / (e^c + n + i) to each of its n + i other visible keys;
 the worst point has the n - 1 + i other alphabet keys all holding one wrong token, so every
 point is correct iff e^c > 2n - 2 (margin (e^c - 2n + 2) / (e^c + 2n - 1) at i = n - 1).
 
@@ -46,14 +48,13 @@ def copy_construction(length: int, alphabet: int, attention: str = "relu", scale
     copy_rows = [[1 if r == c else 0 for c in range(m + 1)] for r in range(m)]  # [I_m | 0]
     W_V = BlockMatrix(lay, lay).set("out", "token", copy_rows).build()
     W_O = BlockMatrix(Layout.of(("class", m)), lay).set("class", "out", 1).build()
+    causal = True if causal is None else causal
     if attention == "softmax":
         if scale is None:
             scale = softmax_scale_needed(length)
         head = Head(W_QK, W_V, attention="softmax", scale=Fraction(scale))
-        causal = True if causal is None else causal
     else:
         head = Head(W_QK, W_V, attention=attention)
-        causal = False if causal is None else causal
     return Model(task.vocab, N, task.classes, lay, (Layer((head,), causal=causal),), W_O,
                  name=f"copy-lemma1-{attention}", outputs="all")
 

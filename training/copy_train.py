@@ -4,7 +4,7 @@ Two model families:
   transformer     the standard softmax transformer with LayerNorm and MLP (training/copy_model.py),
                   as in the depth-and-heads study (shared/paper/related); AdamW.
   attention-only  depthcert's class (training/model.py: ReLU attention, no LayerNorm, no MLP)
-                  with outputs at every position, which the exact checker accepts: `--exact-check`
+                  with a causal mask and outputs at every position, which the exact checker accepts: `--exact-check`
                   rounds its weights and decides every input (training/copy_exact.py).
 
 Redundancy ratio of a trained model, over all its heads:
@@ -118,7 +118,7 @@ def build_copy_model(config: CopyConfig, generator: torch.Generator):
 
     width = max(config.width, len(task.vocab) + task.seq_len)
     model = AttentionOnly(ModelShape(len(task.vocab), task.seq_len, width, (config.heads,) * config.layers,
-                                     len(task.classes), "relu", outputs="all"))
+                                     len(task.classes), "relu", outputs="all", causal=True))
     initialize(model, generator, "normal", "identity", "normal", 0.02)
     return model
 

@@ -177,8 +177,9 @@ REFERENCE_RUN = {
 def _reference(data: dict) -> list[str]:
     out = ["## Reproducibility: one documented run, re-run by the tests", ""]
     m = data.get("machine", {})
-    out.append(f"Command: `{data['command']}` (torch {m.get('torch', '?')}, Python {m.get('python', '?')}, "
-               f"{m.get('threads', '?')} torch thread).  `tests/test_training_repro.py` runs the same configuration "
+    out.append(f"Command: `{data.get('train_command')}` (the same run: `{data.get('command', 'reproduce reference')}`, "
+               f"which also stores every step's loss in reference.json; torch {m.get('torch', '?')}, Python "
+               f"{m.get('python', '?')}, {m.get('threads', '?')} torch thread, {data['seconds']:.1f} s).  `tests/test_training_repro.py` runs the same configuration "
                "and compares every number below exactly as printed here (accuracies as counts, losses to 6 "
                "significant digits); it also runs it twice in two fresh processes and compares the whole per-step "
                "loss trajectory bit for bit.")
@@ -187,7 +188,7 @@ def _reference(data: dict) -> list[str]:
     for e in data["evals"]:
         out.append(f"| {e['step']} | {e['correct']}/{e['evaluated']} | {e['test_acc']:.4f} | {e['test_loss']:.6g} | "
                    f"{e['train_loss']:.6g} |")
-    out += ["", f"Determinism: `training/train.py: seed_everything` seeds Python, NumPy and torch, turns on "
+    out += ["", "Determinism: `training/train.py: seed_everything` seeds Python, NumPy and torch, turns on "
             "`torch.use_deterministic_algorithms(True)` and fixes torch to 1 thread; batches come from a NumPy "
             "generator seeded with the run's seed.  Two runs of the same command give the same numbers to the last "
             "bit on the same torch build and CPU; another torch version or CPU kernel may change the last bits "
@@ -278,9 +279,10 @@ def _copy(data: dict, img_rel: str) -> list[str]:
                 "`training/copy_exact.py` builds paper Lemma 1 (instructive attention) with depthcert's API: one layer, "
                 "one head; the query at n + i scores the key at i by position alone, W_V copies the key's token "
                 "into a scratch block, W_O reads it.  `depthcert.verify` checks it on every clean input (m^n "
-                "sequences, labels at the n output positions).  ReLU needs no mask (the paper's activation; per-"
-                "position outputs are the one widening of the paper's class); softmax (causal) is verified when "
-                "e^c > 2n - 2 (docstring), decided in certified ball arithmetic.", "",
+                "sequences, labels at the n output positions).  Causal mask as for generation; the ReLU row without "
+                "a mask is the paper's class but for the per-position outputs (the paper reads the last column "
+                "only).  Softmax is verified when e^c > 2n - 2 (closed form in the docstring), decided in certified "
+                "ball arithmetic.", "",
                 "| n | m | attention | class | layers | heads | d' | inputs | verdict | min margin |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for c in cons:
@@ -294,7 +296,8 @@ def _copy(data: dict, img_rel: str) -> list[str]:
         out += ["**Trained weights decided exactly.**  The standard transformer above has LayerNorm (a division by a "
                 "square root of the inputs' variance) and GELU: outside depthcert's exact model classes, so its "
                 "trained weights cannot be checked exactly.  `train copy --arch attention-only` trains depthcert's "
-                "own class instead (ReLU attention, no LayerNorm, no MLP, outputs at every position; Adam lr 0.01) "
+                "own class instead (ReLU attention with a causal mask, no LayerNorm, no MLP, outputs at every "
+                "position; Adam lr 0.01) "
                 "and `--exact-check 12` rounds every weight to a multiple of 2^-12 and runs `depthcert.verify` on "
                 "every clean input:", "",
                 "| n | m | noise in training | layers | heads | d' | steps | held-out acc | clean acc | exact verdict (rounded weights) | inputs | min margin |",
@@ -335,11 +338,25 @@ def write_report(out: str, doc: str) -> None:
     from depthcert.checkers.atomic import write_json_atomic  # noqa: F401  (same atomic rename below)
 
     img_rel = os.path.relpath(os.path.abspath(out), os.path.dirname(os.path.abspath(doc)))
+    versions = set()
+    for name in ("reference", "figure2", "figure4", "figure5", "figure6", "figure7", "copy"):
+        path = os.path.join(out, f"{name}.json")
+        if os.path.exists(path):
+            m = read_json(path, "experiment results").get("machine") or {}
+            if m.get("torch"):
+                versions.add((m["torch"], m.get("python", "?")))
+    made_with = ("; ".join(f"torch {t}, Python {p}" for t, p in sorted(versions)) if versions
+                 else "torch 2.13.0+cpu")
     lines = ["# Experiments: trained transformers of varying depth (OBSERVED, not proven)", "",
              "Generated by `reproduce` (training/reproduce.py, training/report.py).  Everything on this page is "
-             "**OBSERVED** behaviour of gradient training at small sizes; the verified (proven) results are in the "
-             "rest of depthcert.  Regenerate with `pip install -e .[train]` (torch 2.13.0 CPU) and the commands "
-             "below.", "", "## Setup", "", SETUP]
+             "**OBSERVED** behaviour of gradient training at small sizes (the exact construction and the "
+             "`--exact-check` verdicts, marked EXACT, are the exceptions); the verified (proven) results are in the "
+             "rest of depthcert.", "",
+             f"**Versions.** The numbers on this page came from {made_with} (the CPU build, no GPU), one torch "
+             "thread, on a shared 2-core x86_64 machine; each experiment's JSON in docs/img records its own.  "
+             "Install: `pip install -e \".[train]\"` (pins torch==2.13.0; on a machine without that CPU wheel "
+             "at hand, first `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`), then "
+             "the commands below.", "", "## Setup", "", SETUP]
     for name in ("reference", "figure2", "figure3", "ictm2", "figure4", "figure5", "figure6", "figure7", "copy"):
         path = os.path.join(out, f"{name}.json")
         if not os.path.exists(path):

@@ -183,7 +183,7 @@ def reference_run(progress: bool = False) -> dict:
     n = result.eval_points
     evals = [{"step": e.step, "correct": int(round(e.test_acc * n)), "evaluated": n, "test_acc": e.test_acc,
               "test_loss": e.test_loss, "train_loss": e.train_loss} for e in result.evals]
-    return {"experiment": "reference", "status": "OBSERVED (trained, not proven)", "command": REFERENCE_RUN["command"],
+    return {"experiment": "reference", "status": "OBSERVED (trained, not proven)", "train_command": REFERENCE_RUN["command"],
             "seconds": time.perf_counter() - t0, "evals": evals,
             "step_losses": [lo for _, lo, _ in result.steps], "machine": _machine()}
 

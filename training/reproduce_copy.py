@@ -78,10 +78,11 @@ def exact_constructions() -> list[dict]:
     from depthcert.training.copy_exact import softmax_scale_needed, verify_copy
 
     rows = []
-    for n, m, att in ((4, 4, "relu"), (6, 4, "relu"), (8, 3, "relu"), (6, 4, "hardmax"), (4, 4, "softmax"),
-                      (6, 3, "softmax")):
+    for n, m, att, causal in ((4, 4, "relu", True), (6, 4, "relu", True), (8, 3, "relu", True),
+                              (6, 4, "relu", False), (6, 4, "hardmax", True), (4, 4, "softmax", True),
+                              (6, 3, "softmax", True)):
         t0 = time.perf_counter()
-        model, v = verify_copy(n, m, att)
+        model, v = verify_copy(n, m, att, causal=causal)
         enc = getattr(v, "margin_enclosure", None)
         rows.append({"length": n, "alphabet": m, "attention": att, "kinds": model.kinds(), "layers": model.n_layers,
                      "heads": list(model.heads), "dim": model.dim, "verdict": v.verdict,
