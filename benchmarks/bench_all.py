@@ -36,6 +36,12 @@ ROWS = [
     ("multi-hop doubling", "multihop", dict(hops=3, k=4, n_entities=5), "doubling", dict(hops=2, k=2, n_entities=2)),
     ("multi-hop relu-and", "multihop", dict(hops=3, k=4, n_entities=5), "relu-and", dict(hops=2, k=2, n_entities=2)),
     ("multi-hop dnf", "multihop", dict(hops=2, k=3, n_entities=4), "dnf", dict(hops=2, k=2, n_entities=2)),
+    ("composition, one lookup per layer (causal)", "composition", dict(n_functions=3, domain=3), "linear", dict(n_functions=2, domain=2)),
+    ("composition, preimage doubling (causal)", "composition", dict(n_functions=3, domain=3), "doubling", dict(n_functions=2, domain=2)),
+    ("parity, binary tree", "parity", dict(n=16), "tree", dict(n=4)),
+    ("parity, counting", "parity", dict(n=20), "count", dict(n=4)),
+    ("A5 word problem, tree + ReLU MLP", "word-problem", dict(group="a5", n=16), "tree-mlp", dict(group="a5", n=4)),
+    ("reachability, repeated squaring", "reachability", dict(vertices=4), "squaring", dict(vertices=3)),
 ]
 
 

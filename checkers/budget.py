@@ -9,6 +9,10 @@ Every command builds constructions inside `resource_budget(max_weights, max_seco
            classifier, the evaluation of every point); an estimate above `max_seconds` is
            refused the same way (--max-seconds).  Estimates are rough (within ~4x on this
            machine), which is all a guard needs: they decide whether to start, never a verdict.
+           The a-priori evaluation rate is a floor (dense products at the slowest path's speed);
+           an evaluation estimated above the limit is timed on one batch from the middle of the
+           points before it is refused (checkers/exhaustive.py: verify), so the refusal and the
+           --max-seconds value it suggests rest on this machine's measured speed.
 
 Outside a budget (library use) nothing is charged.
 """
@@ -55,14 +59,19 @@ def charge_weights(entries: int, what: str = "weight matrices") -> None:
                        f"raise the limit with --max-weights (each entry costs 8+ bytes)")
 
 
-def charge_seconds(estimate: float, what: str) -> None:
+def charge_seconds(estimate: float, what: str, how: str = "estimated") -> None:
     """Refuse a step whose estimated time exceeds the budget's --max-seconds."""
     if not _ACTIVE:
         return
     b = _ACTIVE[-1]
     if estimate > b.max_seconds:
-        raise BadInput(f"{what} would take about {_human(estimate)} (estimated), above the limit of "
+        raise BadInput(f"{what} would take about {_human(estimate)} ({how}), above the limit of "
                        f"{_human(b.max_seconds)}; raise it with --max-seconds {int(estimate * 2) + 1}")
+
+
+def over_budget(estimate: float) -> bool:
+    """Whether `estimate` seconds exceed the active budget (False outside a budget)."""
+    return bool(_ACTIVE) and estimate > _ACTIVE[-1].max_seconds
 
 
 def progress_wanted(estimate: float) -> bool:

@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from depthcert.checkers.budget import charge_seconds
+from depthcert.checkers.budget import charge_seconds, over_budget
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.model import Model
@@ -223,6 +223,20 @@ def forward_ops(model: Model, n: int) -> int:
     return total + len(model.classes) * d * (n if model.outputs == "all" else 1)
 
 
+def _seconds_per_point(ev, task: Task, plan: Plan, batch_size: int, class_rows, tokens) -> float:
+    """Seconds per point of check_batch on one batch of `batch_size` points from the middle of the
+    plan, decoded as the run decodes them (a contiguous index range, or the plan's representatives)."""
+    lo = (plan.n_eval - batch_size) // 2
+    if plan.indices is None:
+        batches = task.batches(batch_size, lo, lo + batch_size)
+    else:
+        batches = task.batches_of([int(i) for i in plan.indices[lo: lo + batch_size]], batch_size)
+    t = time.perf_counter()
+    for batch in batches:
+        check_batch(ev, batch, class_rows, tokens, need_logits=False)
+    return (time.perf_counter() - t) / batch_size
+
+
 def verify(
     model: Model,
     task: Task,
@@ -257,7 +271,14 @@ def verify(
     ev = Evaluator(model, force_exact=force_exact)
     rate = FLOAT_OPS_PER_SECOND if ev.use_float else (CHECKED_OPS_PER_SECOND if ev.checked else EXACT_OPS_PER_SECOND)
     what = f"evaluating {plan.n_eval} points ({ev.path}, {model.n_layers} layers, d' = {model.dim})"
-    charge_seconds(plan.n_eval * forward_ops(model, task.length) / rate, what)
+    estimate = plan.n_eval * forward_ops(model, task.length) / rate
+    if over_budget(estimate) and plan.n_eval > 2 * batch_size:
+        # the a-priori rate is a floor: time one batch before refusing
+        charge_seconds(estimate * batch_size / plan.n_eval, f"a sample of {batch_size} of {plan.n_eval} points")
+        per_point = _seconds_per_point(ev, task, plan, batch_size, class_rows, tokens)
+        charge_seconds(per_point * plan.n_eval, what, f"measured on a batch of {batch_size} of them")
+    else:
+        charge_seconds(estimate, what)
     if plan.indices is None:
         batches = task.batches(batch_size)
     else:
@@ -289,7 +310,7 @@ def verify(
         if first and len(batch.index) < plan.n_eval:  # the a-priori rate may be far off: re-estimate
             first = False
             per_point = (time.perf_counter() - t_batch) / len(batch.index)
-            charge_seconds(per_point * (plan.n_eval - len(batch.index)), what + ", measured on its first batch")
+            charge_seconds(per_point * (plan.n_eval - len(batch.index)), what, "measured on its first batch")
         checked += len(batch.index) if bad < 0 else bad + 1
         if bar is not None:
             bar.update(len(batch.index))

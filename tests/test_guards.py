@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from depthcert.checkers.errors import BadInput
 from depthcert.checkers.tasks import TASK_ALIASES
 from depthcert.proofs.cli import TASK_OPTIONS, _verify_construction, run_main
 
@@ -65,7 +66,7 @@ def test_multihop_hops_1000_is_refused_naming_the_option(capsys):
 def test_evaluation_estimate_is_refused_naming_max_seconds(capsys):
     code, out, err, seconds, _ = _run_limited(_verify_construction, ["parity", "--n", "16", "--max-seconds", "1"],
                                               capsys)
-    assert code == 2 and "--max-seconds" in err and "estimated" in err, err
+    assert code == 2 and "--max-seconds" in err and "measured on a batch of 2048" in err, err
 
 
 def test_orbit_scan_is_under_max_points(capsys):
@@ -91,3 +92,27 @@ def test_find_dependence_and_show_construction_take_the_budget(tmp_path, capsys)
     code, out, err, seconds, _ = _run_limited(_show_construction, ["multihop", "--hops", "1000", "--out",
                                                                    str(tmp_path / "p")], capsys)
     assert code == 2 and "--max-weights" in err, err
+
+
+def test_evaluation_over_the_a_priori_estimate_is_timed_before_it_is_refused(monkeypatch):
+    """The a-priori rate is a floor; with the floor made 100x slower (so the estimate says about six
+    minutes) the guard times a sample batch, measures well under a minute, and the run covers every
+    point.  The same run under a zero limit is refused, naming the sample."""
+    from depthcert.checkers import exhaustive
+    from depthcert.checkers.budget import resource_budget
+    from depthcert.checkers.evaluate import Evaluator
+    from depthcert.checkers.tasks import make_task
+    from depthcert.constructions import registry
+
+    for name in ("FLOAT_OPS_PER_SECOND", "CHECKED_OPS_PER_SECOND", "EXACT_OPS_PER_SECOND"):
+        monkeypatch.setattr(exhaustive, name, getattr(exhaustive, name) / 100)
+    task = make_task("word-problem", group="a5", n=12)
+    model = registry.build(task, "tree-mlp").model
+    assert Evaluator(model).use_float
+    assert task.size * exhaustive.forward_ops(model, task.length) / exhaustive.FLOAT_OPS_PER_SECOND > 120
+    with resource_budget(max_seconds=60):
+        v = exhaustive.verify(model, task, progress=False, batch_size=512)
+    assert v.verdict == "verified" and v.points_covered == task.size
+    with resource_budget(max_seconds=0):
+        with pytest.raises(BadInput, match="a sample of 512 of 4096 points"):
+            exhaustive.verify(model, task, progress=False, batch_size=512)
