@@ -31,6 +31,18 @@ EXACT_SIZES = (4, 4)  # n, m for the exact checks (m^n = 256 inputs)
 EXACT_BITS = 12
 
 
+def _depth_axes(ax, depths, n, ylabel=None):
+    """A panel of one length n: layers on a log2 axis, a ratio in [0, 1] on the other."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(depths)
+    ax.set_xticklabels(depths)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"length n = {n}", fontsize=9)
+    ax.set_xlabel("layers")
+    if ylabel:
+        ax.set_ylabel(ylabel)
+
+
 def plan(steps: int | None = None, quick: bool = False) -> list[tuple[str, CopyConfig, int | None]]:
     """(group, config, exact-check bits) for every run of the study; `quick` is a smoke-test subset."""
     s = steps or STEPS
@@ -161,14 +173,7 @@ def plot_copy(data: dict, out: str) -> None:
             ax.plot(depths, [r["final"]["acc"] if r else np.nan for r in rs], "o-", color=cmap(hi), label=f"{H} heads")
             ax.plot(depths, [r["final"]["clean_acc"] if r else np.nan for r in rs], "x--", color=cmap(hi), alpha=0.6)
         ax.axhline(grid[0]["ceiling"], color="gray", ls=":", lw=1, label="ceiling 1 - noise")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(depths)
-        ax.set_xticklabels(depths)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"length n = {n}", fontsize=9)
-        ax.set_xlabel("layers")
-        if i == 0:
-            ax.set_ylabel("held-out token accuracy\n(o noisy input, x clean input)")
+        _depth_axes(ax, depths, n, "held-out token accuracy\n(o noisy input, x clean input)" if i == 0 else None)
         ax.legend(fontsize=7, loc="lower left")
     fig.suptitle(sup, fontsize=9)
     fig.tight_layout()
@@ -210,14 +215,7 @@ def plot_copy(data: dict, out: str) -> None:
                     label=f"{H} heads, gradient norm")
             ax.plot(depths, [r["redundancy"]["ratio_ablation"] if r else np.nan for r in rs], "s--",
                     color=cmap(hi + 1), label=f"{H} heads, ablation")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(depths)
-        ax.set_xticklabels(depths)
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"length n = {n}", fontsize=9)
-        ax.set_xlabel("layers")
-        if i == 0:
-            ax.set_ylabel("redundancy ratio")
+        _depth_axes(ax, depths, n, "redundancy ratio" if i == 0 else None)
         ax.legend(fontsize=6, loc="best")
     fig.suptitle(sup + "\nredundant: gradient norm < 5% of the largest head's, or ablation drop < 1 point", fontsize=8)
     fig.tight_layout()
