@@ -312,7 +312,13 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     from depthcert.checkers.exhaustive import check_compatible, plan_points, verify
     from depthcert.constructions import registry
 
-    task = _task_or_dataset(args)
+    try:
+        task = _task_or_dataset(args)
+    except BadInput as exc:
+        if args.all_sizes and "2^62" in str(exc):
+            raise BadInput(f"{exc} (--all-sizes needs a dataset it can build: run it at small sizes; its report "
+                           "names the parameters proven for every value)") from None
+        raise
     if args.all_sizes:
         return _optional_module("all_sizes", "--all-sizes").verify_all_sizes(args, task)
     if args.cot:

@@ -271,6 +271,7 @@ def test_constructions_outside_the_method_are_said_so(argv, capsys):
     (["icqa", "--all-sizes", "--variant", "nope"], "unknown --variant"),
     (["icqa", "--all-sizes", "--k", "0"], "--k"),
     (["multihop", "--k", "6", "--variant", "doubling", "--all-sizes"], "orbits"),
+    (["icqa", "--k", "5000", "--all-sizes"], "run it at small sizes"),
 ])
 def test_bad_input_exit_2_one_line(argv, needle, capsys):
     code, out, err = run(argv, capsys)
