@@ -50,6 +50,19 @@ from depthcert.constructions.registry import Construction
 THEOREM = "log-depth transformers (related work): graph connectivity by repeated squaring"
 
 
+def _construction(task, lay, layers, variant: str, as_printed: bool, summary: str) -> Construction:
+    """The model with its read-out: class `no` scores 1 (the last position's one-hot), class `yes`
+    scores twice the `yes` slot the last layer fills, so `yes` wins iff that slot is at least 1."""
+    out = Layout.of(("no", 1), ("yes", 1))
+    last_pos = np.zeros((1, task.length), dtype=np.int64)
+    last_pos[0, -1] = 1
+    W_O = BlockMatrix(out, lay).set("no", "position", last_pos).set("yes", "yes", 2).build()
+    model = Model(task.vocab, task.length, task.classes, lay, tuple(layers), W_O, name=f"reachability-{variant}")
+    notes = ("no printed weights exist (the related paper gives no matrices); --as-printed builds the same weights",) \
+        if as_printed else ()
+    return Construction("reachability", variant, THEOREM, model, as_printed, summary, notes)
+
+
 def _check(task) -> Reachability:
     if not isinstance(task, Reachability):
         raise BadInput(f"the reachability constructions need the reachability task, got {getattr(task, 'name', task)!r}")
@@ -129,15 +142,8 @@ def build_squaring(task, as_printed: bool = False) -> Construction:
     layers = [Layer((gather_head(task, lay),))]
     layers += [Layer((square_head(task, lay),)) for _ in range(T)]
     layers.append(Layer((read_head(task, lay),)))
-    last = np.zeros((1, task.length), dtype=np.int64)
-    last[0, -1] = 1
-    out = Layout.of(("no", 1), ("yes", 1))
-    W_O = BlockMatrix(out, lay).set("no", "position", last).set("yes", "yes", 2).build()
-    model = Model(task.vocab, task.length, task.classes, lay, tuple(layers), W_O, name="reachability-squaring")
-    notes = ("no printed weights exist (the related paper gives no matrices); --as-printed builds the same weights",) \
-        if as_printed else ()
-    return Construction("reachability", "squaring", THEOREM, model, as_printed,
-                        f"gather, {T} squaring(s) of the reach counts, read: {T + 2} layers", notes)
+    return _construction(task, lay, layers, "squaring", as_printed,
+                         f"gather, {T} squaring(s) of the reach counts, read: {T + 2} layers")
 
 
 # ----------------------------------------------------------------------------------- MLP variant
@@ -245,15 +251,8 @@ def build_squaring_mlp(task, as_printed: bool = False) -> Construction:
             _add_read(W1, W2, b1, "read", V, V + 1, with_acc=True)
         layers.append(Layer((bcast,), mlp=and_mlp))
         layers.append(Layer((), mlp=MLP(W1.build(), _vec(b1), W2.build(), zeros_d)))
-    out = Layout.of(("no", 1), ("yes", 1))
-    last_pos = np.zeros((1, n), dtype=np.int64)
-    last_pos[0, -1] = 1
-    W_O = BlockMatrix(out, lay).set("no", "position", last_pos).set("yes", "yes", 2).build()
-    model = Model(task.vocab, task.length, task.classes, lay, tuple(layers), W_O, name="reachability-squaring-mlp")
-    notes = ("no printed weights exist (the related paper gives no matrices); --as-printed builds the same weights",) \
-        if as_printed else ()
-    return Construction("reachability", "squaring-mlp", THEOREM, model, as_printed,
-                        f"gather, then {T} x (broadcast + AND, threshold) with ReLU MLPs: {1 + 2 * T} layer(s)", notes)
+    return _construction(task, lay, layers, "squaring-mlp", as_printed,
+                         f"gather, then {T} x (broadcast + AND, threshold) with ReLU MLPs: {1 + 2 * T} layer(s)")
 
 
 def _vec(values) -> np.ndarray:

@@ -201,6 +201,34 @@ def _machine() -> dict:
             "cpus": os.cpu_count()}
 
 
+def plot_curves(ax_a, ax_l, rs: list[dict], color, label: str) -> None:
+    """Held-out accuracy (ax_a) and training loss (ax_l) of the runs `rs` of one configuration:
+    the mean over seeds, and their range shaded, up to the shortest run's last evaluation."""
+    m = min(len(r["curve"]) for r in rs)
+    steps = np.array([p[0] for p in rs[0]["curve"][:m]])
+    acc = np.array([[p[1] for p in r["curve"][:m]] for r in rs])
+    loss = np.array([[p[2] if p[2] is not None else np.nan for p in r["curve"][:m]] for r in rs])
+    ax_a.plot(steps, acc.mean(0), color=color, label=label)
+    ax_a.fill_between(steps, acc.min(0), acc.max(0), color=color, alpha=0.15)
+    ax_l.plot(steps, np.nanmean(loss, 0), color=color)
+    ax_l.fill_between(steps, np.nanmin(loss, 0), np.nanmax(loss, 0), color=color, alpha=0.15)
+
+
+def finish_panel(ax_a, ax_l, spec: dict, title: str, baselines: list, first: bool) -> None:
+    """Title (task options), majority-class line, axes labels (first column only) and legend."""
+    if baselines:
+        ax_a.axhline(np.mean(baselines), color="gray", ls=":", lw=1, label="majority class")
+    opts = ", ".join(f"{k}={v}" for k, v in spec["options"])
+    evald = " (eval = training points)" if spec["task"] == "sc" else ""
+    ax_a.set_title(f"{title}\n{opts}{evald}", fontsize=9)
+    ax_a.set_ylim(-0.02, 1.02)
+    ax_a.set_ylabel("held-out accuracy" if first else "")
+    ax_l.set_ylabel("training loss" if first else "")
+    ax_l.set_yscale("log")
+    ax_l.set_xlabel("step")
+    ax_a.legend(fontsize=7, loc="lower right")
+
+
 def plot_figure2(data: dict, path: str) -> None:
     """Paper Figure 2 layout: one column per task; held-out accuracy (top), training loss (bottom)."""
     import matplotlib
@@ -217,27 +245,9 @@ def plot_figure2(data: dict, path: str) -> None:
             rs = [r for r in data["runs"] if r["task"] == col["task"] and r["layers"] == depth]
             if not rs:
                 continue
-            steps = np.array([p[0] for p in rs[0]["curve"]])
-            m = min(len(r["curve"]) for r in rs)
-            acc = np.array([[p[1] for p in r["curve"][:m]] for r in rs])
-            loss = np.array([[p[2] if p[2] is not None else np.nan for p in r["curve"][:m]] for r in rs])
-            c = colors.get(depth, None)
-            ax_a.plot(steps[:m], acc.mean(0), color=c, label=f"{depth} layer{'s' if depth > 1 else ''}")
-            ax_a.fill_between(steps[:m], acc.min(0), acc.max(0), color=c, alpha=0.15)
-            ax_l.plot(steps[:m], np.nanmean(loss, 0), color=c)
-            ax_l.fill_between(steps[:m], np.nanmin(loss, 0), np.nanmax(loss, 0), color=c, alpha=0.15)
+            plot_curves(ax_a, ax_l, rs, colors.get(depth, None), f"{depth} layer{'s' if depth > 1 else ''}")
         base = [r["majority_baseline"] for r in data["runs"] if r["task"] == col["task"]]
-        if base:
-            ax_a.axhline(np.mean(base), color="gray", ls=":", lw=1, label="majority class")
-        opts = ", ".join(f"{k}={v}" for k, v in col["options"])
-        evald = " (eval = training points)" if col["task"] == "sc" else ""
-        ax_a.set_title(f"{col['title']}\n{opts}{evald}", fontsize=9)
-        ax_a.set_ylim(-0.02, 1.02)
-        ax_a.set_ylabel("held-out accuracy" if ci == 0 else "")
-        ax_l.set_ylabel("training loss" if ci == 0 else "")
-        ax_l.set_yscale("log")
-        ax_l.set_xlabel("step")
-        ax_a.legend(fontsize=7, loc="lower right")
+        finish_panel(ax_a, ax_l, col, col["title"], base, first=ci == 0)
     fig.suptitle(f"OBSERVED (trained, not proven): mean and range over {data['seeds']} seeds", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=80)

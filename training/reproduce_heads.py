@@ -127,6 +127,8 @@ def plot_heads_figure(data: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from depthcert.training.reproduce import finish_panel, plot_curves
+
     panels = data["panels"]
     fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 5.8), squeeze=False)
     cmap = plt.get_cmap("tab10")
@@ -136,27 +138,9 @@ def plot_heads_figure(data: dict, path: str) -> None:
             rs = [r for r in data["runs"] if r["panel"] == pi and r["heads"] == list(heads)]
             if not rs:
                 continue
-            m = min(len(r["curve"]) for r in rs)
-            steps = np.array([p[0] for p in rs[0]["curve"][:m]])
-            acc = np.array([[p[1] for p in r["curve"][:m]] for r in rs])
-            loss = np.array([[p[2] if p[2] is not None else np.nan for p in r["curve"][:m]] for r in rs])
-            c = cmap(ci)
-            ax_a.plot(steps, acc.mean(0), color=c, label=heads_label(heads))
-            ax_a.fill_between(steps, acc.min(0), acc.max(0), color=c, alpha=0.15)
-            ax_l.plot(steps, np.nanmean(loss, 0), color=c)
-            ax_l.fill_between(steps, np.nanmin(loss, 0), np.nanmax(loss, 0), color=c, alpha=0.12)
+            plot_curves(ax_a, ax_l, rs, cmap(ci), heads_label(heads))
         base = [r["majority_baseline"] for r in data["runs"] if r["panel"] == pi]
-        if base:
-            ax_a.axhline(np.mean(base), color="gray", ls=":", lw=1, label="majority class")
-        opts = ", ".join(f"{k}={v}" for k, v in panel["options"])
-        evald = " (eval = training points)" if panel["task"] == "sc" else ""
-        ax_a.set_title(f"{panel['title']}: heads per layer\n{opts}{evald}", fontsize=9)
-        ax_a.set_ylim(-0.02, 1.02)
-        ax_a.set_ylabel("held-out accuracy" if pi == 0 else "")
-        ax_l.set_ylabel("training loss" if pi == 0 else "")
-        ax_l.set_yscale("log")
-        ax_l.set_xlabel("step")
-        ax_a.legend(fontsize=7, loc="lower right")
+        finish_panel(ax_a, ax_l, panel, f"{panel['title']}: heads per layer", base, first=pi == 0)
     fig.suptitle(f"{data['experiment']}: {data['caption']}\nOBSERVED (trained, not proven): mean and range over "
                  f"{data['seeds']} seeds", fontsize=9)
     fig.tight_layout()
