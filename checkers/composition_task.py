@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from depthcert.checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput, TooManyPoints
 from depthcert.checkers.tasks import INDEX_LIMIT, Task, _check_int, bounded_pow
 
 MAX_LENGTH = 4096  # no model can read longer sequences (checkers/layout.MAX_DIM rows hold the positions)
@@ -57,7 +57,7 @@ class Composition(Task):
                            "tokens; use smaller sizes")
         size = bounded_pow(self.N, length, INDEX_LIMIT)
         if size is None:
-            raise BadInput(f"composition with --L {self.L} --N {self.N} has {self.N}^{length} > 2^62 points "
+            raise TooManyPoints(f"composition with --L {self.L} --N {self.N} has {self.N}^{length} > 2^62 points "
                            "(dataset indices are 64-bit); use smaller sizes")
         self.length = length
         self.size = size

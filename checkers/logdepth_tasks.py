@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 import numpy as np
 
-from depthcert.checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput, TooManyPoints
 from depthcert.checkers.tasks import INDEX_LIMIT, Task, _check_int, bounded_pow, bounded_product
 
 MAX_SEQUENCE = 1024  # longest sequence accepted (a construction needs one position row per token)
@@ -193,7 +193,7 @@ class GroupWord(Task):
         total = bounded_pow(base, self.n)
         if total is None:
             opts = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in params.items())
-            raise BadInput(f"{name} with {opts} has {base}^{self.n} points, more than 2^62 (dataset indices are "
+            raise TooManyPoints(f"{name} with {opts} has {base}^{self.n} points, more than 2^62 (dataset indices are "
                            "64-bit); use a smaller --n")
         self.name = name
         self.vocab = tuple(group.token_names)
@@ -260,7 +260,7 @@ class Reachability(Task):
     def __init__(self, vertices: int = 3):
         self.V = _check_int("vertices", vertices, low=1)
         if self.V > MAX_VERTICES:
-            raise BadInput(f"reachability with --vertices {self.V} has 2^{self.V * self.V} * {self.V * self.V} "
+            raise TooManyPoints(f"reachability with --vertices {self.V} has 2^{self.V * self.V} * {self.V * self.V} "
                            f"points, more than 2^62 (dataset indices are 64-bit); use --vertices <= {MAX_VERTICES}")
         V = self.V
         self.vertices = tuple(f"v{i}" for i in range(V))
@@ -270,7 +270,7 @@ class Reachability(Task):
         self.n_graphs = 2 ** (V * V)
         size = bounded_product((self.n_graphs, V, V))
         if size is None or size > INDEX_LIMIT:  # unreachable for V <= 7; kept as the stated guard
-            raise BadInput(f"reachability with --vertices {V} has more than 2^62 points")
+            raise TooManyPoints(f"reachability with --vertices {V} has more than 2^62 points")
         self.size = size
         self.params = {"vertices": V}
 

@@ -10,7 +10,7 @@ from math import perm
 
 import numpy as np
 
-from depthcert.checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput, TooManyPoints
 from depthcert.checkers.tasks import (INDEX_LIMIT, Task, _check_int, check_vocabulary, bounded_perm, bounded_pow, bounded_product,
                             decode_partial_permutations)
 
@@ -57,7 +57,7 @@ class MultiHop(Task):
             raise BadInput(f"--k {self.k} is larger than the number of entities ({self.n_entities})")
         if bounded_product((bounded_perm(self.n_entities, self.k) or INDEX_LIMIT + 1,
                             bounded_pow(self.k, self.k) or INDEX_LIMIT + 1, self.k)) is None:
-            raise BadInput(
+            raise TooManyPoints(
                 f"multihop with --k {self.k} --n-entities {self.n_entities} has more than 2^62 points "
                 "(dataset indices are 64-bit); use smaller sizes"
             )

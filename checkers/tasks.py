@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from depthcert.checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput, TooManyPoints
 
 RESPONSE = "="
 CLS = "<cls>"
@@ -195,7 +195,7 @@ class ICQA(Task):
             raise BadInput(f"--k {self.k} is larger than the number of answer tokens ({self.n_a})")
         qperm, aperm = bounded_perm(self.n_q, self.k), bounded_perm(self.n_a, self.k)
         if qperm is None or aperm is None or bounded_product((qperm, aperm, self.k)) is None:
-            raise BadInput(
+            raise TooManyPoints(
                 f"icqa with --k {self.k} --n-questions {self.n_q} --n-answers {self.n_a} has more than 2^62 "
                 "points (dataset indices are 64-bit); use smaller sizes"
             )
@@ -254,7 +254,7 @@ class SequenceClassification(Task):
         self.M = _check_int("alphabet", alphabet)
         total = bounded_pow(self.M, self.L)
         if total is None:
-            raise BadInput(
+            raise TooManyPoints(
                 f"--alphabet {self.M} --length {self.L} gives more than 2^62 sequences "
                 "(dataset indices are 64-bit); use smaller sizes"
             )

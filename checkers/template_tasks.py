@@ -18,7 +18,7 @@ from math import factorial, perm
 import numpy as np
 
 from depthcert.checkers.budget import progress_wanted
-from depthcert.checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput, TooManyPoints
 from depthcert.checkers.layout import MAX_DIM
 from depthcert.checkers.tasks import (CLS, RESPONSE, Task, _check_int, bounded_pow, check_vocabulary,
                                       decode_partial_permutations)
@@ -127,7 +127,7 @@ class TemplateMatching(Task):
         self.l = _check_int("l", l)
         self.m = _check_int("alphabet", self.l if alphabet is None else alphabet)
         if bounded_pow(self.m, self.l) is None:  # without computing m**l (--l 1000000)
-            raise BadInput(f"--alphabet {self.m} --l {self.l} gives more than 2^62 points")
+            raise TooManyPoints(f"--alphabet {self.m} --l {self.l} gives more than 2^62 points")
         if self.l + 1 > MAX_DIM:  # --alphabet 1: one point, but templates are enumerated recursively
             raise BadInput(f"tm --l {self.l} has sequences of length {self.l + 1}, more positions than any model "
                            f"may have (d' limit {MAX_DIM})")
@@ -261,7 +261,7 @@ class InContextTemplateMatching(Task):
         cum = np.cumsum(np.concatenate([[0], self._weight]).astype(object))
         self.size = int(cum[-1]) * self.n_aperm
         if self.size >= 2**62:
-            raise BadInput("in-context template matching dataset larger than 2^62 points")
+            raise TooManyPoints("in-context template matching dataset larger than 2^62 points")
         self._cum = cum.astype(np.int64)
         self._N = np.array(self.templates.n_seqs, dtype=np.int64)
         self._bmax = int(min(self.l, self.m))

@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from depthcert.checkers.errors import BadInput
+from depthcert.checkers.errors import BadInput, TooManyPoints
 from depthcert.checkers.rational import format_rational
 
 DEFAULT_MAX_POINTS = 20_000_000
@@ -314,8 +314,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
 
     try:
         task = _task_or_dataset(args)
-    except BadInput as exc:
-        if args.all_sizes and "2^62" in str(exc):
+    except TooManyPoints as exc:
+        if args.all_sizes:
             raise BadInput(f"{exc} (--all-sizes needs a dataset it can build: run it at small sizes; its report "
                            "names the parameters proven for every value)") from None
         raise

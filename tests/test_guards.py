@@ -116,3 +116,17 @@ def test_evaluation_over_the_a_priori_estimate_is_timed_before_it_is_refused(mon
     with resource_budget(max_seconds=0):
         with pytest.raises(BadInput, match="a sample of 512 of 4096 points"):
             exhaustive.verify(model, task, progress=False, batch_size=512)
+
+
+@pytest.mark.parametrize("name,opts", [
+    ("icqa", dict(k=5000)), ("sc", dict(length=100, alphabet=10)), ("tm", dict(l=100, alphabet=10)),
+    ("multihop", dict(k=40, n_entities=40)), ("composition", dict(n_functions=40, domain=9)),
+    ("parity", dict(n=100)), ("reachability", dict(vertices=9)),
+])
+def test_datasets_past_64_bit_indices_raise_too_many_points(name, opts):
+    """The one error type (a BadInput) that --all-sizes turns into 'run it at small sizes'."""
+    from depthcert.checkers.errors import TooManyPoints
+    from depthcert.checkers.tasks import make_task
+
+    with pytest.raises(TooManyPoints, match="2\\^62"):
+        make_task(name, **opts)
