@@ -117,9 +117,51 @@ class Decision:
 # LP plumbing (HiGHS)
 
 
+def _quiet_highs():
+    """A Highs object that has written nothing and will write nothing.
+
+    highspy >= 1.16 prints a banner on stdout (C level, not sys.stdout) when the first Highs
+    object of a process is constructed, before any option can be set; so the construction runs
+    with file descriptors 1 and 2 pointed at os.devnull, and output_flag is off before any solve.
+    """
+    import os
+
+    import highspy
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, ValueError, OSError):
+            pass
+    saved = []
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        devnull = None
+    try:
+        if devnull is not None:
+            for fd in (1, 2):
+                try:
+                    saved.append((fd, os.dup(fd)))
+                    os.dup2(devnull, fd)
+                except OSError:
+                    pass
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("log_to_console", False)
+    finally:
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        if devnull is not None:
+            os.close(devnull)
+    return h
+
+
 def _run_lp(cost, A: sp.csc_matrix, row_lo, row_hi, col_lo, col_hi, time_limit: float | None = None,
-            integer_cols=None):
-    """Solve min cost.x, row_lo <= A x <= row_hi, col_lo <= x <= col_hi with dual simplex.
+            integer_cols=None, identity_hessian: bool = False):
+    """Solve min cost.x, row_lo <= A x <= row_hi, col_lo <= x <= col_hi with dual simplex
+    (identity_hessian: min cost.x + x.x/2 with HiGHS's QP solver).
 
     Returns (status, x) with status in {"optimal", "infeasible", "other"}.
     """
@@ -127,9 +169,9 @@ def _run_lp(cost, A: sp.csc_matrix, row_lo, row_hi, col_lo, col_hi, time_limit: 
 
     A = sp.csc_matrix(A)
     A.sort_indices()
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("solver", "simplex")
+    h = _quiet_highs()
+    if not identity_hessian:
+        h.setOptionValue("solver", "simplex")
     h.setOptionValue("random_seed", 0)
     if time_limit is not None:
         h.setOptionValue("time_limit", float(time_limit))
@@ -153,6 +195,10 @@ def _run_lp(cost, A: sp.csc_matrix, row_lo, row_hi, col_lo, col_hi, time_limit: 
         lp.integrality_ = [highspy.HighsVarType.kInteger if v else highspy.HighsVarType.kContinuous for v in integ]
         h.setOptionValue("mip_rel_gap", 0.0)
     h.passModel(lp)
+    if identity_hessian:
+        n = A.shape[1]
+        h.passHessian(n, n, highspy.HessianFormat.kTriangular, np.arange(n + 1, dtype=np.int32),
+                      np.arange(n, dtype=np.int32), np.ones(n))
     h.run()
     st = h.getModelStatus()
     if integer_cols is not None:
@@ -437,6 +483,64 @@ def round_table(prob: GroupProblem, x: np.ndarray, points: np.ndarray | None = N
     return None
 
 
+CANONICAL_LIMIT = 1500  # active rows x variables beyond which the exact re-solve is skipped
+
+
+def canonical_table(prob: GroupProblem) -> np.ndarray | None:
+    """The minimum-norm table, exact and scaled to primitive integers, or None.
+
+    Among all tables with every margin >= 1 (a closed convex set) exactly one has the least
+    Euclidean norm, so the table depends on the dataset alone, never on which optimal vertex a
+    solver returns.  HiGHS's QP solver finds it in floats; its active rows S (margin ~ 1) are then
+    re-solved exactly: the least-norm point of {A_S x = 1} (x = R^T y for a basis R of the row
+    space of A_S, rref in python-flint).  The exact answer is kept only if every margin is >= 1
+    (checked exactly), and is then divided by the gcd of its numerators' content, so the same
+    dataset always gives the same integer table.  None (the caller rounds an LP vertex instead)
+    when the QP fails, the active set is too large for an exact solve, or the check fails.
+    """
+    import flint
+
+    inf = np.inf
+    R = prob.A.shape[0]
+    st, x = _run_lp(np.zeros(prob.n_vars), prob.A.tocsc(), np.ones(R), np.full(R, inf),
+                    np.full(prob.n_vars, -inf), np.full(prob.n_vars, inf), identity_hessian=True)
+    if st != "optimal" or x is None:
+        return None
+    act = np.nonzero(prob.A @ x <= 1 + 1e-6)[0]
+    used = np.nonzero(np.asarray(abs(prob.A[act]).sum(axis=0)).ravel())[0]
+    if len(act) == 0 or len(act) * len(used) > CANONICAL_LIMIT**2 // 4 or len(used) > CANONICAL_LIMIT:
+        return None
+    M = prob.A[act][:, used].toarray().astype(np.int64)  # (|S|, u); columns outside are 0 in x
+    rref, rank = flint.fmpq_mat(M.tolist()).rref()
+    basis = flint.fmpq_mat([[rref[r, c] for c in range(len(used))] for r in range(rank)])  # (rank, u)
+    MR = flint.fmpq_mat(M.tolist()) * basis.transpose()  # (|S|, rank), full column rank
+    normal = MR.transpose() * MR
+    rhs = MR.transpose() * flint.fmpq_mat([[1] for _ in range(len(act))])
+    try:
+        yv = normal.solve(rhs)
+    except ZeroDivisionError:
+        return None
+    xu = basis.transpose() * yv  # (u, 1)
+    if any((MR * yv)[r, 0] != 1 for r in range(len(act))):
+        return None  # the float active set was inconsistent
+    vals = [Fraction(int(xu[k, 0].p), int(xu[k, 0].q)) for k in range(len(used))]
+    den = 1
+    for v in vals:
+        den = den * v.denominator // gcd(den, v.denominator)
+    ints = [int(v * den) for v in vals]
+    g = 0
+    for v in ints:
+        g = gcd(g, v)
+    if g == 0:
+        return None
+    T = np.zeros(prob.n_vars, dtype=object)
+    T[used] = [v // g for v in ints]
+    if max((abs(int(v)) for v in T), default=0) > 2**50:
+        return None
+    T = T.astype(np.int64).reshape(len(prob.jv_keys), prob.C)
+    return T if margins_ok(prob, T, np.arange(prob.N)) else None
+
+
 def logits_of_table(prob: GroupProblem, T: np.ndarray, points: np.ndarray) -> np.ndarray:
     """Exact integer logits (object ints) of the given points under integer table T."""
     Tobj = T.astype(object)
@@ -647,7 +751,9 @@ def decide(data: Data, task: str = "", sample: int | None = 256, seed: int = 0, 
                 break
             size = min(len(members), size * 4)
         prob, x = fit
-        T = round_table(prob, x)
+        T = canonical_table(prob)
+        if T is None:
+            T = round_table(prob, x)
         if T is None:
             raise RuntimeError(f"could not round the LP solution of group (length {n}, last {last!r}); please report")
         table = {(j, data.vocab[v]): tuple(int(t) for t in T[k]) for k, (j, v) in enumerate(prob.jv_keys)}
