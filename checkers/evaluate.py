@@ -298,10 +298,15 @@ class Evaluator:
         self.checked = not self.use_float and not force_exact and _checkable(self.im)
         self.batches = {"float": 0, "checked": 0, "exact": 0}
         self._exact_w = self._weights(lambda M: M)
-        if self.use_float or self.checked:
+        # The MLP's static bias terms (b * g, g the model's denominator) are proven below 2^53 on the
+        # float path only; the checked path recomputes them per batch (`layer_constants`, checked
+        # there) and never reads the static ones, which can pass any float (a deep model's g has
+        # thousands of bits): they are not converted.
+        if self.use_float:
             self._float_w = self._weights(_float)
-        if self.checked:
-            self._abs_w = self._weights(lambda M: _float(_absmat(M)))
+        elif self.checked:
+            self._float_w = self._weights(_float, static=False)
+            self._abs_w = self._weights(lambda M: _float(_absmat(M)), static=False)
         C = self.im.C
         self.big_classifier = any(abs(v) >= FLOAT_EXACT_LIMIT for v in C.flat)
         self._CT = C.T
@@ -310,13 +315,15 @@ class Evaluator:
         self._rows_cache: dict = {}
         self.denominator = self.im.c * (self.im.layers[-1].g_out if self.im.layers else 1)
 
-    def _weights(self, conv):
-        """Per layer: (A^T per head, B^T per head, coef, IntLayer, MLP pieces or None), converted."""
+    def _weights(self, conv, static: bool = True):
+        """Per layer: (A^T per head, B^T per head, coef, IntLayer, MLP pieces or None), converted;
+        static=False leaves the MLP's static bias terms out (None)."""
         out = []
         for L in self.im.layers:
             mlp = None
             if L.mlp is not None:
-                mlp = (conv(L.mlp.P1.T), conv(L.mlp.beta1g), conv(L.mlp.P2.T), conv(L.mlp.beta2g), L.mlp.x_scale)
+                b1, b2 = (conv(L.mlp.beta1g), conv(L.mlp.beta2g)) if static else (None, None)
+                mlp = (conv(L.mlp.P1.T), b1, conv(L.mlp.P2.T), b2, L.mlp.x_scale)
             out.append(([conv(A.T) for A in L.A], [conv(B.T) for B in L.B], L.coef, L, mlp))
         return out
 
