@@ -399,6 +399,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         info["model_class"] = model.kinds()
     if len(v.notes) > 1:
         info["run_notes"] = list(v.notes[1:])
+    if v.journal is not None:
+        info["journal"] = v.journal.to_json()
     if v.margin_enclosure is not None:
         info["min_margin_enclosure"] = enclosure_text(v.margin_enclosure)
     if v.counterexample is not None:
