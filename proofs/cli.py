@@ -2,7 +2,8 @@
 
 Exit codes: 0 verified, 1 refuted (counterexample printed), 2 bad input (one line, no traceback),
 3 undecided (softmax models only: certified balls could not separate some point's logits at the
-precision cap; the point is printed; never rounded into a verdict).
+precision cap; the point is printed; never rounded into a verdict), 4 internal error
+(depthcert/cli_errors.py).
 """
 from __future__ import annotations
 
@@ -32,25 +33,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def run_main(fn, argv=None) -> int:
-    """Run a command body; BadInput -> 'error: ...' on stderr and exit code 2."""
-    if hasattr(sys, "set_int_max_str_digits"):
-        # exact results (margins, logits) can have more than Python's default 4300 digits
-        # (multihop --as-printed --hops 5); inputs are capped separately (checkers/rational.py)
-        sys.set_int_max_str_digits(0)
-    try:
-        return fn(argv)
-    except BadInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 2
-    except MemoryError:
-        print("error: out of memory: the requested sizes are too large for this machine", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # output piped into `head`
-        sys.stderr.close()
-        return 0
+    """Run a command body (depthcert/cli_errors.py: exit 2 for bad input, 4 for an internal error)."""
+    from depthcert.cli_errors import run_command
+
+    return run_command(fn, argv)
 
 
 TASK_OPTIONS = (

@@ -202,6 +202,12 @@ def _check_log_folder(path) -> None:
 
 
 def train_main(argv=None) -> int:
+    from depthcert.cli_errors import run_command
+
+    return run_command(_train, argv)
+
+
+def _train(argv) -> int:
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         if argv and argv[0].strip().lower() == "copy":
@@ -279,6 +285,12 @@ def reproduce_parser() -> argparse.ArgumentParser:
 
 
 def reproduce_main(argv=None) -> int:
+    from depthcert.cli_errors import run_command
+
+    return run_command(_reproduce, argv)
+
+
+def _reproduce(argv) -> int:
     try:
         args = reproduce_parser().parse_args(argv)
         # a bad name fails here, before torch (seconds to import) is loaded
