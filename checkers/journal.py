@@ -227,13 +227,14 @@ class Journal:
         if not 1 <= res.checked <= hi - lo:
             return f"chunk {lo}..{hi - 1} of {hi - lo} points records {res.checked} points checked"
         checked = self._plan(lo, lo + res.checked)
-        if res.bad_index < 0:
-            if res.bad_index != -1 or res.checked != hi - lo:
-                return (f"chunk {lo}..{hi - 1} records no failure but {res.checked} of its {hi - lo} points checked"
-                        if res.bad_index == -1 else f"bad_index {res.bad_index} is not a point index")
-        elif res.bad_index != self._plan(lo + res.checked - 1, lo + res.checked)[0]:
+        last = int(checked[-1])
+        if res.bad_index < -1:
+            return f"bad_index {res.bad_index} is neither -1 (no failure) nor a point index"
+        if res.bad_index == -1 and res.checked != hi - lo:
+            return f"chunk {lo}..{hi - 1} records no failure but {res.checked} of its {hi - lo} points checked"
+        if res.bad_index >= 0 and res.bad_index != last:
             return (f"chunk {lo}..{hi - 1} records point {res.bad_index} as its first failure but checked "
-                    f"{res.checked} points, the last of which is point {self._plan(lo + res.checked - 1, lo + res.checked)[0]}")
+                    f"{res.checked} points, the last of which is point {last}")
         if self.single_class:
             if res.min_num is not None or res.min_index != -1 or res.bad_index != -1:
                 return "a model with one class has no margins and no failures, but the line records some"

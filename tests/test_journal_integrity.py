@@ -164,6 +164,24 @@ def test_chunk_not_of_this_run(capsys, files, lo, hi):
     refused(capsys, w["good"], j, 2, "is not a chunk of this run")
 
 
+@pytest.mark.parametrize("changes,needle", [
+    ({"min_num": "1"}, "hexadecimal"),
+    ({"min_num": None}, "no minimum margin"),
+    ({"checked": 0}, "records 0 points checked"),
+    ({"checked": 501}, "records 501 points checked"),
+    ({"bad_index": -2}, "neither -1"),
+    ({"batches": [-1, 0]}, "batches two counts"),
+    ({"lo": "500"}, "must be integers"),
+    ({"extra": 1}, "not a chunk line of journal version 2"),
+], ids=lambda x: json.dumps(x) if isinstance(x, dict) else None)
+def test_malformed_fields_with_checksum_recomputed(capsys, files, changes, needle):
+    tmp, w = files
+    j, lines = written(capsys, tmp, w["good"])
+    lines[2] = edit(lines[2], True, **changes)
+    j.write_text("\n".join(lines))
+    refused(capsys, w["good"], j, 3, needle)
+
+
 def test_repeated_chunk_with_other_results(capsys, files):
     tmp, w = files
     j, lines = written(capsys, tmp, w["good"])
