@@ -370,6 +370,8 @@ def _verify_sharded(ev, model, task, plan, class_map, class_rows, tokens, force_
         fresh.close()
         if bar is not None:
             bar.close()
+    if bad_index < 0 and checked != plan.n_eval:  # a verdict is verified or has a counterexample
+        raise RuntimeError(f"the chunks checked {checked} of {plan.n_eval} points without a failure")
     re_evaluated = _recheck_journalled(ev, task, class_rows, tokens, journal, from_journal)
     counter = None
     if bad_index >= 0:  # rebuild the counterexample here, from that one point
