@@ -22,7 +22,7 @@ from depthcert.checkers.budget import charge_seconds, over_budget
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.model import Model
-from depthcert.checkers.tasks import Batch, Task
+from depthcert.checkers.tasks.base import Batch, Task
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from depthcert.checkers.composition_task import Composition
+from depthcert.checkers.tasks.composition import Composition
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import BlockMatrix, Layout
 from depthcert.checkers.model import Head, Layer, Model
 from depthcert.constructions.attention import constrained_attention
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "Sequential function composition (Chen, Peng & Wu, arXiv 2412.02975)"
 MASK = -1

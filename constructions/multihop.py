@@ -29,9 +29,9 @@ import numpy as np
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import BlockMatrix, Layout
 from depthcert.checkers.model import Head, Model
-from depthcert.checkers.multihop_task import MultiHop
+from depthcert.checkers.tasks.multihop import MultiHop
 from depthcert.constructions.attention import constrained_attention, instructive_attention, position_map
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "Section 7 (nested in-context QA by repeated copy-matching)"
 MASK = -1  # Lemma 2 mask: content scores are 0/1, so -1 already silences a masked pair

@@ -42,10 +42,10 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import BlockMatrix, Layout
-from depthcert.checkers.logdepth_tasks import Reachability
+from depthcert.checkers.tasks.logdepth import Reachability
 from depthcert.checkers.model import MLP, Head, Layer, Model
 from depthcert.constructions.attention import instructive_attention, position_map
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "log-depth transformers (related work): graph connectivity by repeated squaring"
 

@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from depthcert.checkers.certificate import classify
-from depthcert.checkers.dataset_file import DatasetTask
-from depthcert.checkers.dependence import decide_task
+from depthcert.checkers.tasks.dataset_file import DatasetTask
+from depthcert.proofs.dependence import decide_task
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.layout import Layout, zeros
 from depthcert.checkers.model import Head, Model

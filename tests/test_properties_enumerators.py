@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 import task_reference as ref
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.tasks import TASK_ALIASES, make_task
-from depthcert.checkers.template_tasks import count_templates
+from depthcert.checkers.tasks.template import count_templates
 from proptools import prop
 
 # tasks with a reference in tests/task_reference.py (those present in this build: KNOWN below)

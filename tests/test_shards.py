@@ -66,7 +66,7 @@ def test_symmetry_plan_shards_the_representatives(tmp_path):
 @pytest.mark.parametrize("model", [GOOD, BAD], ids=["verified", "tampered"])
 def test_dask_local_cluster_gives_the_same_verdict(model):
     pytest.importorskip("dask.distributed")
-    from depthcert.proofs.cluster import DaskRunner
+    from depthcert.cli.cluster import DaskRunner
 
     runner = DaskRunner("local", 2)
     try:
