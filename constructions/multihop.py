@@ -1,7 +1,7 @@
 """Multi-hop in-context QA (paper section 7: "copy-matching" repeated once per hop).
 
 Sequence ``x_0 > y_0  x_1 > y_1 ... x_{k-1} > y_{k-1}  s >`` with y_i = f(x_i), label f^h(s)
-(checkers/multihop_task.py).  Pair i sits at positions 3i (x_i), 3i+1 (>), 3i+2 (y_i); the query
+(checkers/tasks/multihop.py).  Pair i sits at positions 3i (x_i), 3i+1 (>), 3i+2 (y_i); the query
 entity s at 3k, the last column 3k+1 holds ``>``.
 
 Residual stream: [entity (N); relation (1); position (n); dst (N)] (the "paper" fix has one

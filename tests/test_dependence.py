@@ -1,4 +1,4 @@
-"""One-layer decision (checkers/dependence.py), dataset files and the find-dependence CLI."""
+"""One-layer decision (proofs/dependence.py), dataset files and the find-dependence CLI."""
 from __future__ import annotations
 
 import itertools

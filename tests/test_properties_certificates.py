@@ -1,5 +1,5 @@
 """Properties of one-layer impossibility certificates (checkers/certificate.py) and of the one-layer
-decision (checkers/dependence.py decide / decide_task).
+decision (proofs/dependence.py decide / decide_task).
 
   the checker is the definition   on certificates mutated at random from valid ones (a coefficient
                                   bumped, a token or label changed, a point dropped, duplicated or

@@ -1,5 +1,5 @@
-"""Properties of the dataset enumerators (checkers/tasks.py, template_tasks.py, multihop_task.py,
-composition_task.py, logdepth_tasks.py).
+"""Properties of the dataset enumerators (checkers/tasks/: base.py, icqa.py, classification.py, template.py, multihop.py,
+composition.py, logdepth.py).
 
 For every task make_task knows (sc, icqa, tm, ictm, multihop, composition, parity, mod-count,
 word-problem, reachability; a task whose module is absent from the build is left out), at random

@@ -1,6 +1,6 @@
 """Sharded runs give the single-process verdict: processes, a Dask LocalCluster, and a journal
 that survives a real SIGKILL of the run and resumes to the same verdict, margin and
-counterexample (checkers/shards.py, checkers/journal.py, proofs/cluster.py)."""
+counterexample (checkers/shards.py, checkers/journal.py, depthcert/cli/cluster.py)."""
 from __future__ import annotations
 
 import json

@@ -5,7 +5,7 @@
 PROGRAM is a name from tracr's program library (tracr.compiler.lib: make_reverse, make_hist,
 make_sort_unique, ...; see LIBRARY_ARGS for the arguments each gets) or MODULE:FUNCTION
 returning a RASP expression (called with the same arguments by parameter name).  The program is
-compiled by tracr, imported exactly (proofs/tracr_import.py), and checked on every input of
+compiled by tracr, imported exactly (depthcert/interop/tracr_import.py), and checked on every input of
 every length 1..max_seq_len over the vocabulary (BOS first, as tracr places it), the labels
 taken from tracr's RASP evaluator (rasp.evaluate; --causal: tracr's causal evaluator):
 
