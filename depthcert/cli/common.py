@@ -12,9 +12,9 @@ import math
 import sys
 from fractions import Fraction
 
-
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
+
 EXIT_UNDECIDED = 3
 PRECISION_LIMIT = 65536  # bits: a ball forward pass at this precision is already slow
 
