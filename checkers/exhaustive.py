@@ -22,7 +22,7 @@ from depthcert.checkers.budget import charge_seconds, over_budget
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.model import Model
-from depthcert.checkers.tasks import Batch, Task
+from depthcert.checkers.tasks.base import Batch, Task
 
 
 @dataclass(frozen=True)
@@ -256,7 +256,7 @@ def verify(
     decided in ball arithmetic; `balls` may set start_precision / max_precision (bits).
 
     Sharded runs (checkers/shards.py) give the same verdict: `workers` > 1 processes (from
-    PARALLEL_MIN_POINTS points), a `runner` (proofs/cluster.py: Dask), and/or a `journal` file
+    PARALLEL_MIN_POINTS points), a `runner` (depthcert/cli/cluster.py: Dask), and/or a `journal` file
     that records finished chunks so that a re-run after a crash resumes."""
     t0 = time.perf_counter()
     class_map = check_compatible(model, task)

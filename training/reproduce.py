@@ -110,7 +110,7 @@ def ictm_error_groups(model, config: TrainConfig, count: int = 3000) -> list[dic
     """Held-out ICTM errors grouped by (template of context question 0, of question 1, of the query)."""
     import torch
 
-    from depthcert.checkers.template_tasks import canonical_patterns, pattern_name
+    from depthcert.checkers.tasks.template import canonical_patterns, pattern_name
     from depthcert.training.data import Sampler
     from depthcert.training.train import build_task
 
@@ -317,7 +317,7 @@ def run_figure3(out: str, steps: int | None, seeds: int | None, tasks, progress:
     import torch
 
     from depthcert.checkers.tasks import make_task
-    from depthcert.constructions import registry
+    from depthcert import constructions
     from depthcert.training.data import Sampler
     from depthcert.training.model import from_exact, parsing_qk
 
@@ -328,10 +328,10 @@ def run_figure3(out: str, steps: int | None, seeds: int | None, tasks, progress:
     for case in cases:
         task = make_task(case.task, **dict(case.options))
         cons, note = None, ""
-        known = registry.variants(task.name)
+        known = constructions.variants(task.name)
         for v in case.variants:
             if v in known:
-                cons = registry.build(task, v, as_printed=False)
+                cons = constructions.build(task, v, as_printed=False)
                 break
         ids = np.array([[task.vocab.index(t) for t in ex] for ex in case.examples])
         _, ev_ids, _ = Sampler(task, np.random.default_rng(0)).eval_set(500)
@@ -499,7 +499,7 @@ def run(what: str, out: str = "docs/img", doc: str = "docs/experiments.md", step
         task_set = {canonical_task(t) for t in tasks.split(",") if t.strip()}
     if jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {jobs}")
-    from depthcert.training.cli import EXPERIMENTS, GROUPS
+    from depthcert.training.experiments import EXPERIMENTS, GROUPS
     from depthcert.training.reproduce_copy import run_copy
     from depthcert.training.reproduce_heads import FIGURES, run_heads_figure
 
