@@ -234,6 +234,12 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
                 _block_axis(ax, lay, "y")
                 _block_axis(ax, lay, "x")
                 ax.set_title(f"layer {li + 1} head {hi + 1}  {name}", fontsize=8)
+                if name == "W_QK":  # score(key j, query k) = h_j^T W_QK h_k
+                    ax.set_ylabel("key feature (h_key^T W_QK h_query)", fontsize=7)
+                    ax.set_xlabel("query feature", fontsize=7)
+                else:  # value written = W_V h_key
+                    ax.set_ylabel("output feature (W_V h_key)", fontsize=7)
+                    ax.set_xlabel("key feature", fontsize=7)
             fig.suptitle(f"{task.describe()}  [{variant}]", fontsize=8)
             save(fig, f"layer{li + 1}-head{hi + 1}-weights.png")
 
