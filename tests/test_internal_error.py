@@ -1,41 +1,45 @@
 """An unexpected exception in any console command exits 4 with one line, never 1 (REFUTED) and
-never a traceback; DEPTHCERT_DEBUG=1 shows the traceback (depthcert/cli_errors.py)."""
+never a traceback; DEPTHCERT_DEBUG=1 shows the traceback (depthcert/cli/errors.py)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
-from importlib.metadata import entry_points
+import tomllib
+from pathlib import Path
 
 import pytest
 
-from depthcert.cli_errors import EXIT_INTERNAL
+from depthcert.cli.errors import EXIT_INTERNAL
 
-SCRIPTS = sorted((ep for ep in entry_points(group="console_scripts") if ep.value.startswith("depthcert.")),
-                 key=lambda ep: ep.name)
+# every console script pyproject.toml declares (not the installed metadata, which may be stale)
+SCRIPTS = sorted(tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+                 ["project"]["scripts"].items())
 
 
 def test_every_console_script_is_listed():
-    names = {ep.name for ep in SCRIPTS}
+    names = {name for name, _ in SCRIPTS}
     assert {"verify-construction", "find-dependence", "check-certificate", "show-construction", "reproduce-paper",
             "train", "reproduce", "verify-tracr"} <= names, names
 
 
-@pytest.mark.parametrize("ep", SCRIPTS, ids=[ep.name for ep in SCRIPTS])
-def test_injected_internal_error_exits_4_with_one_line(ep, monkeypatch, capsys):
+@pytest.mark.parametrize("name,target", SCRIPTS, ids=[name for name, _ in SCRIPTS])
+def test_injected_internal_error_exits_4_with_one_line(name, target, monkeypatch, capsys):
     def boom(self, *args, **kwargs):
         raise RuntimeError("injected failure\nsecond line")
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", boom)
     monkeypatch.delenv("DEPTHCERT_DEBUG", raising=False)
-    main = ep.load()
+    module, func = target.split(":")
+    main = getattr(importlib.import_module(module), func)
     try:
         code = main([])
     except SystemExit as exc:
         code = exc.code
     err = capsys.readouterr().err
-    assert code == EXIT_INTERNAL, (ep.name, code, err)
+    assert code == EXIT_INTERNAL, (name, code, err)
     assert err.count("\n") == 1 and err.startswith("internal error: RuntimeError: injected failure; please report"), err
 
 
@@ -45,7 +49,7 @@ import depthcert.checkers.exhaustive as ex
 def boom(*a, **k):
     raise ZeroDivisionError("injected")
 ex.verify = boom
-from depthcert.proofs.cli import verify_construction_main
+from depthcert.cli.verify_construction import verify_construction_main
 verify_construction_main(sys.argv[1:])
 """
 

@@ -17,7 +17,7 @@ from depthcert.checkers.journal import line_checksum
 from depthcert.checkers.tasks import make_task
 from depthcert.checkers.weights_file import model_to_json
 from depthcert.constructions import registry
-from depthcert.proofs import cli
+from depthcert.cli import verify_construction as cli
 
 TASK = make_task("multihop", hops=2, k=3, n_entities=4)  # 1944 points: 4 chunks of 500
 GOOD = registry.build(TASK, "linear").model

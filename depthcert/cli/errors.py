@@ -22,7 +22,7 @@ EXIT_INTERNAL = 4
 DEBUG_ENV = "DEPTHCERT_DEBUG"
 
 
-def run_command(fn, argv=None) -> int:
+def run_main(fn, argv=None) -> int:
     """fn(argv)'s return value as the exit code; BadInput (and interrupts, memory exhaustion) ->
     exit 2 with 'error: ...'; any other exception -> exit 4 with one line, or its traceback when
     DEPTHCERT_DEBUG=1."""

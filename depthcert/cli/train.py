@@ -10,6 +10,7 @@ import math
 import sys
 
 from depthcert.checkers.errors import BadInput
+from depthcert.training.experiments import EXPERIMENTS, GROUPS
 
 TASK_OPTIONS = (
     # (flag, dest, type)
@@ -202,9 +203,9 @@ def _check_log_folder(path) -> None:
 
 
 def train_main(argv=None) -> int:
-    from depthcert.cli_errors import run_command
+    from depthcert.cli.common import run_main
 
-    return run_command(_train, argv)
+    return run_main(_train, argv)
 
 
 def _train(argv) -> int:
@@ -264,10 +265,6 @@ def _train(argv) -> int:
         return _die("interrupted")
 
 
-EXPERIMENTS = ("reference", "figure2", "figure3", "ictm2", "figure4", "figure5", "figure6", "figure7", "copy")
-GROUPS = {"heads": ("figure4", "figure5", "figure6", "figure7"), "all": EXPERIMENTS}
-
-
 def reproduce_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="reproduce", description="Reproduce the paper's experiments (OBSERVED, not proven).")
     p.add_argument("what", help="reference (the run the tests compare), figure2 (depth sweep + docs/experiments.md), figure3 (attention maps), ictm2 (open "
@@ -285,9 +282,9 @@ def reproduce_parser() -> argparse.ArgumentParser:
 
 
 def reproduce_main(argv=None) -> int:
-    from depthcert.cli_errors import run_command
+    from depthcert.cli.common import run_main
 
-    return run_command(_reproduce, argv)
+    return run_main(_reproduce, argv)
 
 
 def _reproduce(argv) -> int:
