@@ -11,13 +11,18 @@ from fractions import Fraction
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
-from depthcert.cli.errors import EXIT_UNDECIDED, run_main  # noqa: F401 -- every command imports them from here
+from depthcert.cli.errors import EXIT_UNDECIDED, exit_codes_epilog, run_main  # noqa: F401 -- commands import them here
 
 PRECISION_LIMIT = 65536  # bits: a ball forward pass at this precision is already slow
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises BadInput (exit 2, one line) instead of printing usage."""
+    """argparse that raises BadInput (exit 2, one line) instead of printing usage; --help ends
+    with the command's exit codes (depthcert/cli/errors.py)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("epilog", exit_codes_epilog(kwargs.get("prog")))
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise BadInput(message)

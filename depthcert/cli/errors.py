@@ -21,6 +21,40 @@ EXIT_UNDECIDED = 3
 EXIT_INTERNAL = 4
 DEBUG_ENV = "DEPTHCERT_DEBUG"
 
+_BAD = "bad input (one line naming it)"
+_INTERNAL = "internal error (one line; please report)"
+# Every command's exit codes and what each means: the one source of the epilog of every command's
+# --help; tests/test_internal_error.py checks README's table ("Exit codes") against it.
+EXIT_CODES = {
+    "verify-construction": {
+        EXIT_OK: "verified (--all-sizes: proven for every size; --point: the point is correct)",
+        EXIT_REFUTED: "refuted, the counterexample printed (--all-sizes: fails at a size; --point: wrong)",
+        EXIT_BAD_INPUT: _BAD + ", also a --journal line that does not add up",
+        EXIT_UNDECIDED: "undecided (softmax models only; --all-sizes: partial, not proven)",
+        EXIT_INTERNAL: _INTERNAL},
+    "find-dependence": {
+        EXIT_OK: "decided (a certificate checked, or a one-layer model verified on every point)",
+        EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL + ", e.g. a certificate the independent checker rejects"},
+    "check-certificate": {EXIT_OK: "valid", EXIT_REFUTED: "invalid, or not about the given dataset",
+                          EXIT_BAD_INPUT: "malformed or unreadable, or " + _BAD, EXIT_INTERNAL: _INTERNAL},
+    "verify-tracr": {EXIT_OK: "verified (numerical programs without --tolerance: the error reported)",
+                     EXIT_REFUTED: "refuted", EXIT_BAD_INPUT: _BAD + ", or the tracr extra missing",
+                     EXIT_UNDECIDED: "undecided", EXIT_INTERNAL: _INTERNAL},
+    "show-construction": {EXIT_OK: "pictures written", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+    "reproduce-paper": {EXIT_OK: "every claim holds", EXIT_REFUTED: "some claim does not",
+                        EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+    "train": {EXIT_OK: "done", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+    "reproduce": {EXIT_OK: "done", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+}
+
+
+def exit_codes_epilog(prog: str | None) -> str | None:
+    """'Exit codes: 0 ...; 1 ...; ...' for a command's --help (None for an unknown prog)."""
+    codes = EXIT_CODES.get((prog or "").split(" ")[0])
+    if codes is None:
+        return None
+    return "Exit codes: " + "; ".join(f"{code} {text}" for code, text in sorted(codes.items())) + "."
+
 
 def run_main(fn, argv=None) -> int:
     """fn(argv)'s return value as the exit code; BadInput (and interrupts, memory exhaustion) ->

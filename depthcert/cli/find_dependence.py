@@ -7,7 +7,6 @@ that checkers/certificate.py accepts, or an explicit one-layer model verified on
 Exit codes: 0 = certificate found and checked, or fittable with a verified model; 2 = bad input
 (one line on stderr); 4 = internal error (a search/LP failure or a certificate the checker
 rejects: reported in one line, never a silent "unknown"; depthcert/cli/errors.py).
-check-certificate: 0 valid, 1 invalid, 2 malformed or unreadable.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Console scripts `train` and `reproduce` (need the "train" extra: torch + matplotlib).
 
-Bad input exits 2 with one line on stderr; results are OBSERVED training runs, not proofs.
+Exit codes (depthcert/cli/errors.py): 0 done, 2 bad input (one line on stderr), 4 internal error;
+results are OBSERVED training runs, not proofs.
 """
 from __future__ import annotations
 
@@ -28,7 +29,14 @@ TASK_OPTIONS = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises BadInput instead of printing usage and exiting."""
+    """argparse that raises BadInput instead of printing usage and exiting; --help ends with the
+    command's exit codes."""
+
+    def __init__(self, *args, **kwargs):
+        from depthcert.cli.errors import exit_codes_epilog
+
+        kwargs.setdefault("epilog", exit_codes_epilog(kwargs.get("prog")))
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise BadInput(f"{self.prog}: {message}")
