@@ -37,6 +37,14 @@ from depthcert.checkers.model import Model
 FLOAT_EXACT_LIMIT = 2**53
 MAX_DENOMINATOR_BITS = 2**24  # 16 million bits (2 MB) per number: deeper models are refused
 EXACT_MEMORY_BYTES = 256 * 2**20  # big integers in flight per sub-batch of the exact path
+# Models whose values grow doubly exponentially in depth (a relu layer can cube them): a layer's
+# products take time growing as bits^1.6 (one point of a layer at 1.7 million bits: seconds; at 5
+# million: a minute).  magnitude_bound gives up once its bound passes MAX_STREAM_BITS // 3 bits
+# before a layer and returns BOUND_UNKNOWN (no layer from there on is proven below 2^53); the
+# exact path then checks its actual numbers before every layer (_run) and ends the run with one
+# line (BadInput) when one passes MAX_STREAM_BITS // 3 bits.
+MAX_STREAM_BITS = 2**22
+BOUND_UNKNOWN = 1 << (MAX_STREAM_BITS + 1)
 
 
 def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
@@ -89,9 +97,14 @@ class IntegerModel:
     layers: tuple[IntLayer, ...]
     C: np.ndarray
     c: int
-    bound: int  # proven bound on every intermediate magnitude of the integer pass
+    bound: int  # proven bound on every intermediate magnitude of the integer pass (or BOUND_UNKNOWN)
     use_float: bool
     proven_layers: int = 0  # the first layers whose values are all proven below 2^53 a priori
+
+    @property
+    def bounded(self) -> bool:
+        """The a-priori bound was computed (not given up at BOUND_UNKNOWN)."""
+        return self.bound < BOUND_UNKNOWN
 
     def as_float(self, M: np.ndarray) -> np.ndarray:
         return np.array(M, dtype=np.float64)
@@ -164,7 +177,9 @@ def _vmax(v) -> int:
 
 
 def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None = None) -> int:
-    """An upper bound on |every partial sum| in the integer forward pass, for any input.
+    """An upper bound on |every partial sum| in the integer forward pass, for any input, or
+    BOUND_UNKNOWN once the bound passes MAX_STREAM_BITS // 3 bits before a layer (that
+    layer and every later one: BOUND_UNKNOWN in per_layer).
 
     hb[f] bounds |G[f, j]| over all columns j and all inputs; n = max_length columns.
     per_layer, if given, receives the running bound after each layer (the stream alone).
@@ -173,7 +188,11 @@ def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None 
     hb = np.zeros(model.dim, dtype=object)
     hb[: model.input_rows] = 1
     worst = 1
-    for layer in layers:
+    for li, layer in enumerate(layers):
+        if worst.bit_length() > MAX_STREAM_BITS // 3:  # the next layer can cube it
+            if per_layer is not None:
+                per_layer.extend([BOUND_UNKNOWN] * (len(layers) - li))
+            return BOUND_UNKNOWN
         if layer.A:
             new = hb * layer.x_scale
             for A, B, coef, kind in zip(layer.A, layer.B, layer.coef, layer.kinds or ("relu",) * len(layer.A)):
@@ -362,10 +381,11 @@ class Evaluator:
                 pass
         self.batches["exact"] += 1
         step = self.exact_batch_points(token_ids.shape[1])
+        cap = None if self.im.bounded else MAX_STREAM_BITS  # no a-priori bound: sizes checked per layer
         if len(token_ids) <= step:
-            return _run(self.model, token_ids, last_only, self._exact_w, None, object), 1
+            return _run(self.model, token_ids, last_only, self._exact_w, None, object, max_bits=cap), 1
         # big integers in flight: sub-batches sized to the memory budget, results joined
-        parts = [_run(self.model, token_ids[lo:lo + step], last_only, self._exact_w, None, object)
+        parts = [_run(self.model, token_ids[lo:lo + step], last_only, self._exact_w, None, object, max_bits=cap)
                  for lo in range(0, len(token_ids), step)]
         return np.concatenate(parts, axis=0), 1
 
@@ -565,14 +585,23 @@ def _margins_from_logits(num: np.ndarray, rows: np.ndarray) -> np.ndarray | None
     return correct - best_other
 
 
-def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, proven: int = 0) -> np.ndarray:
+def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, proven: int = 0,
+         max_bits: int | None = None) -> np.ndarray:
     """The integer forward pass (module docstring) with weights W; with Wa (abs weights, float64)
     every product is repeated on absolute values and checked below 2^53 (raises _Exceeded),
-    from layer `proven` on (the layers before it are proven exact a priori)."""
+    from layer `proven` on (the layers before it are proven exact a priori).  max_bits (big
+    integers of a model without an a-priori bound): a stream number past it before a layer ends
+    the run (BadInput), since that layer could cube it."""
     X = embed_rows(model, token_ids, dtype)  # (B, n, d)
     Xa = None
     nl = len(W)
     for li, (ATs, BTs, coefs, L, mlp) in enumerate(W):
+        if max_bits is not None and X.size and max(int(v).bit_length() for v in X.flat) > max_bits // 3:
+            from depthcert.checkers.errors import BadInput
+
+            raise BadInput(f"exact evaluation would need numbers of more than {max_bits:,} bits from layer {li + 1} "
+                           "on (this model's values grow about threefold in bits per layer); use fewer layers "
+                           "or smaller weights")
         last = last_only and li == nl - 1
         absw = Wa[li] if Wa is not None and li >= proven else None
         if absw is not None and Xa is None:

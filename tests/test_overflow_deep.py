@@ -115,3 +115,59 @@ def test_no_static_term_past_2_53_is_converted(monkeypatch):
 
     monkeypatch.setattr(evaluate, "_float", guarded)
     verify(deep_model(TASK, bias_row="read"), TASK, progress=False)
+
+
+def growing_model(task, layers: int, w=F(10), score_sign: int = 1):
+    """The task's construction, then `layers` relu heads whose score and value both read and write
+    one classifier row: that row's numbers roughly cube per layer (doubly exponential in depth).
+    score_sign=-1: every score is <= 0, relu drops it, and the numbers do not grow (the a-priori
+    bound, on absolute values, grows as before)."""
+    base = registry.build(task).model
+    d, C = base.dim, len(base.classes)
+    r = next(j for j in range(d) if any(base.W_O[c, j] != 0 for c in range(C)))
+    extra = []
+    for _ in range(layers):
+        A = np.full((d, d), F(0), dtype=object)
+        B = A.copy()
+        A[r, r], B[r, r] = score_sign * w, w
+        extra.append(Layer((Head(A, B),)))
+    return replace(base, layers=base.layers + tuple(extra))
+
+
+def test_doubly_exponential_growth_is_refused_in_one_line(monkeypatch, capsys):
+    """Numbers that cube per layer: the a-priori bound gives up (BOUND_UNKNOWN) instead of taking
+    minutes, and the exact pass stops before a layer whose input passes MAX_STREAM_BITS // 3 bits
+    (exit 2, one line), rather than running for hours (16 such layers at the real limit: refused in
+    about 10 s, was not done after 60; the limit is lowered here to keep the test fast)."""
+    import depthcert.checkers.evaluate as evaluate
+    from depthcert.cli import verify_construction as cli
+
+    monkeypatch.setattr(evaluate, "MAX_STREAM_BITS", 3 * 2**12)
+    model = growing_model(TASK, 12)
+    assert not integerize(model).bounded
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"growing-{os.getpid()}.json")
+    import json
+
+    with open(path, "w") as fh:
+        json.dump(model_to_json(model), fh)
+    try:
+        code = cli.run_main(cli._verify_construction, ["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3",
+                                                       "--weights", path])
+    finally:
+        os.remove(path)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, (code, err)
+    assert err.startswith("error: exact evaluation would need numbers of more than 12,288 bits from layer "), err
+
+
+def test_unknown_bound_with_small_values_still_verifies(monkeypatch):
+    """A model whose a-priori bound gives up but whose actual numbers stay below the limit is
+    decided exactly as before (same verdict, margin and counterexample as the Fraction oracle)."""
+    import depthcert.checkers.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "MAX_STREAM_BITS", 3 * 2**10)
+    for model in (growing_model(TASK, 12, score_sign=-1), growing_model(TASK, 5)):
+        assert not integerize(model).bounded
+        v = verify(model, TASK, progress=False)
+        assert oracle_verdict(model, TASK) == (v.verdict, v.min_margin,
+                                               None if v.counterexample is None else v.counterexample.index)
