@@ -26,6 +26,7 @@ exact.  Otherwise the pass runs on Python integers (numpy object arrays): slower
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from math import gcd, lcm
@@ -316,6 +317,7 @@ class Evaluator:
         self.use_float = self.im.use_float and not force_exact
         self.checked = not self.use_float and not force_exact and _checkable(self.im)
         self.batches = {"float": 0, "checked": 0, "exact": 0}
+        self._deadline = None  # stop_after
         self._exact_w = self._weights(lambda M: M)
         # The MLP's static bias terms (b * g, g the model's denominator) are proven below 2^53 on the
         # float path only; the checked path recomputes them per batch (`layer_constants`, checked
@@ -381,13 +383,22 @@ class Evaluator:
                 pass
         self.batches["exact"] += 1
         step = self.exact_batch_points(token_ids.shape[1])
-        cap = None if self.im.bounded else MAX_STREAM_BITS  # no a-priori bound: sizes checked per layer
+        # no a-priori bound: sizes (and a time limit, if set) checked per layer
+        cap = None if self.im.bounded else MAX_STREAM_BITS
+        deadline = None if self.im.bounded else self._deadline
         if len(token_ids) <= step:
-            return _run(self.model, token_ids, last_only, self._exact_w, None, object, max_bits=cap), 1
+            return _run(self.model, token_ids, last_only, self._exact_w, None, object, max_bits=cap,
+                        deadline=deadline), 1
         # big integers in flight: sub-batches sized to the memory budget, results joined
-        parts = [_run(self.model, token_ids[lo:lo + step], last_only, self._exact_w, None, object, max_bits=cap)
+        parts = [_run(self.model, token_ids[lo:lo + step], last_only, self._exact_w, None, object, max_bits=cap,
+                      deadline=deadline)
                  for lo in range(0, len(token_ids), step)]
         return np.concatenate(parts, axis=0), 1
+
+    def stop_after(self, seconds: float, what: str) -> None:
+        """From now on, the big-integer pass of a model without an a-priori bound stops (BadInput)
+        before a layer once `seconds` have passed (a run past --max-seconds; checkers/budget.py)."""
+        self._deadline = (time.perf_counter() + seconds, seconds, what)
 
     def exact_batch_points(self, n: int) -> int:
         """Points per big-integer sub-batch: about EXACT_MEMORY_BYTES of integers in flight, from
@@ -586,16 +597,21 @@ def _margins_from_logits(num: np.ndarray, rows: np.ndarray) -> np.ndarray | None
 
 
 def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, proven: int = 0,
-         max_bits: int | None = None) -> np.ndarray:
+         max_bits: int | None = None, deadline: tuple | None = None) -> np.ndarray:
     """The integer forward pass (module docstring) with weights W; with Wa (abs weights, float64)
     every product is repeated on absolute values and checked below 2^53 (raises _Exceeded),
     from layer `proven` on (the layers before it are proven exact a priori).  max_bits (big
     integers of a model without an a-priori bound): a stream number past it before a layer ends
-    the run (BadInput), since that layer could cube it."""
+    the run (BadInput), since that layer could cube it; deadline (perf_counter time, seconds,
+    what): a layer that would start after it ends the run too (BadInput)."""
     X = embed_rows(model, token_ids, dtype)  # (B, n, d)
     Xa = None
     nl = len(W)
     for li, (ATs, BTs, coefs, L, mlp) in enumerate(W):
+        if deadline is not None and time.perf_counter() > deadline[0]:
+            from depthcert.checkers.budget import time_limit_passed
+
+            raise time_limit_passed(deadline[2], deadline[1])
         if max_bits is not None and X.size and max(int(v).bit_length() for v in X.flat) > max_bits // 3:
             from depthcert.checkers.errors import BadInput
 

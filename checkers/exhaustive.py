@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from depthcert.checkers.budget import charge_seconds, over_budget
+from depthcert.checkers.budget import charge_seconds, over_budget, seconds_limit
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.model import Model
@@ -305,6 +305,11 @@ def verify(
         charge_seconds(per_point * plan.n_eval, what, f"measured on a batch of {batch_size} of them")
     else:
         charge_seconds(estimate, what)
+    limit = seconds_limit()
+    if limit is not None and not ev.im.bounded:
+        # no a-priori bound on the numbers (they can grow doubly exponentially in depth), so no
+        # estimate bounds the time: the big-integer pass checks --max-seconds before every layer
+        ev.stop_after(limit, what)
     if plan.indices is None:
         batches = task.batches(batch_size)
     else:

@@ -134,7 +134,7 @@ def growing_model(task, layers: int, w=F(10), score_sign: int = 1):
     return replace(base, layers=base.layers + tuple(extra))
 
 
-def test_doubly_exponential_growth_is_refused_in_one_line(monkeypatch, capsys):
+def test_doubly_exponential_growth_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
     """Numbers that cube per layer: the a-priori bound gives up (BOUND_UNKNOWN) instead of taking
     minutes, and the exact pass stops before a layer whose input passes MAX_STREAM_BITS // 3 bits
     (exit 2, one line), rather than running for hours (16 such layers at the real limit: refused in
@@ -145,16 +145,12 @@ def test_doubly_exponential_growth_is_refused_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(evaluate, "MAX_STREAM_BITS", 3 * 2**12)
     model = growing_model(TASK, 12)
     assert not integerize(model).bounded
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"growing-{os.getpid()}.json")
     import json
 
-    with open(path, "w") as fh:
-        json.dump(model_to_json(model), fh)
-    try:
-        code = cli.run_main(cli._verify_construction, ["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3",
-                                                       "--weights", path])
-    finally:
-        os.remove(path)
+    path = tmp_path / "growing.json"
+    path.write_text(json.dumps(model_to_json(model)))
+    code = cli.run_main(cli._verify_construction, ["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3",
+                                                   "--weights", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, (code, err)
     assert err.startswith("error: exact evaluation would need numbers of more than 12,288 bits from layer "), err
@@ -171,3 +167,20 @@ def test_unknown_bound_with_small_values_still_verifies(monkeypatch):
         v = verify(model, TASK, progress=False)
         assert oracle_verdict(model, TASK) == (v.verdict, v.min_margin,
                                                None if v.counterexample is None else v.counterexample.index)
+
+
+def test_time_limit_is_kept_while_running(tmp_path, capsys):
+    """No estimate bounds the time of a model without an a-priori bound, so its big-integer pass
+    checks --max-seconds before every layer: 11 cubing layers (about 30 s in all) stop with one
+    line, exit 2, shortly after the 1 s limit."""
+    import json
+
+    from depthcert.cli import verify_construction as cli
+
+    path = tmp_path / "growing.json"
+    path.write_text(json.dumps(model_to_json(growing_model(TASK, 11))))
+    code = cli.run_main(cli._verify_construction, ["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3",
+                                                   "--weights", str(path), "--max-seconds", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, (code, err)
+    assert "ran past the limit of 1 s and was stopped" in err and "--max-seconds" in err, err
