@@ -66,3 +66,14 @@ def test_internal_error_in_a_real_process(debug):
     else:
         assert r.stderr.splitlines() == ["internal error: ZeroDivisionError: injected; please report (rerun with "
                                          "DEPTHCERT_DEBUG=1 for the traceback)"]
+
+
+def test_please_report_is_said_once(capsys):
+    from depthcert.cli.common import run_main
+
+    def fails(argv):
+        raise RuntimeError("the LP is infeasible but no exact certificate was recovered; please report")
+
+    assert run_main(fails, []) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err.count("please report") == 1 and err.count("\n") == 1, err

@@ -86,6 +86,7 @@ def run_main(fn, argv=None) -> int:
             return EXIT_INTERNAL
         text = str(exc).strip().splitlines()
         detail = f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+        detail = detail.removesuffix("; please report")  # said once, below
         print(f"internal error: {detail}; please report (rerun with {DEBUG_ENV}=1 for the traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL
