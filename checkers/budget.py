@@ -12,7 +12,9 @@ Every command builds constructions inside `resource_budget(max_weights, max_seco
            The a-priori evaluation rate is a floor (dense products at the slowest path's speed);
            an evaluation estimated above the limit is timed on one batch from the middle of the
            points before it is refused (checkers/exhaustive.py: verify), so the refusal and the
-           --max-seconds value it suggests rest on this machine's measured speed.
+           --max-seconds value it suggests rest on this machine's measured speed.  A model
+           whose numbers have no a-priori bound (checkers/evaluate.py: BOUND_UNKNOWN) has no
+           estimate at all: its big-integer pass checks the limit before every layer instead.
 
 Outside a budget (library use) nothing is charged.
 """
@@ -67,6 +69,17 @@ def charge_seconds(estimate: float, what: str, how: str = "estimated") -> None:
     if estimate > b.max_seconds:
         raise BadInput(f"{what} would take about {_human(estimate)} ({how}), above the limit of "
                        f"{_human(b.max_seconds)}; raise it with --max-seconds {int(estimate * 2) + 1}")
+
+
+def seconds_limit() -> float | None:
+    """The active budget's --max-seconds (None outside a budget)."""
+    return _ACTIVE[-1].max_seconds if _ACTIVE else None
+
+
+def time_limit_passed(what: str, seconds: float) -> BadInput:
+    """The error of a step stopped while running, past --max-seconds (for steps no estimate can bound)."""
+    return BadInput(f"{what} ran past the limit of {_human(seconds)} and was stopped (its numbers grow too fast to "
+                    f"estimate the time beforehand); raise it with --max-seconds {int(seconds * 4) + 1}")
 
 
 def over_budget(estimate: float) -> bool:

@@ -201,7 +201,18 @@ def check_certificate(obj):
 
 
 def main(argv=None):
-    """python certificate.py FILE: exit 0 valid, 1 invalid, 2 malformed or unreadable."""
+    """python certificate.py FILE: exit 0 valid, 1 invalid, 2 malformed or unreadable, 4 internal
+    error (a bug here: one line, never exit 1, which means invalid)."""
+    try:
+        return _main(argv)
+    except Exception as exc:  # noqa: BLE001
+        text = str(exc).strip().splitlines()
+        print(f"internal error: {type(exc).__name__}" + (f": {text[0][:300]}" if text else "") + "; please report",
+              file=sys.stderr)
+        return 4
+
+
+def _main(argv):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: certificate.py FILE", file=sys.stderr)

@@ -26,6 +26,7 @@ exact.  Otherwise the pass runs on Python integers (numpy object arrays): slower
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from math import gcd, lcm
@@ -37,6 +38,14 @@ from depthcert.checkers.model import Model
 FLOAT_EXACT_LIMIT = 2**53
 MAX_DENOMINATOR_BITS = 2**24  # 16 million bits (2 MB) per number: deeper models are refused
 EXACT_MEMORY_BYTES = 256 * 2**20  # big integers in flight per sub-batch of the exact path
+# Models whose values grow doubly exponentially in depth (a relu layer can cube them): a layer's
+# products take time growing as bits^1.6 (one point of a layer at 1.7 million bits: seconds; at 5
+# million: a minute).  magnitude_bound gives up once its bound passes MAX_STREAM_BITS // 3 bits
+# before a layer and returns BOUND_UNKNOWN (no layer from there on is proven below 2^53); the
+# exact path then checks its actual numbers before every layer (_run) and ends the run with one
+# line (BadInput) when one passes MAX_STREAM_BITS // 3 bits.
+MAX_STREAM_BITS = 2**22
+BOUND_UNKNOWN = 1 << (MAX_STREAM_BITS + 1)
 
 
 def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
@@ -89,9 +98,14 @@ class IntegerModel:
     layers: tuple[IntLayer, ...]
     C: np.ndarray
     c: int
-    bound: int  # proven bound on every intermediate magnitude of the integer pass
+    bound: int  # proven bound on every intermediate magnitude of the integer pass (or BOUND_UNKNOWN)
     use_float: bool
     proven_layers: int = 0  # the first layers whose values are all proven below 2^53 a priori
+
+    @property
+    def bounded(self) -> bool:
+        """The a-priori bound was computed (not given up at BOUND_UNKNOWN)."""
+        return self.bound < BOUND_UNKNOWN
 
     def as_float(self, M: np.ndarray) -> np.ndarray:
         return np.array(M, dtype=np.float64)
@@ -164,7 +178,9 @@ def _vmax(v) -> int:
 
 
 def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None = None) -> int:
-    """An upper bound on |every partial sum| in the integer forward pass, for any input.
+    """An upper bound on |every partial sum| in the integer forward pass, for any input, or
+    BOUND_UNKNOWN once the bound passes MAX_STREAM_BITS // 3 bits before a layer (that
+    layer and every later one: BOUND_UNKNOWN in per_layer).
 
     hb[f] bounds |G[f, j]| over all columns j and all inputs; n = max_length columns.
     per_layer, if given, receives the running bound after each layer (the stream alone).
@@ -173,7 +189,11 @@ def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None 
     hb = np.zeros(model.dim, dtype=object)
     hb[: model.input_rows] = 1
     worst = 1
-    for layer in layers:
+    for li, layer in enumerate(layers):
+        if worst.bit_length() > MAX_STREAM_BITS // 3:  # the next layer can cube it
+            if per_layer is not None:
+                per_layer.extend([BOUND_UNKNOWN] * (len(layers) - li))
+            return BOUND_UNKNOWN
         if layer.A:
             new = hb * layer.x_scale
             for A, B, coef, kind in zip(layer.A, layer.B, layer.coef, layer.kinds or ("relu",) * len(layer.A)):
@@ -297,11 +317,17 @@ class Evaluator:
         self.use_float = self.im.use_float and not force_exact
         self.checked = not self.use_float and not force_exact and _checkable(self.im)
         self.batches = {"float": 0, "checked": 0, "exact": 0}
+        self._deadline = None  # stop_after
         self._exact_w = self._weights(lambda M: M)
-        if self.use_float or self.checked:
+        # The MLP's static bias terms (b * g, g the model's denominator) are proven below 2^53 on the
+        # float path only; the checked path recomputes them per batch (`layer_constants`, checked
+        # there) and never reads the static ones, which can pass any float (a deep model's g has
+        # thousands of bits): they are not converted.
+        if self.use_float:
             self._float_w = self._weights(_float)
-        if self.checked:
-            self._abs_w = self._weights(lambda M: _float(_absmat(M)))
+        elif self.checked:
+            self._float_w = self._weights(_float, static=False)
+            self._abs_w = self._weights(lambda M: _float(_absmat(M)), static=False)
         C = self.im.C
         self.big_classifier = any(abs(v) >= FLOAT_EXACT_LIMIT for v in C.flat)
         self._CT = C.T
@@ -310,13 +336,15 @@ class Evaluator:
         self._rows_cache: dict = {}
         self.denominator = self.im.c * (self.im.layers[-1].g_out if self.im.layers else 1)
 
-    def _weights(self, conv):
-        """Per layer: (A^T per head, B^T per head, coef, IntLayer, MLP pieces or None), converted."""
+    def _weights(self, conv, static: bool = True):
+        """Per layer: (A^T per head, B^T per head, coef, IntLayer, MLP pieces or None), converted;
+        static=False leaves the MLP's static bias terms out (None)."""
         out = []
         for L in self.im.layers:
             mlp = None
             if L.mlp is not None:
-                mlp = (conv(L.mlp.P1.T), conv(L.mlp.beta1g), conv(L.mlp.P2.T), conv(L.mlp.beta2g), L.mlp.x_scale)
+                b1, b2 = (conv(L.mlp.beta1g), conv(L.mlp.beta2g)) if static else (None, None)
+                mlp = (conv(L.mlp.P1.T), b1, conv(L.mlp.P2.T), b2, L.mlp.x_scale)
             out.append(([conv(A.T) for A in L.A], [conv(B.T) for B in L.B], L.coef, L, mlp))
         return out
 
@@ -355,12 +383,22 @@ class Evaluator:
                 pass
         self.batches["exact"] += 1
         step = self.exact_batch_points(token_ids.shape[1])
+        # no a-priori bound: sizes (and a time limit, if set) checked per layer
+        cap = None if self.im.bounded else MAX_STREAM_BITS
+        deadline = None if self.im.bounded else self._deadline
         if len(token_ids) <= step:
-            return _run(self.model, token_ids, last_only, self._exact_w, None, object), 1
+            return _run(self.model, token_ids, last_only, self._exact_w, None, object, max_bits=cap,
+                        deadline=deadline), 1
         # big integers in flight: sub-batches sized to the memory budget, results joined
-        parts = [_run(self.model, token_ids[lo:lo + step], last_only, self._exact_w, None, object)
+        parts = [_run(self.model, token_ids[lo:lo + step], last_only, self._exact_w, None, object, max_bits=cap,
+                      deadline=deadline)
                  for lo in range(0, len(token_ids), step)]
         return np.concatenate(parts, axis=0), 1
+
+    def stop_after(self, seconds: float, what: str) -> None:
+        """From now on, the big-integer pass of a model without an a-priori bound stops (BadInput)
+        before a layer once `seconds` have passed (a run past --max-seconds; checkers/budget.py)."""
+        self._deadline = (time.perf_counter() + seconds, seconds, what)
 
     def exact_batch_points(self, n: int) -> int:
         """Points per big-integer sub-batch: about EXACT_MEMORY_BYTES of integers in flight, from
@@ -558,14 +596,28 @@ def _margins_from_logits(num: np.ndarray, rows: np.ndarray) -> np.ndarray | None
     return correct - best_other
 
 
-def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, proven: int = 0) -> np.ndarray:
+def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, proven: int = 0,
+         max_bits: int | None = None, deadline: tuple | None = None) -> np.ndarray:
     """The integer forward pass (module docstring) with weights W; with Wa (abs weights, float64)
     every product is repeated on absolute values and checked below 2^53 (raises _Exceeded),
-    from layer `proven` on (the layers before it are proven exact a priori)."""
+    from layer `proven` on (the layers before it are proven exact a priori).  max_bits (big
+    integers of a model without an a-priori bound): a stream number past it before a layer ends
+    the run (BadInput), since that layer could cube it; deadline (perf_counter time, seconds,
+    what): a layer that would start after it ends the run too (BadInput)."""
     X = embed_rows(model, token_ids, dtype)  # (B, n, d)
     Xa = None
     nl = len(W)
     for li, (ATs, BTs, coefs, L, mlp) in enumerate(W):
+        if deadline is not None and time.perf_counter() > deadline[0]:
+            from depthcert.checkers.budget import time_limit_passed
+
+            raise time_limit_passed(deadline[2], deadline[1])
+        if max_bits is not None and X.size and max(int(v).bit_length() for v in X.flat) > max_bits // 3:
+            from depthcert.checkers.errors import BadInput
+
+            raise BadInput(f"exact evaluation would need numbers of more than {max_bits:,} bits from layer {li + 1} "
+                           "on (this model's values grow about threefold in bits per layer); use fewer layers "
+                           "or smaller weights")
         last = last_only and li == nl - 1
         absw = Wa[li] if Wa is not None and li >= proven else None
         if absw is not None and Xa is None:

@@ -18,7 +18,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from depthcert.checkers.budget import charge_seconds, over_budget
+from depthcert.checkers.budget import charge_seconds, over_budget, seconds_limit
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.model import Model
@@ -93,6 +93,7 @@ class Verdict:
     undecided: UndecidedPoint | None = None  # softmax only: the first undecided point
     undecided_count: int = 0
     margin_enclosure: tuple[Fraction, Fraction] | None = None  # softmax: min margin lies in here
+    journal: object = None  # checkers.journal.JournalUse: how many chunks came from a journal
 
     @property
     def verified(self) -> bool:
@@ -304,6 +305,11 @@ def verify(
         charge_seconds(per_point * plan.n_eval, what, f"measured on a batch of {batch_size} of them")
     else:
         charge_seconds(estimate, what)
+    limit = seconds_limit()
+    if limit is not None and not ev.im.bounded:
+        # no a-priori bound on the numbers (they can grow doubly exponentially in depth), so no
+        # estimate bounds the time: the big-integer pass checks --max-seconds before every layer
+        ev.stop_after(limit, what)
     if plan.indices is None:
         batches = task.batches(batch_size)
     else:
@@ -369,6 +375,7 @@ def _verify_sharded(ev, model, task, plan, class_map, class_rows, tokens, force_
 
         journal = Journal(journal_path, model, task, plan.indices, plan.n_eval, chunk)
     done = journal.done if journal is not None else {}
+    journalled = set(done)  # chunks read back from the journal (record() adds the fresh ones to done)
     missing = [j for j in jobs if (j.lo, j.hi) not in done]
     n_done = len(jobs) - len(missing)
     if runner is None:
@@ -376,10 +383,13 @@ def _verify_sharded(ev, model, task, plan, class_map, class_rows, tokens, force_
     fresh = runner.run(spec, missing)
     results = shards.in_order(jobs, done, fresh, journal.record if journal is not None else None)
     counts = [0, 0]
+    from_journal = []  # the journalled chunk results the merge used
 
     def seen(r):
         counts[0] += r.batches[0]
         counts[1] += r.batches[1]
+        if (r.lo, r.hi) in journalled:
+            from_journal.append(r)
         if bar is not None:
             bar.update(r.checked)
 
@@ -390,15 +400,24 @@ def _verify_sharded(ev, model, task, plan, class_map, class_rows, tokens, force_
         fresh.close()
         if bar is not None:
             bar.close()
+    if bad_index < 0 and checked != plan.n_eval:  # a verdict is verified or has a counterexample
+        raise RuntimeError(f"the chunks checked {checked} of {plan.n_eval} points without a failure")
+    re_evaluated = _recheck_journalled(ev, task, class_rows, tokens, journal, from_journal)
     counter = None
     if bad_index >= 0:  # rebuild the counterexample here, from that one point
         batch = next(task.batches_of([bad_index]))
         _, den, bad, num, positions = check_batch(ev, batch, class_rows, tokens)
+        if bad != 0:  # a fresh chunk's failure that does not fail again: never print it as one
+            raise RuntimeError(f"point {bad_index} failed in its chunk but not when re-evaluated")
         counter = _counterexample(model, task, class_map, batch, bad, num, den, positions, ev, tokens)
     min_margin = None if min_num is None else Fraction(min_num, ev.denominator)
     cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
-    notes = (plan.note,) + ((f"journal {journal_path}: {n_done} of {len(jobs)} chunks were already done",)
-                            if journal is not None else ())
+    use = None
+    if journal is not None:
+        from depthcert.checkers.journal import JournalUse
+
+        use = JournalUse(journal_path, len(jobs), n_done, re_evaluated)
+    notes = (plan.note,) + ((use.note(),) if use is not None else ())
     if ev.checked:
         path = "float64, checked < 2^53 per batch" + (
             f" ({counts[1]} of {counts[0] + counts[1]} batches on big integers)" if counts[1] else "")
@@ -406,7 +425,25 @@ def _verify_sharded(ev, model, task, plan, class_map, class_rows, tokens, force_
         path = ev.path
     where = runner.describe()
     return Verdict(task.name, task.size, checked, cov, min_margin, counter, path + (f"; {where}" if where else ""),
-                   time.perf_counter() - t0, notes)
+                   time.perf_counter() - t0, notes, journal=use)
+
+
+def _recheck_journalled(ev, task, class_rows, tokens, journal, results) -> int:
+    """Re-evaluate the recorded minimum-margin point of every journalled chunk the verdict uses
+    (a failing chunk's is its counterexample): each must have exactly the recorded margin, or the
+    run stops with one line naming the journal line (BadInput).  Returns how many were re-evaluated."""
+    wanted = [r for r in results if r.min_index >= 0]
+    if not wanted:
+        return 0
+    points = sorted({r.min_index for r in wanted})
+    got = {}
+    for batch in task.batches_of(points, len(points)):
+        margins, _, _, _, _ = check_batch(ev, batch, class_rows, tokens, need_logits=False)
+        got.update((int(i), m) for i, m in zip(batch.index, margins))
+    for r in wanted:
+        what = "counterexample" if r.bad_index >= 0 else "minimum-margin point"
+        journal.check_point((r.lo, r.hi), what, r.min_index, r.min_num, got.get(r.min_index))
+    return len(points)
 
 
 def _counterexample(model, task, class_map, batch, bad, num, den, positions, ev=None, tokens=None) -> Counterexample:

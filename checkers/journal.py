@@ -1,28 +1,48 @@
 """A journal of finished chunks, so an exhaustive run killed midway resumes where it stopped.
 
-    {"format": "depthcert.journal", "version": 1, "model": SHA256, "task": SHA256, "plan": SHA256,
-     "points": N, "chunk": C}                                      first line: what the run is
-    {"lo": 0, "hi": 65536, "checked": 65536, "min_num": "3", "bad_index": -1}   one line a chunk
+    {"format": "depthcert.journal", "version": 2, "model": SHA256, "task": SHA256, "plan": SHA256,
+     "points": N, "chunk": C}                                              line 1: what the run is
+    {"run": R, "lo": 0, "hi": 65536, "checked": 65536, "min_num": "0x3", "min_index": 17,
+     "bad_index": -1, "batches": [32, 0], "sum": S}                       one line a chunk
 
-Lines are appended whole, flushed and fsync'ed as each chunk finishes; a crash can leave at most
-one partial last line, which is ignored on reading.  A journal written for another model (any
-weight, vocabulary, class, layout or option), task (name, sizes, points) or plan (the symmetry
-reduction's index list) is refused: the header's fingerprints must match exactly.  Resuming
-reads the recorded chunk results instead of recomputing them; the merge (checkers/shards.py)
-is the same, so the verdict is the single-process one.
+R is the SHA-256 of the header line's canonical JSON (so every chunk line names the model, task,
+plan and chunking it was computed for), S the SHA-256 of the chunk line's canonical JSON without
+"sum".  Lines are appended whole, flushed and fsync'ed as each chunk finishes; a crash can leave
+at most one partial last line (no newline), which is cut off on resuming and its chunk redone.
+
+Claim.  Nothing read from a journal is trusted as written.  A header for another model, task,
+plan or chunking, a header of another version (version 1 lines carry no checksum), a chunk line
+that is not valid JSON, belongs to another run (R differs: spliced from another journal), fails
+its checksum (edited by hand), names a chunk that is not one of this run's, repeats a chunk with
+other results, or whose counts do not add up (a chunk without failure checked every one of its
+points and has a positive margin; a failing chunk checked its points up to and including the
+failing one, whose margin is the chunk's minimum and is <= 0; the minimum-margin point lies among
+the checked ones) is refused with one line naming the journal line (BadInput: exit 2).  Beyond
+that, the verifier (checkers/exhaustive.py) re-evaluates, before printing anything, the recorded
+minimum-margin point of every chunk it takes from the journal and the recorded counterexample:
+each must have exactly the recorded margin (`Journal.check_point`).
+
+Limit.  A journal whose lines were rewritten with recomputed checksums and a recorded minimum
+that a real point of the chunk attains can still claim that chunk's other points pass: the
+checksum detects corruption, edits and splices, not a forger with the source code.  Resume only
+journals this tool wrote.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
+from dataclasses import dataclass
 
 import numpy as np
 
 from depthcert.checkers.errors import BadInput
 
 FORMAT = "depthcert.journal"
-VERSION = 1
+VERSION = 2
+_HEX = re.compile(r"^-?0x[0-9a-f]+$")  # margins in hexadecimal: no limit on digits, linear time
+_CHUNK_KEYS = ("run", "lo", "hi", "checked", "min_num", "min_index", "bad_index", "batches", "sum")
 
 
 def _sha(parts) -> str:
@@ -31,6 +51,15 @@ def _sha(parts) -> str:
         h.update(repr(p).encode())
         h.update(b"\x00")
     return h.hexdigest()
+
+
+def _canonical(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def line_checksum(obj: dict) -> str:
+    """SHA-256 of a chunk line's canonical JSON, its "sum" field left out."""
+    return hashlib.sha256(_canonical({k: v for k, v in obj.items() if k != "sum"})).hexdigest()
 
 
 def model_fingerprint(model) -> str:
@@ -62,66 +91,196 @@ def plan_fingerprint(indices) -> str:
     return hashlib.sha256(np.asarray(indices, dtype=np.int64).tobytes()).hexdigest()
 
 
+@dataclass(frozen=True)
+class JournalUse:
+    """What a run took from its journal: `from_journal` of `chunks` chunks read back (every line
+    validated), `re_evaluated` recorded points evaluated again and found as recorded."""
+
+    path: str
+    chunks: int
+    from_journal: int
+    re_evaluated: int
+
+    def note(self) -> str:
+        return (f"journal {self.path}: {self.from_journal} of {self.chunks} chunks came from the journal (every "
+                f"line validated, {self.re_evaluated} recorded point(s) re-evaluated as recorded)")
+
+    def to_json(self) -> dict:
+        return {"file": self.path, "chunks": self.chunks, "from_journal": self.from_journal,
+                "points_re_evaluated": self.re_evaluated}
+
+
 class Journal:
-    """Open (create or resume) the journal at `path` for this run; `done` maps (lo, hi) to
-    the recorded chunk results, `record(result)` appends one."""
+    """Open (create or resume) the journal at `path` for this run.  `done` maps (lo, hi) to the
+    validated chunk results read back, `line_of` maps (lo, hi) to their line numbers (1 = the
+    header); `record(result)` appends one.  `indices` is the plan's index list (None: every
+    index); `single_class`: the model has one class, so no chunk has a margin."""
 
     def __init__(self, path: str, model, task, indices, n_points: int, chunk: int):
-        from depthcert.checkers.shards import ChunkResult
-
         self.path = path
+        self.indices = None if indices is None else np.asarray(indices, dtype=np.int64)
+        self.n_points, self.chunk = int(n_points), int(chunk)
+        self.single_class = len(model.classes) == 1
         self.header = {"format": FORMAT, "version": VERSION, "model": model_fingerprint(model),
                        "task": task_fingerprint(task), "plan": plan_fingerprint(indices),
-                       "points": int(n_points), "chunk": int(chunk)}
+                       "points": self.n_points, "chunk": self.chunk}
+        self.run_id = hashlib.sha256(_canonical(self.header)).hexdigest()
         self.done: dict = {}
-        exists = os.path.exists(path) and os.path.getsize(path) > 0
-        if exists:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    lines = fh.read().split("\n")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise BadInput(f"cannot read journal {path}: {getattr(exc, 'strerror', None) or exc}") from None
-            try:
-                head = json.loads(lines[0])
-            except ValueError:
-                raise BadInput(f"journal {path}: the first line is not a journal header") from None
-            if not isinstance(head, dict) or head.get("format") != FORMAT:
-                raise BadInput(f"journal {path}: not a depthcert journal")
-            for key in ("model", "task", "plan", "points", "chunk"):
-                if head.get(key) != self.header[key]:
-                    raise BadInput(f"journal {path} was written for another {key} (its fingerprint differs); "
-                                   "use a new journal file for this run")
-            if not lines[-1] == "":  # a partial last line: end it, so appends start on a line of their own
-                self._append_raw("\n")
-            for line in lines[1:]:
-                try:
-                    r = json.loads(line)
-                    res = ChunkResult(int(r["lo"]), int(r["hi"]), int(r["checked"]),
-                                      None if r["min_num"] is None else int(r["min_num"]), int(r["bad_index"]),
-                                      tuple(int(x) for x in r.get("batches", (0, 0))))
-                except (ValueError, KeyError, TypeError):
-                    continue  # a partial last line from a crash: that chunk is simply redone
-                self.done[(res.lo, res.hi)] = res
+        self.line_of: dict = {}
+        if os.path.exists(path) and os.path.getsize(path) > 0:
+            self._resume()
         else:
             folder = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(folder):
                 raise BadInput(f"cannot write journal {path}: folder {folder} does not exist")
             self._append(self.header)
 
+    # ---------------------------------------------------------------- reading back
+
+    def _resume(self) -> None:
+        path = self.path
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise BadInput(f"cannot read journal {path}: {exc.strerror}") from None
+        lines = data.split(b"\n")
+        partial = lines.pop()  # b"" when the file ends with a newline; else a line cut by a crash
+        self._check_header(lines[0] if lines else partial, complete=bool(lines))
+        for number, raw in enumerate(lines[1:], start=2):
+            res = self._chunk_line(raw, number)
+            key = (res.lo, res.hi)
+            if key in self.done and self.done[key] != res:
+                raise BadInput(f"journal {path} line {number}: chunk {res.lo}..{res.hi - 1} is already recorded on "
+                               f"line {self.line_of[key]} with other results")
+            self.done.setdefault(key, res)
+            self.line_of.setdefault(key, number)
+        if partial:  # cut off the crash's partial line, so appends start on a line of their own
+            try:
+                with open(path, "r+b") as fh:
+                    fh.truncate(len(data) - len(partial))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                raise BadInput(f"cannot write journal {path}: {exc.strerror}") from None
+
+    def _check_header(self, raw: bytes, complete: bool) -> None:
+        path = self.path
+        try:
+            head = json.loads(raw.decode("utf-8")) if complete else None
+        except (ValueError, UnicodeDecodeError):
+            head = None
+        if not isinstance(head, dict):
+            raise BadInput(f"journal {path} line 1: not a journal header")
+        if head.get("format") != FORMAT:
+            raise BadInput(f"journal {path} line 1: not a depthcert journal")
+        if head.get("version") != VERSION:
+            raise BadInput(f"journal {path} line 1: version {head.get('version')!r}; this depthcert reads version "
+                           f"{VERSION} only (version 1 chunk lines carry no fingerprint or checksum): start a new "
+                           "journal file")
+        for key in ("model", "task", "plan", "points", "chunk"):
+            if head.get(key) != self.header[key]:
+                raise BadInput(f"journal {path} was written for another {key} (its fingerprint differs); "
+                               "use a new journal file for this run")
+        if set(head) != set(self.header):
+            raise BadInput(f"journal {path} line 1: unexpected header fields {sorted(set(head) - set(self.header))}")
+
+    def _chunk_line(self, raw: bytes, number: int):
+        """One chunk line, validated (the module docstring's list), as a ChunkResult."""
+        from depthcert.checkers.shards import ChunkResult
+
+        where = f"journal {self.path} line {number}"
+        try:
+            r = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise BadInput(f"{where}: not a JSON chunk line") from None
+        if not isinstance(r, dict) or set(r) != set(_CHUNK_KEYS):
+            raise BadInput(f"{where}: not a chunk line of journal version {VERSION} (fields "
+                           f"{', '.join(_CHUNK_KEYS)})")
+        if r["run"] != self.run_id:
+            raise BadInput(f"{where}: the line belongs to another run (its fingerprint differs from the header's): "
+                           "spliced from another journal")
+        if r["sum"] != line_checksum(r):
+            raise BadInput(f"{where}: checksum mismatch: the line was edited or corrupted")
+        ints = ("lo", "hi", "checked", "min_index", "bad_index")
+        if not all(type(r[k]) is int for k in ints) or not (
+                isinstance(r["batches"], list) and len(r["batches"]) == 2
+                and all(type(x) is int and x >= 0 for x in r["batches"])):
+            raise BadInput(f"{where}: {', '.join(ints)} must be integers and batches two counts")
+        min_num = r["min_num"]
+        if min_num is not None:
+            if not isinstance(min_num, str) or not _HEX.match(min_num):
+                raise BadInput(f"{where}: min_num must be a hexadecimal integer (\"-0x7\") or null")
+            min_num = int(min_num, 16)
+        res = ChunkResult(r["lo"], r["hi"], r["checked"], min_num, r["bad_index"], tuple(r["batches"]),
+                          r["min_index"])
+        problem = self.inconsistency(res)
+        if problem:
+            raise BadInput(f"{where}: {problem}")
+        return res
+
+    def inconsistency(self, res) -> str:
+        """What does not add up in a chunk result of this run ('' when nothing)."""
+        lo, hi, chunk = res.lo, res.hi, self.chunk
+        if not (0 <= lo < self.n_points and lo % chunk == 0 and hi == min(self.n_points, lo + chunk)):
+            return f"chunk {lo}..{hi - 1} is not a chunk of this run ({self.n_points} points in chunks of {chunk})"
+        if not 1 <= res.checked <= hi - lo:
+            return f"chunk {lo}..{hi - 1} of {hi - lo} points records {res.checked} points checked"
+        checked = self._plan(lo, lo + res.checked)
+        last = int(checked[-1])
+        if res.bad_index < -1:
+            return f"bad_index {res.bad_index} is neither -1 (no failure) nor a point index"
+        if res.bad_index == -1 and res.checked != hi - lo:
+            return f"chunk {lo}..{hi - 1} records no failure but {res.checked} of its {hi - lo} points checked"
+        if res.bad_index >= 0 and res.bad_index != last:
+            return (f"chunk {lo}..{hi - 1} records point {res.bad_index} as its first failure but checked "
+                    f"{res.checked} points, the last of which is point {last}")
+        if self.single_class:
+            if res.min_num is not None or res.min_index != -1 or res.bad_index != -1:
+                return "a model with one class has no margins and no failures, but the line records some"
+            return ""
+        if res.min_num is None:
+            return "the line records no minimum margin"
+        if res.bad_index < 0 and res.min_num <= 0:
+            return f"a chunk without failure must have a positive minimum margin; the line records {res.min_num}"
+        if res.bad_index >= 0 and (res.min_num > 0 or res.min_index != res.bad_index):
+            return ("a failing chunk's minimum margin is its failing point's (<= 0); the line records "
+                    f"{res.min_num} at point {res.min_index}")
+        if not _contains(checked, res.min_index):
+            return f"the minimum-margin point {res.min_index} is not among the chunk's checked points"
+        return ""
+
+    def _plan(self, a: int, b: int):
+        """Dataset indices of plan positions a..b-1 (a range, or a slice of the plan's list)."""
+        return range(a, b) if self.indices is None else self.indices[a:b]
+
+    def check_point(self, key, what: str, index: int, recorded: int | None, got) -> None:
+        """A journal-sourced point re-evaluated: `got` (its margin numerator now) must be `recorded`."""
+        if got is None or recorded is None or int(got) != recorded:
+            raise BadInput(f"journal {self.path} line {self.line_of[key]}: {what} {index} re-evaluated has margin "
+                           f"numerator {got}, the journal records {recorded}: the line is not this run's result")
+
+    # ---------------------------------------------------------------- writing
+
     def record(self, res) -> None:
-        self._append({"lo": res.lo, "hi": res.hi, "checked": res.checked,
-                      "min_num": None if res.min_num is None else str(res.min_num), "bad_index": res.bad_index,
-                      "batches": list(res.batches)})
+        obj = {"run": self.run_id, "lo": res.lo, "hi": res.hi, "checked": res.checked,
+               "min_num": None if res.min_num is None else hex(res.min_num), "min_index": res.min_index,
+               "bad_index": res.bad_index, "batches": list(res.batches)}
+        obj["sum"] = line_checksum(obj)
+        self._append(obj)
         self.done[(res.lo, res.hi)] = res
 
     def _append(self, obj) -> None:
-        self._append_raw(json.dumps(obj) + "\n")
-
-    def _append_raw(self, line: str) -> None:
         try:
             with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(line)
+                fh.write(json.dumps(obj) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:
             raise BadInput(f"cannot write journal {self.path}: {exc.strerror}") from None
+
+
+def _contains(points, index: int) -> bool:
+    if isinstance(points, range):
+        return index in points
+    return bool(np.any(points == index))

@@ -1,6 +1,7 @@
 """Exact numbers in files: ints, or "p/q" strings, parsed strictly into Fractions."""
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -45,11 +46,33 @@ def short_decimal(q) -> str:
     if q == 0:
         return "0"
     a = abs(q)
+    if a.numerator.bit_length() + a.denominator.bit_length() > LOG_DECIMAL_BITS:
+        return ("-" if q < 0 else "") + _log_decimal(a)
     e = len(str(a.numerator)) - len(str(a.denominator))
     if Fraction(10) ** e > a:
         e -= 1
-    mant = a / Fraction(10) ** e
-    return ("-" if q < 0 else "") + f"{float(mant):.3f}e{e:+d}"
+    text = f"{float(a / Fraction(10) ** e):.3f}"
+    if text == "10.000":  # 9.9996.. rounds up to the next power of ten
+        text, e = "1.000", e + 1
+    return ("-" if q < 0 else "") + f"{text}e{e:+d}"
+
+
+LOG_DECIMAL_BITS = 20_000  # larger numbers: short_decimal reads their leading bits only
+
+
+def _log_decimal(a: Fraction) -> str:
+    """short_decimal of a positive rational from the 64 leading bits of its numerator and
+    denominator and their bit lengths: linear time, no decimal string or power of ten of the
+    number's size is built (a 10^7-digit margin would take minutes).  Accurate to far better than
+    the 4 digits shown (the exponent's float error is below 1e-6 up to 2^(10^9))."""
+    n, d = a.numerator, a.denominator
+    sn, sd = max(0, n.bit_length() - 64), max(0, d.bit_length() - 64)
+    lg = math.log10(n >> sn) - math.log10(d >> sd) + (sn - sd) * math.log10(2)
+    e = math.floor(lg)
+    mant = 10 ** (lg - e)
+    if f"{mant:.3f}" == "10.000":
+        mant, e = 1.0, e + 1
+    return f"{mant:.3f}e{e:+d}"
 
 
 def exact_text(q, long: int = 30) -> str:

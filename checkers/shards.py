@@ -46,6 +46,7 @@ class ChunkResult:
     min_num: int | None  # minimum margin numerator over those points (None: a single class)
     bad_index: int  # dataset index of the chunk's first failure, or -1
     batches: tuple = (0, 0)  # (batches run in checked float64, batches redone on big integers)
+    min_index: int = -1  # dataset index of a point with the minimum margin (-1: no margin)
 
 
 @dataclass(frozen=True)
@@ -85,16 +86,19 @@ def run_chunk(spec: Spec, job: Job) -> ChunkResult:
     task = spec.task
     batches = (task.batches(job.batch_size, job.lo, job.hi) if spec.indices is None
                else task.batches_of(spec.indices[job.lo:job.hi], job.batch_size))
-    checked, min_num = 0, None
+    checked, min_num, min_index = 0, None, -1
     for batch in batches:
         margins, _, bad, _, _ = check_batch(ev, batch, spec.class_rows, tokens, need_logits=False)
         if len(margins) and margins[0] is not None:
-            m = int(min(margins[: bad + 1] if bad >= 0 else margins))
-            min_num = m if min_num is None else min(min_num, m)
+            upto = margins[: bad + 1] if bad >= 0 else margins
+            j = int(np.argmin(upto))
+            if min_num is None or int(upto[j]) < min_num:
+                min_num, min_index = int(upto[j]), int(batch.index[j])
         if bad >= 0:
-            return ChunkResult(job.lo, job.hi, checked + bad + 1, min_num, int(batch.index[bad]), _delta(ev, before))
+            return ChunkResult(job.lo, job.hi, checked + bad + 1, min_num, int(batch.index[bad]), _delta(ev, before),
+                               min_index)
         checked += len(batch.index)
-    return ChunkResult(job.lo, job.hi, checked, min_num, -1, _delta(ev, before))
+    return ChunkResult(job.lo, job.hi, checked, min_num, -1, _delta(ev, before), min_index)
 
 
 def _delta(ev, before) -> tuple:

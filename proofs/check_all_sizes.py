@@ -336,6 +336,18 @@ def check_point(pt: dict, ctx: Ctx, log) -> list:
 
 
 def main(argv=None) -> int:
+    """python check_all_sizes.py FILE: exit 0 valid, 1 a margin not > 0, 2 malformed or inconsistent,
+    4 internal error (a bug here: one line, never exit 1, which means a failing certificate)."""
+    try:
+        return _main(argv)
+    except Exception as exc:  # noqa: BLE001
+        text = str(exc).strip().splitlines()
+        print(f"internal error: {type(exc).__name__}" + (f": {text[0][:300]}" if text else "") + "; please report",
+              file=sys.stderr)
+        return 4
+
+
+def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: check_all_sizes.py FILE", file=sys.stderr)

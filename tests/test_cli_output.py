@@ -35,3 +35,30 @@ def test_long_exact_numbers_also_print_a_short_decimal():
     assert exact_text(Fraction(98, 233)) == "98/233"
     assert short_decimal(Fraction(-3, 10**500)) == "-3.000e-500"
     assert short_decimal(Fraction(10**600 + 1)) == "1.000e+600"
+
+
+def test_short_decimal_of_huge_numbers_reads_leading_bits_only():
+    """No decimal string of a huge margin is built for its short form (a 3-million-digit one
+    would take minutes): with Python's digit limit back at 4300 it still works, and it agrees
+    with the exact computation where both apply; a mantissa rounding up to 10 carries."""
+    import sys
+
+    from depthcert.checkers import rational
+
+    big = [Fraction(3**20000), Fraction(-7, 3**20001), Fraction(10**7000 - 1), Fraction(2**(10**7), 3)]
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(4300)
+    try:
+        short = [short_decimal(q) for q in big]
+    finally:
+        sys.set_int_max_str_digits(old)
+    assert short[:3] == ["2.661e+9542", "-8.768e-9543", "1.000e+7000"] and short[3] == "3.017e+3010299"
+    sys.set_int_max_str_digits(0)
+    try:
+        limit, rational.LOG_DECIMAL_BITS = rational.LOG_DECIMAL_BITS, 10**9
+        exact = [short_decimal(q) for q in big[:3]]
+    finally:
+        rational.LOG_DECIMAL_BITS = limit
+        sys.set_int_max_str_digits(old)
+    assert exact == short[:3]
+    assert short_decimal(Fraction(10**40 - 1)) == "1.000e+40"

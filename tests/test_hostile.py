@@ -386,7 +386,7 @@ def test_dataset_mixed_lengths_and_consistent_duplicates_are_accepted():
 def test_find_dependence_hostile_dataset(tmp_path, capsys, name, fields, needle):
     d = tmp_path / "d.json"
     d.write_text(json.dumps(_dataset(fields)))
-    code, out, err = run(cli_dependence._find_dependence_safe,
+    code, out, err = run(cli_dependence._find_dependence,
                          ["--dataset", str(d), "--out", str(tmp_path / "c.json"), "--export", str(tmp_path / "w.json")],
                          capsys)
     assert_bad_input(code, out, err, needle)
@@ -398,7 +398,7 @@ def test_find_dependence_hostile_dataset(tmp_path, capsys, name, fields, needle)
                          ids=[c[0] for c in _file_cases("x")])
 def test_find_dependence_dataset_file_unreadable(tmp_path, capsys, name, content, needle):
     path = _materialise(tmp_path, name, content)
-    code, out, err = run(cli_dependence._find_dependence_safe, ["--dataset", path, "--out", str(tmp_path / "c.json")],
+    code, out, err = run(cli_dependence._find_dependence, ["--dataset", path, "--out", str(tmp_path / "c.json")],
                          capsys)
     assert_bad_input(code, out, err, needle)
     no_files_but(tmp_path, ["in.json"])
@@ -427,7 +427,7 @@ FD_OPTION_CASES = [
 def test_find_dependence_hostile_options(tmp_path, capsys, monkeypatch, argv, needle):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d.json").write_text(json.dumps(VALID_DATASET))
-    code, out, err = run(cli_dependence._find_dependence_safe, argv, capsys)
+    code, out, err = run(cli_dependence._find_dependence, argv, capsys)
     assert_bad_input(code, out, err, needle)
     no_files_but(tmp_path, ["d.json"])
 
@@ -437,7 +437,7 @@ def test_find_dependence_out_into_missing_folder_writes_nothing(tmp_path, capsys
     d = tmp_path / "d.json"
     d.write_text(json.dumps(_dataset({"sequences": [s["tokens"] for s in VALID_CERT["points"]],
                                       "labels": [s["label"] for s in VALID_CERT["points"]]})))
-    code, out, err = run(cli_dependence._find_dependence_safe,
+    code, out, err = run(cli_dependence._find_dependence,
                          ["--dataset", str(d), "--out", str(tmp_path / "no" / "c.json"), "--json"], capsys)
     assert code == 2 and "does not exist" in err and err.count("\n") == 1
     no_files_but(tmp_path, ["d.json"])
@@ -563,7 +563,7 @@ def test_find_dependence_refuses_what_it_cannot_load_naming_the_number(capsys, m
     from depthcert.proofs import dependence
 
     monkeypatch.setattr(dependence, "LOAD_LIMIT", 50)
-    code, out, err = run(cli_dependence._find_dependence_safe, ["--task", "sc", "--length", "3", "--alphabet", "4"],
+    code, out, err = run(cli_dependence._find_dependence, ["--task", "sc", "--length", "3", "--alphabet", "4"],
                          capsys)
     assert_bad_input(code, out, err, "64 points")
 
@@ -576,7 +576,7 @@ def test_find_dependence_guard_names_the_option_that_lifts_it(capsys, monkeypatc
     from depthcert.proofs import dependence
 
     monkeypatch.setattr(dependence, "LOAD_LIMIT", 50)
-    code, out, err = run(cli_dependence._find_dependence_safe,
+    code, out, err = run(cli_dependence._find_dependence,
                          ["--task", "sc", "--length", "3", "--alphabet", "4", "--max-points", "10"], capsys)
     assert_bad_input(code, out, err, "--max-points 64")
 

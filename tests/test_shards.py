@@ -47,7 +47,7 @@ def test_processes_and_journal_give_the_single_process_verdict(model, tmp_path):
     # resumed from the journal alone: every chunk read back, same verdict
     again = verify(model, TASK, progress=False, journal=str(tmp_path / "j"), chunk_points=101)
     assert _triple(again) == _triple(one)
-    assert any("already done" in n for n in again.notes)
+    assert any("came from the journal" in n for n in again.notes)
 
 
 def test_tampered_verdict_is_a_refutation_in_the_middle():
@@ -96,7 +96,7 @@ def test_partial_last_line_is_redone(tmp_path):
     j.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])  # a crash mid-append
     v = verify(GOOD, TASK, progress=False, journal=str(j), chunk_points=500)
     assert _triple(v) == _triple(verify(GOOD, TASK, progress=False))
-    assert any(f"{len(lines) - 2} of 4 chunks were already done" in n for n in v.notes), v.notes
+    assert any(f"{len(lines) - 2} of 4 chunks came from the journal" in n for n in v.notes), v.notes
 
 
 def test_sigkill_midway_then_resume(tmp_path):
@@ -127,7 +127,7 @@ def test_sigkill_midway_then_resume(tmp_path):
         assert a[key] == b[key], key
     note = " ".join(a["run_notes"])
     done_after = int(note.split(": ")[1].split(" of ")[0])
-    assert done_after >= done_before and f"of {-(-4096 // 64)} chunks were already done" in note, note
+    assert done_after >= done_before and f"of {-(-4096 // 64)} chunks came from the journal" in note, note
 
 
 def test_benchmark_smoke_runs_every_row():

@@ -2,7 +2,7 @@
 
     check-certificate FILE [--task TASK ... | --dataset FILE]
 
-Exit codes: 0 valid, 1 invalid, 2 malformed or unreadable.
+Exit codes: 0 valid, 1 invalid, 2 malformed or unreadable, 4 internal error (depthcert/cli/errors.py).
 """
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ def _check_certificate(argv) -> int:
     p = _Parser(prog="check-certificate",
                 description="Re-check a one-layer impossibility certificate with the independent checker "
                 "(checkers/certificate.py). With --task or --dataset, also check that every certificate point is a "
-                "point of that dataset with its dataset label (the certificate then speaks about that dataset). "
-                "Exit 0 valid, 1 invalid (or not about the dataset), 2 malformed.")
+                "point of that dataset with its dataset label (the certificate then speaks about that dataset).")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--task", help="a task (sc, icqa, tm, ictm, multihop, ...) with its size options")
     p.add_argument("--dataset", metavar="DATASET", help="a depthcert.dataset file")

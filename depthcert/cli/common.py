@@ -1,51 +1,31 @@
 """What every depthcert command shares: argument parsing that exits 2 on bad input, the task
 options, resource-budget options, and the formatting of exact numbers, enclosures and points.
 
-Exit codes: 0 verified, 1 refuted (counterexample printed), 2 bad input (one line, no traceback),
-3 undecided (softmax models only: certified balls could not separate some point's logits at the
-precision cap; the point is printed; never rounded into a verdict).
+Exit codes and the wrapper every command body runs in: depthcert/cli/errors.py (README, "Exit codes").
 """
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 from fractions import Fraction
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
+from depthcert.cli.errors import EXIT_UNDECIDED, exit_codes_epilog, run_main  # noqa: F401 -- commands import them here
 
-EXIT_UNDECIDED = 3
 PRECISION_LIMIT = 65536  # bits: a ball forward pass at this precision is already slow
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises BadInput (exit 2, one line) instead of printing usage."""
+    """argparse that raises BadInput (exit 2, one line) instead of printing usage; --help ends
+    with the command's exit codes (depthcert/cli/errors.py)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("epilog", exit_codes_epilog(kwargs.get("prog")))
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise BadInput(message)
-
-
-def run_main(fn, argv=None) -> int:
-    """Run a command body; BadInput -> 'error: ...' on stderr and exit code 2."""
-    if hasattr(sys, "set_int_max_str_digits"):
-        # exact results (margins, logits) can have more than Python's default 4300 digits
-        # (multihop --as-printed --hops 5); inputs are capped separately (checkers/rational.py)
-        sys.set_int_max_str_digits(0)
-    try:
-        return fn(argv)
-    except BadInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 2
-    except MemoryError:
-        print("error: out of memory: the requested sizes are too large for this machine", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # output piped into `head`
-        sys.stderr.close()
-        return 0
 
 
 TASK_OPTIONS = (

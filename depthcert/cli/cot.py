@@ -6,7 +6,7 @@ The model generates the task's steps (task.cot_steps) one token at a time, each 
 appended and the model run again; checkers/generation.py proves every step of every input
 exactly (one teacher-forced pass per input when every layer is causal, every prefix run
 separately otherwise).  The counterexample names the input and the failing step.
-Exit codes: 0 verified, 1 refuted, 2 bad input, 3 undecided (softmax models only).
+Exit codes: 0 verified, 1 refuted, 2 bad input, 3 undecided (softmax models only), 4 internal error.
 """
 from __future__ import annotations
 

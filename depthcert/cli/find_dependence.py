@@ -4,8 +4,9 @@
 
 find-dependence ends in one of two checked outcomes: a certificate (paper Def. 3 / Farkas dual)
 that checkers/certificate.py accepts, or an explicit one-layer model verified on every point.
-Exit codes: 0 = certificate found and checked, or fittable with a verified model;
-1 = internal failure (reported, never a silent "unknown"); 2 = bad input (one line on stderr).
+Exit codes: 0 = certificate found and checked, or fittable with a verified model; 2 = bad input
+(one line on stderr); 4 = internal error (a search/LP failure or a certificate the checker
+rejects: reported in one line, never a silent "unknown"; depthcert/cli/errors.py).
 """
 from __future__ import annotations
 
@@ -149,12 +150,9 @@ def _find_dependence_guarded(args) -> int:
     if args.export and args.out and args.export == args.out:
         raise BadInput("--out and --export name the same file")
     t0 = time.perf_counter()
-    try:
-        res = decide_task(task, sample=args.sample, seed=args.search_seed, progress=False if args.json else None,
-                          load_limit=args.max_points)
-    except RuntimeError as exc:
-        print(f"error: internal failure, please report: {exc}", file=sys.stderr)
-        return 1
+    # a search/LP failure raises RuntimeError: exit 4, one line (depthcert/cli/errors.py)
+    res = decide_task(task, sample=args.sample, seed=args.search_seed, progress=False if args.json else None,
+                      load_limit=args.max_points)
     dec = res.decision
     report: dict = {
         "task": task.name,
@@ -172,8 +170,7 @@ def _find_dependence_guarded(args) -> int:
                                        "rules_out": list(RULES_OUT)}})
         ok, msg = check_certificate(obj)  # the verdict rests on this exact check only
         if not ok:
-            print(f"error: internal failure, please report: certificate rejected: {msg}", file=sys.stderr)
-            return 1
+            raise RuntimeError(f"certificate rejected by the independent checker: {msg}")
         report.update({"certificate": obj, "points_in_certificate": len(cert.points), "check": msg,
                        "rules_out": list(RULES_OUT), "does_not_rule_out": NOT_RULED_OUT})
         lines.append("NOT fittable by any one-layer transformer of the classes ruled out below.")
@@ -188,8 +185,7 @@ def _find_dependence_guarded(args) -> int:
             for c in b.certificates:
                 okc, msgc = c.check()
                 if not okc:
-                    print(f"error: internal failure, please report: bound certificate rejected: {msgc}", file=sys.stderr)
-                    return 1
+                    raise RuntimeError(f"bound certificate rejected by the independent checker: {msgc}")
             report["bounds"] = {
                 "lower_correct": b.lower_correct, "upper_correct": b.upper_correct, "total": b.total,
                 "disjoint_certificates": len(b.certificates),
@@ -235,16 +231,8 @@ def _find_dependence_guarded(args) -> int:
     return 0
 
 
-def _find_dependence_safe(argv) -> int:
-    try:
-        return _find_dependence(argv)
-    except RuntimeError as exc:  # a search/LP failure: reported, never a silent "unknown"
-        print(f"error: internal failure, please report: {exc}", file=sys.stderr)
-        return 1
-
-
 def find_dependence_main(argv=None) -> int:
-    return run_main(_find_dependence_safe, argv)
+    return run_main(_find_dependence, argv)  # a search/LP failure: exit 4, one line
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ Layers and heads are numbered from 1, as in the paper.
 The numbers come from checkers/trace.py (exact Fractions); only the colours are floats.  Values
 spanning more than [-50, 50] are coloured by sign * log10(1 + |value|) (said in the colour bar).
 matplotlib is the optional extra "plot": without it the command exits 2 with one line.
-Exit codes: 0 written, 2 bad input.
+Exit codes: 0 written, 2 bad input, 4 internal error (depthcert/cli/errors.py).
 """
 from __future__ import annotations
 
@@ -299,7 +299,7 @@ def _build_parser():
         prog="show-construction",
         description="Draw a construction of arXiv 2404.01601 on one example: every head's attention map "
         "(like the paper's Figure 3), its weight matrices with block names, the classifier and the "
-        "residual stream. Exit 0 written, 2 bad input.",
+        "residual stream.",
     )
     p.add_argument("task", help="sc (classification), icqa, tm (template), ictm, multihop")
     add_task_options(p)

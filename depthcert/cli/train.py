@@ -1,6 +1,7 @@
 """Console scripts `train` and `reproduce` (need the "train" extra: torch + matplotlib).
 
-Bad input exits 2 with one line on stderr; results are OBSERVED training runs, not proofs.
+Exit codes (depthcert/cli/errors.py): 0 done, 2 bad input (one line on stderr), 4 internal error;
+results are OBSERVED training runs, not proofs.
 """
 from __future__ import annotations
 
@@ -28,7 +29,14 @@ TASK_OPTIONS = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises BadInput instead of printing usage and exiting."""
+    """argparse that raises BadInput instead of printing usage and exiting; --help ends with the
+    command's exit codes."""
+
+    def __init__(self, *args, **kwargs):
+        from depthcert.cli.errors import exit_codes_epilog
+
+        kwargs.setdefault("epilog", exit_codes_epilog(kwargs.get("prog")))
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise BadInput(f"{self.prog}: {message}")
@@ -203,6 +211,12 @@ def _check_log_folder(path) -> None:
 
 
 def train_main(argv=None) -> int:
+    from depthcert.cli.common import run_main
+
+    return run_main(_train, argv)
+
+
+def _train(argv) -> int:
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         if argv and argv[0].strip().lower() == "copy":
@@ -276,6 +290,12 @@ def reproduce_parser() -> argparse.ArgumentParser:
 
 
 def reproduce_main(argv=None) -> int:
+    from depthcert.cli.common import run_main
+
+    return run_main(_reproduce, argv)
+
+
+def _reproduce(argv) -> int:
     try:
         args = reproduce_parser().parse_args(argv)
         # a bad name fails here, before torch (seconds to import) is loaded

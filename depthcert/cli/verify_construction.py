@@ -2,7 +2,8 @@
 
 Exit codes: 0 verified, 1 refuted (counterexample printed), 2 bad input (one line, no traceback),
 3 undecided (softmax models only: certified balls could not separate some point's logits at the
-precision cap; the point is printed; never rounded into a verdict).
+precision cap; the point is printed; never rounded into a verdict; --all-sizes: not proven), 4 internal error
+(depthcert/cli/errors.py).
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from depthcert.checkers.errors import BadInput, TooManyPoints
 from depthcert.checkers.rational import format_rational
 from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, TASK_OPTIONS, _counterexample_json, _fmt_q,
                                   _Parser, _precision_options, _undecided_json, add_budget_options, add_task_options,
-                                  enclosure_text, guard_classifier_size, logits_line, nonnegative_int, positive_int,
-                                  run_main, task_from_args, variants_help)
+                                  enclosure_text, exit_codes_epilog, guard_classifier_size, logits_line,
+                                  nonnegative_int, positive_int, run_main, task_from_args, variants_help)
 
 DEFAULT_MAX_POINTS = 20_000_000
 
@@ -28,9 +29,10 @@ def _build_parser() -> _Parser:
     p = _Parser(
         prog="verify-construction",
         description="Build a construction of arXiv 2404.01601 in exact arithmetic and check it on every "
-        "point of its task's dataset. Exit 0 verified, 1 refuted, 2 bad input.",
+        "point of its task's dataset.",
         epilog="Dataset sizes: sc M^L; icqa A(n_q,k)*A(n_a,k)*k; tm m^l (Bell(l) templates); "
-        "ictm and multihop: see docs/. Each point is an integer index: replay one with --point N.",
+        "ictm and multihop: see docs/. Each point is an integer index: replay one with --point N. "
+        + exit_codes_epilog("verify-construction"),
     )
     p.add_argument("task", nargs="?", help="sc (classification), icqa, tm (template), ictm, multihop")
     p.add_argument("--dataset", metavar="FILE",
@@ -215,6 +217,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         info["model_class"] = model.kinds()
     if len(v.notes) > 1:
         info["run_notes"] = list(v.notes[1:])
+    if v.journal is not None:
+        info["journal"] = v.journal.to_json()
     if v.margin_enclosure is not None:
         info["min_margin_enclosure"] = enclosure_text(v.margin_enclosure)
     if v.counterexample is not None:

@@ -1,0 +1,93 @@
+"""The one wrapper every console entry point runs its command body in: exit codes and one-line errors.
+
+Exit codes (README, "Exit codes"):
+    0  verified / proven / done          1  refuted (a counterexample or a failing size is printed)
+    2  bad input (one line naming it)    3  undecided or partial (the command says what)
+    4  internal error: a bug in depthcert, one line ("internal error: ...; please report");
+       DEPTHCERT_DEBUG=1 shows the traceback instead.
+1 means REFUTED, so no unexpected exception may ever end a command with it (Python's own default).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from depthcert.checkers.errors import BadInput
+
+EXIT_OK = 0
+EXIT_REFUTED = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNDECIDED = 3
+EXIT_INTERNAL = 4
+DEBUG_ENV = "DEPTHCERT_DEBUG"
+
+_BAD = "bad input (one line naming it)"
+_INTERNAL = "internal error (one line; please report)"
+# Every command's exit codes and what each means: the one source of the epilog of every command's
+# --help; tests/test_internal_error.py checks README's table ("Exit codes") against it.
+EXIT_CODES = {
+    "verify-construction": {
+        EXIT_OK: "verified (--all-sizes: proven for every size; --point: the point is correct)",
+        EXIT_REFUTED: "refuted, the counterexample printed (--all-sizes: fails at a size; --point: wrong)",
+        EXIT_BAD_INPUT: _BAD + ", also a --journal line that does not add up",
+        EXIT_UNDECIDED: "undecided (softmax models only; --all-sizes: partial, not proven)",
+        EXIT_INTERNAL: _INTERNAL},
+    "find-dependence": {
+        EXIT_OK: "decided (a certificate checked, or a one-layer model verified on every point)",
+        EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL + ", e.g. a certificate the independent checker rejects"},
+    "check-certificate": {EXIT_OK: "valid", EXIT_REFUTED: "invalid, or not about the given dataset",
+                          EXIT_BAD_INPUT: "malformed or unreadable, or " + _BAD, EXIT_INTERNAL: _INTERNAL},
+    "verify-tracr": {EXIT_OK: "verified (numerical programs without --tolerance: the error reported)",
+                     EXIT_REFUTED: "refuted", EXIT_BAD_INPUT: _BAD + ", or the tracr extra missing",
+                     EXIT_UNDECIDED: "undecided", EXIT_INTERNAL: _INTERNAL},
+    "show-construction": {EXIT_OK: "pictures written", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+    "reproduce-paper": {EXIT_OK: "every claim holds", EXIT_REFUTED: "some claim does not",
+                        EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+    "train": {EXIT_OK: "done", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+    "reproduce": {EXIT_OK: "done", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+}
+
+
+def exit_codes_epilog(prog: str | None) -> str | None:
+    """'Exit codes: 0 ...; 1 ...; ...' for a command's --help (None for an unknown prog)."""
+    codes = EXIT_CODES.get((prog or "").split(" ")[0])
+    if codes is None:
+        return None
+    return "Exit codes: " + "; ".join(f"{code} {text}" for code, text in sorted(codes.items())) + "."
+
+
+def run_main(fn, argv=None) -> int:
+    """fn(argv)'s return value as the exit code; BadInput (and interrupts, memory exhaustion) ->
+    exit 2 with 'error: ...'; any other exception -> exit 4 with one line, or its traceback when
+    DEPTHCERT_DEBUG=1."""
+    if hasattr(sys, "set_int_max_str_digits"):
+        # exact results (margins, logits) can have more than Python's default 4300 digits
+        # (multihop --as-printed --hops 5); inputs are capped separately (checkers/rational.py)
+        sys.set_int_max_str_digits(0)
+    try:
+        return fn(argv)
+    except BadInput as exc:
+        print(f"error: {exc}".splitlines()[0], file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except MemoryError:
+        print("error: out of memory: the requested sizes are too large for this machine", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:  # output piped into `head`
+        sys.stderr.close()
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 -- the point: no traceback, and never exit 1
+        if os.environ.get(DEBUG_ENV) == "1":
+            import traceback
+
+            traceback.print_exc()
+            return EXIT_INTERNAL
+        text = str(exc).strip().splitlines()
+        detail = f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+        detail = detail.removesuffix("; please report")  # said once, below
+        print(f"internal error: {detail}; please report (rerun with {DEBUG_ENV}=1 for the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
