@@ -240,7 +240,7 @@ def test_partial_proofs_name_their_finite_parameters(capsys):
     for m in (3, 4, 5, 6):
         task = make_task("tm", l=3, alphabet=m)
         v = verify(registry.build(task, "ternary").model, task, symmetry="auto", progress=False)
-        assert v.verified and str(v.min_margin) == info["margin"]
+        assert v.verified and str(v.min_margin) == info["margin"]["exact"]
 
 
 def test_vocabulary_proofs_margins_equal_verify():

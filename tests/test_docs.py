@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import glob
 import json
-from fractions import Fraction
 import os
 import re
 import shlex
 import subprocess
 import sys
+from fractions import Fraction
 
 import pytest
 
