@@ -112,7 +112,7 @@ def check_compatible(model: Model, task: Task) -> dict[int, int]:
     missing = [t for t in task.vocab if t not in known]
     if missing:
         raise BadInput(
-            f"model vocabulary lacks {len(missing)} token(s) of task {task.name}: "
+            f"model vocabulary lacks {len(missing)} token{'s' if len(missing) != 1 else ''} of task {task.name}: "
             f"{', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}"
         )
     if model.max_length < task.length:

@@ -252,7 +252,7 @@ def build_doubling(task, as_printed: bool = False, forward: bool = False) -> Con
     model = _model(task, lay, layers, curs[-1], f"composition-{variant}", not forward)
     sched = ", ".join(f"layer {jp.layer}: {'jump via pre of' if jp.pre else 'lookup in'} table {jp.table} -> "
                       f"{jp.reach}" for jp in jumps)
-    desc = f"{T} layer(s): layer 1 looks up f_1(x)" + (f"; {sched}" if sched else "")
+    desc = f"{T} layer{'s' if T != 1 else ''}: layer 1 looks up f_1(x)" + (f"; {sched}" if sched else "")
     return Construction("composition", variant, THEOREM, model, as_printed, desc,
                         (NO_PRINTED,) if as_printed else ())
 

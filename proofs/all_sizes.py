@@ -655,7 +655,7 @@ def _order(text: str):
 
 def _pass_lines(reps, leaves, log: PassLog, plan: LumpedPlan, ring_: Ring) -> tuple[str, ...]:
     n_pieces = sum(len(d) for d in leaves.values())
-    lines = [f"{len(reps)} representative(s), {n_pieces} region(s): "
+    lines = [f"{len(reps)} representative{'s' if len(reps) != 1 else ''}, {n_pieces} region{'s' if n_pieces != 1 else ''}: "
              + ("no score changes sign inside a region; one region per representative" if n_pieces == len(reps) else
                 "split where a score changes sign (exact real roots), each piece run again")]
     if log is not None:
@@ -669,7 +669,7 @@ def _pass_lines(reps, leaves, log: PassLog, plan: LumpedPlan, ring_: Ring) -> tu
         for (li, hi), h in sorted(heads.items()):
             on = ", ".join(f"{n} x {v}" for v, n in sorted(h["on"].items(), key=lambda kv: kv[0]))
             lines.append(f"layer {li + 1} head {hi}: score classes > 0 kept: {on or 'none'}; "
-                         f"{h['off']} class(es) <= 0 cut by ReLU" + (" (first representative, first region)"
+                         f"{h['off']} class{'es' if h['off'] != 1 else ''} <= 0 cut by ReLU" + (" (first representative, first region)"
                                                                      if len(reps) > 1 or n_pieces > 1 else ""))
     return tuple(lines)
 
@@ -678,7 +678,7 @@ def _base_lines(rows: list) -> tuple[str, ...]:
     out = []
     for r in rows:
         margin = "- (one class)" if r["min_margin"] is None else r["min_margin"]
-        line = (f"{_size_text(r['size'])}: {r['points']} points ({r['evaluated']} evaluated), "
+        line = (f"{_size_text(r['size'])}: {r['points']} point{'s' if r['points'] != 1 else ''} ({r['evaluated']} evaluated), "
                 f"{r['verdict']}, margin {margin}")
         if "counterexample" in r:
             ce = r["counterexample"]
