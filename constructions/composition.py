@@ -199,7 +199,8 @@ def build_linear(task, as_printed: bool = False, causal: bool = True) -> Constru
     model = _model(task, lay, layers, "cur", f"composition-{variant}", causal)
     mask = "causal" if causal else "no mask (encoder)"
     return Construction("composition", variant, THEOREM, model, as_printed,
-                        f"{task.L} lookups of the last column, one per layer, {mask}: {task.L} layers",
+                        f"{task.L} lookup{'s' if task.L != 1 else ''} of the last column, one per layer, {mask}: "
+                        f"{task.L} layer{'s' if task.L != 1 else ''}",
                         (NO_PRINTED,) if as_printed else ())
 
 

@@ -252,7 +252,7 @@ def build_squaring_mlp(task, as_printed: bool = False) -> Construction:
         layers.append(Layer((bcast,), mlp=and_mlp))
         layers.append(Layer((), mlp=MLP(W1.build(), _vec(b1), W2.build(), zeros_d)))
     return _construction(task, lay, layers, "squaring-mlp", as_printed,
-                         f"gather, then {T} x (broadcast + AND, threshold) with ReLU MLPs: {1 + 2 * T} layers")
+                         f"gather, then {T} x (broadcast + AND, threshold) with ReLU MLPs: {1 + 2 * T} layer{'s' if T else ''}")
 
 
 def _vec(values) -> np.ndarray:

@@ -284,7 +284,7 @@ def import_tracr(compiled: Compiled, embedding: str = "auto", name: str | None =
         raise BadInput("tracr's residual labels are not unique: cannot locate the output space")
     H, ks = cfg.num_heads, cfg.key_size
     charge_weights(cfg.num_layers * (2 * H * (d + 1) ** 2 + 2 * (d + 1) * cfg.mlp_hidden_size),
-                   f"the imported tracr model (d = {d}, {cfg.num_layers} layers, {H} heads)")
+                   f"the imported tracr model (d = {d}, {cfg.num_layers} layer{'s' if cfg.num_layers != 1 else ''}, {H} head{'s' if H != 1 else ''})")
 
     # -- the blocks, in tracr's order, exactly zero ones dropped
     blocks = []  # ("attn", [(QK, OV)]) | ("mlp", (W1, b1, W2, b2))
