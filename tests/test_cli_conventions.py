@@ -82,7 +82,7 @@ def test_flags_after_an_option_are_still_flags(capsys):
 
 
 @pytest.mark.parametrize("command", ["verify-construction", "find-dependence", "check-certificate",
-                                     "show-construction"])
+                                     "show-construction", "train"])
 def test_help_lists_every_task_of_the_registry(command, capsys):
     with pytest.raises(SystemExit):
         _mains()[command](["--help"])

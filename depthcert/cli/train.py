@@ -60,7 +60,10 @@ def _clean(obj):
 
 def train_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="train", description="Train the paper's attention-only transformer on a task (OBSERVED, not proven).")
-    p.add_argument("task", help="sc, icqa, tm, ictm, multihop (aliases allowed)")
+    from depthcert.cli.common import task_names
+
+    p.add_argument("task", help=f"the task: {', '.join(task_names())} (aliases allowed); the size options below "
+                   "are those of sc, icqa, tm, ictm and multihop, the other tasks train at their default sizes")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", default="1", help="heads in every layer (4) or per layer (1,1,4)")
     p.add_argument("--width", type=int, default=None, help="d' (default: vocabulary + positions)")

@@ -31,7 +31,7 @@ def _build_parser() -> _Parser:
         description="Build a construction of arXiv 2404.01601 in exact arithmetic and check it on every "
         "point of its task's dataset. Exit 0 verified, 1 refuted, 2 bad input.",
         epilog="Dataset sizes: sc M^L; icqa A(n_q,k)*A(n_a,k)*k; tm m^l (Bell(l) templates); "
-        "ictm and multihop: see docs/. Each point is an integer index: replay one with --point N.",
+        "ictm, multihop and the other tasks: see docs/ (each run prints its size formula). Each point is an integer index: replay one with --point N.",
     )
     p.add_argument("task", nargs="?", help=tasks_help())
     p.add_argument("--dataset", metavar="FILE",
