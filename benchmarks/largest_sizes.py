@@ -42,7 +42,7 @@ ROWS = [
 
 
 def _margin(m) -> str:
-    text = str(m)
+    text = str(m["exact"] if isinstance(m, dict) else m)  # the --json margin object
     if len(text) <= 12:
         return text
     return f"{float(Fraction(text)):.3g} (exact in --json)"

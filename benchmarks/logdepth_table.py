@@ -93,7 +93,7 @@ def measure(row: Row, run_json=_run_json) -> dict:
         one = f"no verdict ({d.get('check', 'no certificate')})"
     return dict(label=row.label, variant=row.variant, verdict=v["verdict"], layers=v["layers"],
                 heads=",".join(map(str, v["heads"])), d_model=v["d_model"], points=v["points_covered"],
-                checked=v["points_checked"], margin=v["min_margin"], seconds=v["seconds"], one_layer=one)
+                checked=v["points_checked"], margin=(v["min_margin"] or {}).get("exact"), seconds=v["seconds"], one_layer=one)
 
 
 def markdown(m: dict) -> str:

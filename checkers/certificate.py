@@ -178,8 +178,8 @@ def check_parsed(points):
             groups[(len(tokens), tokens[-1])] = True
             n_pos += 1
     return True, (
-        "valid: " + str(n_pos) + " point(s) with positive coefficients in " + str(len(groups))
-        + " group(s); no one-layer transformer with entrywise (e.g. ReLU) attention or one softmax head"
+        "valid: " + str(n_pos) + (" point" if n_pos == 1 else " points") + " with positive coefficients in "
+        + str(len(groups)) + (" group" if len(groups) == 1 else " groups") + "; no one-layer transformer with entrywise (e.g. ReLU) attention or one softmax head"
         + " classifies all of them correctly"
     )
 

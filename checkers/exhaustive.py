@@ -113,7 +113,7 @@ def check_compatible(model: Model, task: Task) -> dict[int, int]:
     missing = [t for t in task.vocab if t not in known]
     if missing:
         raise BadInput(
-            f"model vocabulary lacks {len(missing)} token(s) of task {task.name}: "
+            f"model vocabulary lacks {len(missing)} token{'s' if len(missing) != 1 else ''} of task {task.name}: "
             f"{', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}"
         )
     if model.max_length < task.length:
@@ -222,7 +222,8 @@ def plan_points(model: Model, task: Task, symmetry: str = "auto", max_scan: int 
             if covered != task.size:
                 raise RuntimeError(f"orbit sizes add up to {covered}, not {task.size}: task enumeration bug")
             return Plan(np.asarray(idx, dtype=np.int64), len(idx), covered,
-                        f"symmetry: equivariance proven ({report.reason}); {len(idx)} orbit representatives cover {covered} points")
+                        f"symmetry: equivariance proven ({report.reason}); {len(idx)} orbit representative{'s' if len(idx) != 1 else ''} cover{'' if len(idx) != 1 else 's'} "
+                        f"{covered} point{'s' if covered != 1 else ''}")
         return Plan(None, task.size, task.size, f"symmetry: not used, {report.reason}; every point evaluated")
     return Plan(None, task.size, task.size, "symmetry: off; every point evaluated")
 
@@ -296,7 +297,7 @@ def verify(
                              force_exact, t0, **(balls or {}))
     ev = Evaluator(model, force_exact=force_exact)
     rate = FLOAT_OPS_PER_SECOND if ev.use_float else (CHECKED_OPS_PER_SECOND if ev.checked else EXACT_OPS_PER_SECOND)
-    what = f"evaluating {plan.n_eval} points ({ev.path}, {model.n_layers} layers, d' = {model.dim})"
+    what = f"evaluating {plan.n_eval} points ({ev.path}, {model.n_layers} layer{'s' if model.n_layers != 1 else ''}, d' = {model.dim})"
     estimate = plan.n_eval * forward_ops(model, task.length) / rate
     if over_budget(estimate) and plan.n_eval > 2 * batch_size:
         # the a-priori rate is a floor: time one batch before refusing

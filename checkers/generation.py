@@ -210,7 +210,7 @@ def verify_generation(model: Model, task: Task, batch_size: int = 2048, progress
     rows, tokens, tf = check_model(model, task)
     causal = is_causal(model)
     mode = TEACHER_FORCED if causal else PREFIX
-    note = (f"generation: {tf.S} step(s) per prompt; " +
+    note = (f"generation: {tf.S} step{'s' if tf.S != 1 else ''} per prompt; " +
             ("every layer causal: one teacher-forced pass per prompt (checkers/generation.py)" if causal
              else "a layer is not causal: every prefix run separately"))
     if model.has_softmax:

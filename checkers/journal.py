@@ -102,8 +102,10 @@ class JournalUse:
     re_evaluated: int
 
     def note(self) -> str:
-        return (f"journal {self.path}: {self.from_journal} of {self.chunks} chunks came from the journal (every "
-                f"line validated, {self.re_evaluated} recorded point(s) re-evaluated as recorded)")
+        chunks = "chunk" if self.chunks == 1 else "chunks"
+        points = "point" if self.re_evaluated == 1 else "points"
+        return (f"journal {self.path}: {self.from_journal} of {self.chunks} {chunks} came from the journal (every "
+                f"line validated, {self.re_evaluated} recorded {points} re-evaluated as recorded)")
 
     def to_json(self) -> dict:
         return {"file": self.path, "chunks": self.chunks, "from_journal": self.from_journal,

@@ -79,3 +79,22 @@ def exact_text(q, long: int = 30) -> str:
     """An exact number as text; one longer than `long` characters also as a short decimal."""
     text = str(format_rational(q))
     return text + f" (~{short_decimal(q)})" if len(text) > long else text
+
+
+def decimal_text(q, digits: int = 10) -> str:
+    """An exact rational as a decimal for reading: exact when it has at most `digits`
+    significant digits, otherwise rounded to nearest at `digits` (never instead of the exact value)."""
+    q = Fraction(q)
+    from decimal import Context, Decimal
+
+    ctx = Context(prec=digits, Emax=10**9, Emin=-10**9)
+    d = ctx.divide(Decimal(q.numerator), Decimal(q.denominator))
+    text = str(d.normalize(ctx)) if d != 0 else "0"
+    if "E" in text:
+        mant, exp = text.split("E")
+        e = int(exp)
+        if -6 <= e <= 0 or 0 < e < digits and "." not in mant:  # plain notation when short
+            text = format(d.normalize(ctx), "f")
+        else:
+            text = f"{mant}e{e:+d}"
+    return text

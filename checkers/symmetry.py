@@ -141,7 +141,8 @@ def check_equivariance(model: Model, groups: tuple[tuple[str, ...], ...]) -> Equ
             if not _invariant(model.W_O, kappa, pi):
                 return EquivarianceReport(False, groups, f"W_O is not equivariant under {_show(sigma)}")
     n_gen = sum(len(generators(g)) for g in groups)
-    return EquivarianceReport(True, groups, f"{n_gen} generators of {len(groups)} symmetric group(s) checked exactly")
+    return EquivarianceReport(True, groups, f"{n_gen} generator{'s' if n_gen != 1 else ''} of {len(groups)} symmetric "
+                                                  f"group{'s' if len(groups) != 1 else ''} checked exactly")
 
 
 def _show(sigma: dict[str, str]) -> str:

@@ -199,7 +199,8 @@ def build_linear(task, as_printed: bool = False, causal: bool = True) -> Constru
     model = _model(task, lay, layers, "cur", f"composition-{variant}", causal)
     mask = "causal" if causal else "no mask (encoder)"
     return Construction("composition", variant, THEOREM, model, as_printed,
-                        f"{task.L} lookups of the last column, one per layer, {mask}: {task.L} layers",
+                        f"{task.L} lookup{'s' if task.L != 1 else ''} of the last column, one per layer, {mask}: "
+                        f"{task.L} layer{'s' if task.L != 1 else ''}",
                         (NO_PRINTED,) if as_printed else ())
 
 
@@ -252,7 +253,7 @@ def build_doubling(task, as_printed: bool = False, forward: bool = False) -> Con
     model = _model(task, lay, layers, curs[-1], f"composition-{variant}", not forward)
     sched = ", ".join(f"layer {jp.layer}: {'jump via pre of' if jp.pre else 'lookup in'} table {jp.table} -> "
                       f"{jp.reach}" for jp in jumps)
-    desc = f"{T} layer(s): layer 1 looks up f_1(x)" + (f"; {sched}" if sched else "")
+    desc = f"{T} layer{'s' if T != 1 else ''}: layer 1 looks up f_1(x)" + (f"; {sched}" if sched else "")
     return Construction("composition", variant, THEOREM, model, as_printed, desc,
                         (NO_PRINTED,) if as_printed else ())
 

@@ -238,7 +238,7 @@ def build_tree(task, as_printed: bool = False) -> Construction:
         layers.append(Layer(tuple(heads)))
     model = _model(task, lay, layers, _classifier(task, e, lay), f"{task.name}-tree")
     return Construction(task.name, "tree", THEOREM, model, as_printed,
-                        f"binary-tree composition, {e.kind} encoding ({e.dim} rows): {T} layers = ceil(log2 {n})",
+                        f"binary-tree composition, {e.kind} encoding ({e.dim} rows): {T} layer{'s' if T != 1 else ''} = ceil(log2 {n})",
                         _printed_note(as_printed))
 
 
@@ -306,7 +306,7 @@ def build_tree_mlp(task, as_printed: bool = False) -> Construction:
         layers.append(Layer((head,), mlp=mlp))
     model = _model(task, lay, layers, _classifier(task, e, lay), f"{task.name}-tree-mlp")
     return Construction(task.name, "tree-mlp", THEOREM, model, as_printed,
-                        f"binary-tree composition with ReLU MLPs, {e.kind} encoding ({D} rows): {T} layers",
+                        f"binary-tree composition with ReLU MLPs, {e.kind} encoding ({D} rows): {T} layer{'s' if T != 1 else ''}",
                         _printed_note(as_printed))
 
 

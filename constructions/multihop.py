@@ -275,7 +275,7 @@ def build_relu_and(task, as_printed: bool = False) -> Construction:
     return Construction(
         "multihop", "relu-and", THEOREM, model, as_printed,
         f"copy + predecessor pointers, ReLU-AND double hop (pairs f -> f^3, last +{a2}), "
-        f"{T} doubling stage(s) over b = {b}: {L} layers",
+        f"{T} doubling stage{'s' if T != 1 else ''} over b = {b}: {L} layer{'s' if L != 1 else ''}",
         ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
     )
 

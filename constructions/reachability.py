@@ -143,7 +143,7 @@ def build_squaring(task, as_printed: bool = False) -> Construction:
     layers += [Layer((square_head(task, lay),)) for _ in range(T)]
     layers.append(Layer((read_head(task, lay),)))
     return _construction(task, lay, layers, "squaring", as_printed,
-                         f"gather, {T} squaring(s) of the reach counts, read: {T + 2} layers")
+                         f"gather, {T} squaring{'s' if T != 1 else ''} of the reach counts, read: {T + 2} layers")
 
 
 # ----------------------------------------------------------------------------------- MLP variant
@@ -252,7 +252,7 @@ def build_squaring_mlp(task, as_printed: bool = False) -> Construction:
         layers.append(Layer((bcast,), mlp=and_mlp))
         layers.append(Layer((), mlp=MLP(W1.build(), _vec(b1), W2.build(), zeros_d)))
     return _construction(task, lay, layers, "squaring-mlp", as_printed,
-                         f"gather, then {T} x (broadcast + AND, threshold) with ReLU MLPs: {1 + 2 * T} layer(s)")
+                         f"gather, then {T} x (broadcast + AND, threshold) with ReLU MLPs: {1 + 2 * T} layer{'s' if T else ''}")
 
 
 def _vec(values) -> np.ndarray:

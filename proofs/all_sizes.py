@@ -32,7 +32,7 @@ import numpy as np
 import sympy as sp
 
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.rational import format_rational
+from depthcert.checkers.rational import decimal_text, format_rational
 from depthcert.proofs.all_sizes_families import (NotAFamily, PointView, View, check_point_sizes, merge,
                                                  missing_classes, model_tables, point_h0, refine)
 from depthcert.proofs.all_sizes_lumped import (LHead, LMatrix, LumpedModel, Param, PassLog, Region, Ring, Split,
@@ -83,8 +83,11 @@ class Report:
 
     def to_json(self) -> dict:
         out = {
-            "task": self.task, "variant": self.variant, "theorem": self.theorem, "status": self.status,
-            "claim": self.claim, "method": self.method, "margin": self.margin, "margin_note": self.margin_note,
+            "command": "verify-construction --all-sizes",
+            "task": self.task, "variant": self.variant, "theorem": self.theorem,
+            "verdict": self.status.replace("-", "_"),
+            "claim": self.claim, "method": self.method, "margin": margin_object(self.margin),
+            "margin_note": self.margin_note,
             "all_sizes": list(self.params), "finite_only": [{"parameter": p, "why": w} for p, w in self.finite],
             "steps": [{"title": s.title, "lines": list(s.lines)} for s in self.steps],
             "base_cases": [{k: v for k, v in r.items() if not k.startswith("_")} for r in self.base_cases],
@@ -95,6 +98,18 @@ class Report:
         if self.certificate is not None:
             out["certificate"] = self.certificate
         return out
+
+
+def margin_object(text: str | None) -> dict | None:
+    """The JSON margin object of a proven margin: {"exact", "decimal"} when it is a rational,
+    {"formula"} when it is a formula in the sizes or a bound ("> 0")."""
+    if text is None:
+        return None
+    try:
+        q = Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        return {"formula": text}
+    return {"exact": str(format_rational(q)), "decimal": decimal_text(q)}
 
 
 # ----------------------------------------------------------------------------- plans
@@ -640,7 +655,7 @@ def _order(text: str):
 
 def _pass_lines(reps, leaves, log: PassLog, plan: LumpedPlan, ring_: Ring) -> tuple[str, ...]:
     n_pieces = sum(len(d) for d in leaves.values())
-    lines = [f"{len(reps)} representative(s), {n_pieces} region(s): "
+    lines = [f"{len(reps)} representative{'s' if len(reps) != 1 else ''}, {n_pieces} region{'s' if n_pieces != 1 else ''}: "
              + ("no score changes sign inside a region; one region per representative" if n_pieces == len(reps) else
                 "split where a score changes sign (exact real roots), each piece run again")]
     if log is not None:
@@ -654,7 +669,7 @@ def _pass_lines(reps, leaves, log: PassLog, plan: LumpedPlan, ring_: Ring) -> tu
         for (li, hi), h in sorted(heads.items()):
             on = ", ".join(f"{n} x {v}" for v, n in sorted(h["on"].items(), key=lambda kv: kv[0]))
             lines.append(f"layer {li + 1} head {hi}: score classes > 0 kept: {on or 'none'}; "
-                         f"{h['off']} class(es) <= 0 cut by ReLU" + (" (first representative, first region)"
+                         f"{h['off']} class{'es' if h['off'] != 1 else ''} <= 0 cut by ReLU" + (" (first representative, first region)"
                                                                      if len(reps) > 1 or n_pieces > 1 else ""))
     return tuple(lines)
 
@@ -663,7 +678,7 @@ def _base_lines(rows: list) -> tuple[str, ...]:
     out = []
     for r in rows:
         margin = "- (one class)" if r["min_margin"] is None else r["min_margin"]
-        line = (f"{_size_text(r['size'])}: {r['points']} points ({r['evaluated']} evaluated), "
+        line = (f"{_size_text(r['size'])}: {r['points']} point{'s' if r['points'] != 1 else ''} ({r['evaluated']} evaluated), "
                 f"{r['verdict']}, margin {margin}")
         if "counterexample" in r:
             ce = r["counterexample"]

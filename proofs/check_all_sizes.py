@@ -112,6 +112,11 @@ class Poly:
         return {i for m in self.t for i, e in enumerate(m) if e}
 
 
+def _n(count: int, word: str) -> str:
+    """'1 representative', '2 representatives'."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _q(text) -> Fraction:
     if isinstance(text, bool) or not isinstance(text, (int, str)):
         raise Invalid(f"not an exact number: {text!r}")
@@ -369,10 +374,10 @@ def _main(argv) -> int:
     head = f"{cert['task']} {cert['variant']}" + (f" at {cert['fixed']}" if cert.get("fixed") else "")
     if failures:
         rep, name, off, fr, text, s = failures[0]
-        print(f"{head}: {len(failures)} margin(s) not > 0; first: representative {rep}, label - {name} = {text} "
+        print(f"{head}: {len(failures)} margin{'s' if len(failures) != 1 else ''} not > 0; first: representative {rep}, label - {name} = {text} "
               f"({s}) on region offsets {off} free {fr}")
         return 1
-    print(f"{head}: valid; {len(cert['points'])} representative(s), {len(leaves)} leaf region(s), every ReLU sign "
+    print(f"{head}: valid; {_n(len(cert['points']), 'representative')}, {_n(len(leaves), 'leaf region')}, every ReLU sign "
           f"and every margin re-decided; every margin > 0 for all "
           + ", ".join(f"{n} >= {a + (f' + {b}' if b else '') if a else b}" for n, b, a in params))
     return 0

@@ -103,7 +103,10 @@ CLAIMS: tuple[Claim, ...] = (
           "construction", "multihop", {"hops": 3}, variant="doubling", kind="finding"),
 )
 
-EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "examples")
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the example files: installed as package data (depthcert/examples/), or docs/examples/ of a checkout
+EXAMPLES_DIR = next((d for d in (os.path.join(_PACKAGE_ROOT, "examples"), os.path.join(_PACKAGE_ROOT, "docs", "examples"))
+                     if os.path.isdir(d)), os.path.join(_PACKAGE_ROOT, "docs", "examples"))
 
 
 def command(claim: Claim, as_printed: bool = False) -> str:

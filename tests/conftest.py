@@ -85,8 +85,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     total_examples = sum(v[1] for v in by_file.values())
     tr = terminalreporter
     tr.write_sep("=", f"hypothesis properties (profile {name!r}, max_examples {settings.default.max_examples})")
-    tr.write_line(f"{total_props} properties ran {total_examples} examples")
+    tr.write_line(f"{total_props} propert{'y' if total_props == 1 else 'ies'} ran {total_examples} "
+                  f"example{'' if total_examples == 1 else 's'}")
     width = max(len(k) for k in by_file)
     for path in sorted(by_file):
         props, n = by_file[path]
-        tr.write_line(f"  {path:<{width}}  {props:3d} properties  {n:6d} examples")
+        tr.write_line(f"  {path:<{width}}  {props:3d} {'property  ' if props == 1 else 'properties'}  {n:6d} "
+                      f"example{'' if n == 1 else 's'}")

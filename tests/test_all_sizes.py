@@ -51,9 +51,9 @@ def recheck(tmp_path, data, name="cert.json"):
 def test_icqa_proven_for_all_sizes_margin_3(capsys, tmp_path):
     code, out, err = run(["icqa", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
-    assert code == 0 and err == "" and info["status"] == "proven"
+    assert code == 0 and err == "" and info["verdict"] == "proven"
     assert info["all_sizes"] == ["k >= 1", "n_q >= k", "n_a >= k"] and info["finite_only"] == []
-    assert info["margin"] == "3" and info["theorem"].startswith("Theorem 3")
+    assert info["margin"] == {"exact": "3", "decimal": "3"} and info["theorem"].startswith("Theorem 3")
     titles = [s["title"] for s in info["steps"]]
     assert titles == ["family", "orbits", "lumped pass", "margins", "base cases", "cross-check"]
     orbit = " ".join(info["steps"][1]["lines"])
@@ -62,7 +62,7 @@ def test_icqa_proven_for_all_sizes_margin_3(capsys, tmp_path):
     # the standalone re-checker (standard library only) accepts it
     rc, rout, rerr = recheck(tmp_path, info)
     assert rc == 0, rerr
-    assert rout == ("icqa copy-matching: valid; 1 representative(s), 1 leaf region(s), every ReLU sign and every "
+    assert rout == ("icqa copy-matching: valid; 1 representative, 1 leaf region, every ReLU sign and every "
                     "margin re-decided; every margin > 0 for all k >= 1, n_q >= k, n_a >= k\n")
 
 
@@ -102,8 +102,8 @@ def test_icqa_margin_at_the_readme_scale():
 def test_sc_proven_for_all_sizes(capsys):
     code, out, err = run(["sc", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
-    assert code == 0 and info["status"] == "proven" and info["all_sizes"] == ["L >= 1", "M >= 1"]
-    assert info["margin"] == "> 0" and "2^-((L-1)(M-1))" in info["margin_note"] and "not proven" in info["margin_note"]
+    assert code == 0 and info["verdict"] == "proven" and info["all_sizes"] == ["L >= 1", "M >= 1"]
+    assert info["margin"] == {"formula": "> 0"} and "2^-((L-1)(M-1))" in info["margin_note"] and "not proven" in info["margin_note"]
     fitted = info["steps"][0]["lines"][1]
     for formula in ("a = 1", "j = h", "q = L", "s = L + 1", "o = M*h + h", "b = 1", "c = -L - 1"):
         assert formula in fitted
@@ -195,7 +195,7 @@ def test_tamper_margin_formulas_equal_verify(tamper_report):
 
 def test_tamper_certificate_rechecks_as_failing(tamper_report, tmp_path):
     rc, out, err = recheck(tmp_path, tamper_report.to_json())
-    assert rc == 1 and "margin(s) not > 0" in out and "offsets [9, 0, 0]" in out, (out, err)
+    assert rc == 1 and ("1 margin not > 0" in out or "margins not > 0" in out) and "offsets [9, 0, 0]" in out, (out, err)
 
 
 def test_tamper_that_breaks_the_symmetry_gets_no_proof():
@@ -222,7 +222,7 @@ def test_tamper_that_breaks_the_symmetry_gets_no_proof():
 def test_as_printed_template_constructions_get_no_proof(capsys):
     code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--as-printed", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
-    assert code == 1 and info["status"] == "fails" and info["failure"]["size"] == {"l": 3, "m": 2}
+    assert code == 1 and info["verdict"] == "fails" and info["failure"]["size"] == {"l": 3, "m": 2}
     assert info["failure"]["counterexample"]["input"] == "t1 t0 t0 <cls>"
     code, out, _ = run(["ictm", "--k", "2", "--l", "2", "--as-printed", "--all-sizes"], capsys)
     assert code == 1 and "fails at    k=2, l=2, m=2, n_a=2 (base case refuted by verify)" in out
@@ -232,15 +232,15 @@ def test_as_printed_template_constructions_get_no_proof(capsys):
 def test_partial_proofs_name_their_finite_parameters(capsys):
     code, out, _ = run(["multihop", "--k", "2", "--variant", "linear", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
-    assert code == 3 and info["status"] == "partial" and info["all_sizes"] == ["hops >= 1", "N >= 2"]
-    assert [f["parameter"] for f in info["finite_only"]] == ["k"] and info["margin"] == "1"
+    assert code == 3 and info["verdict"] == "partial" and info["all_sizes"] == ["hops >= 1", "N >= 2"]
+    assert [f["parameter"] for f in info["finite_only"]] == ["k"] and info["margin"] == {"exact": "1", "decimal": "1"}
     code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
     assert code == 3 and info["all_sizes"] == ["m >= 3"] and [f["parameter"] for f in info["finite_only"]] == ["l"]
     for m in (3, 4, 5, 6):
         task = make_task("tm", l=3, alphabet=m)
         v = verify(registry.build(task, "ternary").model, task, symmetry="auto", progress=False)
-        assert v.verified and str(v.min_margin) == info["margin"]
+        assert v.verified and str(v.min_margin) == info["margin"]["exact"]
 
 
 def test_vocabulary_proofs_margins_equal_verify():

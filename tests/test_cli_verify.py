@@ -20,7 +20,7 @@ def test_icqa_k3_verified_json(capsys):
     assert info["points_total"] == info["points_covered"] == 60 * 60 * 3 and info["points_checked"] == 3
     code, out, err = run(["icqa", "--k", "3", "--json", "--symmetry", "off"], capsys)
     assert code == 0 and json.loads(out)["points_checked"] == 60 * 60 * 3
-    assert info["min_margin"] == 3 and info["theorem"].startswith("Theorem 3")
+    assert info["min_margin"] == {"exact": "3", "decimal": "3"} and info["theorem"].startswith("Theorem 3")
     for key in ("task", "theorem", "verdict", "points_total", "points_checked", "min_margin"):
         assert key in info
 
@@ -62,7 +62,7 @@ def test_export_round_trip_and_tamper(tmp_path, capsys):
     obj = json.loads(w.read_text())
     assert obj["format"] == "depthcert.weights" and len(obj["layers"]) == 2
     code, out, _ = run(["icqa", "--k", "2", "--weights", str(w), "--json"], capsys)
-    assert code == 0 and json.loads(out)["min_margin"] == 3
+    assert code == 0 and json.loads(out)["min_margin"]["exact"] == "3"
     obj["layers"][1][0]["W_QK"][1][1] = 0  # question q1 no longer matches itself
     w.write_text(json.dumps(obj))
     code, out, _ = run(["icqa", "--k", "2", "--weights", str(w), "--json"], capsys)
@@ -125,7 +125,7 @@ def test_user_weights_may_order_their_vocabulary_freely(tmp_path, capsys):
     _write(w, obj)
     code, out, _ = run(["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3", "--weights", str(w), "--json"], capsys)
     info = json.loads(out)
-    assert code == 0 and info["verdict"] == "verified" and info["min_margin"] == 3
+    assert code == 0 and info["verdict"] == "verified" and info["min_margin"]["exact"] == "3"
     obj["vocab"][0] = "zz"  # a task token the model no longer embeds
     _write(w, obj)
     code, _, err = run(["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3", "--weights", str(w)], capsys)

@@ -46,7 +46,9 @@ def test_reproduce_paper_table_has_a_header_and_printed_verdicts(capsys):
 
 def test_reproduce_paper_json_names_printed_and_command(capsys):
     code, out, _ = run(_reproduce_paper, ["--only", "theorem6", "--json"], capsys)
-    (row,) = json.loads(out)
+    doc = json.loads(out)
+    (row,) = doc["claims"]
+    assert doc["command"] == "reproduce-paper" and doc["verdict"] == "reproduced"
     assert row["printed"] == "differs" and row["printed_verdict"] == "refuted" and row["verdict"] == "verified"
     assert row["command"].startswith("verify-construction ictm")
 

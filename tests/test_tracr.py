@@ -159,11 +159,48 @@ def test_multi_head_layer_and_numerical_output(tr):
             lo, hi = got[p][0]
             assert abs(float(lo) - scores[p][0]) < 1e-6
     res = check(tr, "make_pair_balance", vocab, 3)
-    assert res.info["verdict"] == "reported" and res.info["positions_outside"] == 0
+    # the default tolerance (1/1000) decides: tracr's numerical aggregate is off by its softmax leak, no more
+    assert res.info["verdict"] == "verified" and res.status == 0 and res.info["tolerance"] == "1/1000"
+    assert res.info["positions_outside"] == 0
     lo, hi = (float(v) for v in res.info["max_error_enclosure"])
-    assert 0 < lo <= hi < 1e-6  # tracr's numerical aggregate is off by its softmax leak, no more
+    assert 0 < lo <= hi < 1e-6
     res = check(tr, "make_pair_balance", vocab, 3, tolerance=Fraction(1, 10**6))
     assert res.info["verdict"] == "verified" and res.status == 0
+    res = check(tr, "make_pair_balance", vocab, 3, tolerance=Fraction(1, 10**12))
+    assert res.info["verdict"] == "refuted" and res.status == 1  # every error is certified above 1e-12
+
+
+def test_numerical_error_of_one_half_is_refuted_by_default(tr, monkeypatch, capsys):
+    """A numerical output off by 1/2 (the program's values shifted by 1/2) is refuted without any
+    --tolerance: exit 1, never exit 0."""
+    real = tr.cli.ground_truth
+
+    def shifted(program, inputs, causal, exact=False):
+        return [v if isinstance(v, str) else [None if y is None else y + Fraction(1, 2) for y in v]
+                for v in real(program, inputs, causal, exact=exact)]
+
+    monkeypatch.setattr(tr.cli, "ground_truth", shifted)
+    code = tr.cli.verify_tracr_main(["make_frac_prevs", "--vocab", "1,2", "--max-seq-len", "3", "--json",
+                                     "--no-float-check"])
+    info = json.loads(capsys.readouterr().out)
+    assert code == 1 and info["verdict"] == "refuted" and info["tolerance"] == "1/1000"
+    assert Fraction(info["max_error_enclosure"][0]) > Fraction(49, 100)
+
+
+def test_tracr_refusal_prints_tracr_reason(tr, capsys):
+    """tracr's static validation refuses a program: its reason (which expression, why) is printed
+    after "Unsupported RASP expressions:", on the one error line."""
+    from tracr.rasp import rasp
+
+    bad = rasp.numerical(rasp.Aggregate(rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ),
+                                        rasp.tokens, default=0)).named("bad_mean")
+    from depthcert.checkers.errors import BadInput
+
+    with pytest.raises(BadInput) as exc:
+        tr.imp.compile_program(bad, (1, 2), 3)
+    text = str(exc.value)
+    assert "Unsupported RASP expressions:" in text and "\n" not in text
+    assert "bad_mean: An aggregate's output encoding must match its input encoding" in text, text
 
 
 def test_import_facts(tr):
@@ -210,7 +247,7 @@ def test_json_round_trip_reverifies_from_files(tr, tmp_path, capsys):
         verify_construction_main(["--dataset", str(d), "--weights", str(w), "--json"])
     info = json.loads(capsys.readouterr().out)
     assert exit_.value.code == 0 and info["verdict"] == "verified" and info["points_covered"] == 120
-    assert info["min_margin_enclosure"] == res.info["min_margin_enclosure"]
+    assert info["min_margin"] == res.info["min_margin"] and set(info["min_margin"]) == {"lower", "upper", "decimal"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,4 +315,4 @@ def test_module_function_program(tr, tmp_path, monkeypatch, capsys):
     info = json.loads(capsys.readouterr().out)
     assert code == 0 and info["verdict"] == "verified" and info["inputs"] == 14
     assert info["model_class"] == "mlp+constant-row+all-positions"  # no attention: exact rationals
-    assert Fraction(info["min_margin"]) > 0
+    assert Fraction(info["min_margin"]["exact"]) > 0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -115,7 +116,7 @@ def test_cli_json_and_log(tmp_path, capsys):
     rc = train_main(["icqa", "--k", "2", "--layers", "1", "--steps", "3", "--eval-size", "20", "--json", "--log", str(log)])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["status"].startswith("OBSERVED")
+    assert out["status"].startswith("OBSERVED") and out["verdict"] == "observed" and out["command"] == "train"
     data = json.loads(log.read_text())
     assert len(data["steps"]) == 3
 
@@ -183,10 +184,23 @@ def test_reproduce_bad_input(tmp_path, capsys):
     from depthcert.cli.train import reproduce_main
 
     assert reproduce_main(["figure9"]) == 2
-    assert reproduce_main(["figure2", "--out", str(tmp_path / "missing")]) == 2
+    (tmp_path / "a-file").write_text("")
+    assert reproduce_main(["figure2", "--out", str(tmp_path / "a-file")]) == 2  # --out is created, a file is refused
     assert reproduce_main(["figure2", "--tasks", "nope", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("error:") for line in err)
+
+
+def test_reproduce_reference_from_any_folder(tmp_path, monkeypatch, capsys):
+    """`reproduce reference --out DIR` from a folder that is not the checkout: --out is created and
+    holds the report (experiments.md) as well as reference.json."""
+    from depthcert.cli.train import reproduce_main
+
+    monkeypatch.chdir(tmp_path)
+    rc = reproduce_main(["reference", "--out", "new/results", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["verdict"] == "observed" and out["doc"] == os.path.join("new/results", "experiments.md")
+    assert (tmp_path / "new/results/reference.json").exists() and (tmp_path / "new/results/experiments.md").exists()
 
 
 def test_per_layer_heads_config_and_cli(capsys):

@@ -92,13 +92,13 @@ def test_cli_verifies_v2_files_and_exit_codes(tmp_path, capsys):
     good = write(tmp_path, "hard.json", model_to_json(prev_token_model("hardmax", mlp=True, constant_row=True)))
     code, out, err = run(_verify_construction, ["--dataset", data, "--weights", good, "--json"], capsys)
     info = json.loads(out)
-    assert code == 0 and info["verdict"] == "verified" and info["min_margin"] == 1, (out, err)
+    assert code == 0 and info["verdict"] == "verified" and info["min_margin"]["exact"] == "1", (out, err)
     assert info["model_class"] == "hardmax+causal+mlp+constant-row+all-positions"
     bad = write(tmp_path, "soft.json", model_to_json(prev_token_model("softmax", 1)))
     code, out, _ = run(_verify_construction, ["--dataset", data, "--weights", bad, "--json"], capsys)
     info = json.loads(out)
     assert code == 1 and info["verdict"] == "refuted" and info["counterexample"]["position"] == 3
-    lo, hi = (Fraction(x) for x in info["min_margin_enclosure"])
+    lo, hi = (Fraction(info["min_margin"][x]) for x in ("lower", "upper"))
     assert lo <= hi < 0
 
 
@@ -125,7 +125,7 @@ def test_cli_exit_3_for_an_undecided_point(tmp_path, capsys):
     info = json.loads(out)
     assert code == 3 and info["verdict"] == "undecided" and info["undecided"]["index"] == 0
     assert info["undecided_points"] == 1 and info["undecided"]["precision_bits"] == 128
-    lo, hi = (Fraction(x) for x in info["undecided"]["margin_enclosure"])
+    lo, hi = (Fraction(info["undecided"]["margin"][x]) for x in ("lower", "upper"))
     assert lo < 0 < hi
     code, out, _ = run(_verify_construction, ["--dataset", data, "--weights", w, "--max-precision", "128",
                                               "--point", "0"], capsys)

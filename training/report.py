@@ -233,7 +233,7 @@ def _copy(data: dict, img_rel: str) -> list[str]:
     if grid:
         c0 = grid[0]["config"]
         out.append(f"Command: `{data.get('command', 'reproduce copy')}` ({data['seconds']:.0f} s wall with "
-                   f"{data.get('jobs', 1)} process(es), {len(runs)} runs, one seed each).  Task "
+                   f"{data.get('jobs', 1)} process{'es' if data.get('jobs', 1) != 1 else ''}, {len(runs)} runs, one seed each).  Task "
                    "(`training/copy_task.py`): n tokens from an alphabet of m = "
                    f"{c0['alphabet']}, the delimiter `|`, then the sequence again one token behind (teacher forcing); "
                    "position n + i is labelled x_i.  Noise: each input token is flipped to another token with "

@@ -10,7 +10,7 @@ import json
 import sys
 
 from depthcert.checkers.errors import BadInput
-from depthcert.cli.common import _Parser, add_task_options, positive_int, run_main, task_from_args
+from depthcert.cli.common import _Parser, add_task_options, data_file, positive_int, run_main, task_from_args, tasks_help
 
 VALID_MEANS = ("valid means: these labelled sequences cannot all be classified correctly by one layer of the "
                "classes ruled out (docs/impossibility.md, section 10)")
@@ -25,13 +25,14 @@ def _check_certificate(argv) -> int:
                 "(checkers/certificate.py). With --task or --dataset, also check that every certificate point is a "
                 "point of that dataset with its dataset label (the certificate then speaks about that dataset).")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--task", help="a task (sc, icqa, tm, ictm, multihop, ...) with its size options")
+    p.add_argument("--task", help=tasks_help() + ", with its size options")
     p.add_argument("--dataset", metavar="DATASET", help="a depthcert.dataset file")
     add_task_options(p)
     p.add_argument("--max-points", type=positive_int, default=2_000_000,
                    help="refuse to index a dataset with more points (default 2,000,000)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = p.parse_args(argv)
+    args.dataset = data_file(args.dataset)
     from depthcert.cli.common import TASK_OPTIONS
 
     given = [n for n, _ in TASK_OPTIONS if getattr(args, n) is not None]
@@ -64,7 +65,9 @@ def _check_certificate(argv) -> int:
                      f"fits that dataset" if about else f"not about {task.describe()}: {why}")
     ok = status == "valid" and about is not False
     if args.json:
-        print(json.dumps({"file": args.file, "valid": status == "valid", "message": msg,
+        verdict = "valid" if ok else ("invalid" if status != "valid" else "not_about_dataset")
+        print(json.dumps({"command": "check-certificate", "verdict": verdict, "file": args.file,
+                          "valid": status == "valid", "message": msg,
                           "about_dataset": about, "dataset_message": about_msg, "meaning": VALID_MEANS}))
     else:
         print(msg)

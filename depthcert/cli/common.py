@@ -7,25 +7,95 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
+import sys
 from fractions import Fraction
 
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.rational import format_rational
+from depthcert.checkers.rational import decimal_text, format_rational
 from depthcert.cli.errors import EXIT_UNDECIDED, exit_codes_epilog, run_main  # noqa: F401 -- commands import them here
 
 PRECISION_LIMIT = 65536  # bits: a ball forward pass at this precision is already slow
 
 
+_NEGATIVE_VALUE = re.compile(r"^-[0-9.]")
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises BadInput (exit 2, one line) instead of printing usage; --help ends
-    with the command's exit codes (depthcert/cli/errors.py)."""
+    """argparse that raises BadInput (exit 2, one line) instead of printing usage, refuses
+    abbreviated options (`--hop 2` is not `--hops 2`), takes a value that starts like a
+    negative number after an option that needs one (`--vocab -1,0,1` as `--vocab=-1,0,1`),
+    and ends --help with the command's exit codes (depthcert/cli/errors.py)."""
 
     def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("epilog", exit_codes_epilog(kwargs.get("prog")))
         super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise BadInput(message)
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        joined, i = [], 0
+        while i < len(args):
+            action = self._option_string_actions.get(args[i])
+            if (action is not None and action.nargs is None and i + 1 < len(args)
+                    and _NEGATIVE_VALUE.match(args[i + 1])):
+                joined.append(f"{args[i]}={args[i + 1]}")
+                i += 2
+                continue
+            joined.append(args[i])
+            i += 1
+        return super().parse_known_args(joined, namespace)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 point', '2 points' (n as printed: thousands separated when `n` is a formatted str)."""
+    count = n if isinstance(n, str) else str(n)
+    one = (n == 1) if not isinstance(n, str) else n.replace(",", "") == "1"
+    return f"{count} {word if one else (many or word + 's')}"
+
+
+def task_names() -> list[str]:
+    """Every task that has a construction, from the constructions registry (in its order)."""
+    from depthcert import constructions
+
+    return list(constructions.all_variants())
+
+
+def tasks_help() -> str:
+    """A task argument's help: the task names of the registry."""
+    return "the task: " + ", ".join(task_names()) + " (docs/ describes each)"
+
+
+def data_file(path: str | None) -> str | None:
+    """A --dataset/--weights path as given, or, when it does not exist and names one of the
+    example files (docs/examples/NAME), the copy shipped with the package: the commands the
+    docs print work from any folder."""
+    if path is None or os.path.exists(path):
+        return path
+    from depthcert.proofs.theorems import EXAMPLES_DIR
+
+    norm = path.replace("\\", "/")
+    name = os.path.basename(norm)
+    if (norm == name or norm.endswith("docs/examples/" + name)) and os.path.isfile(os.path.join(EXAMPLES_DIR, name)):
+        return os.path.join(EXAMPLES_DIR, name)
+    return path
+
+
+def margin_json(exact=None, enclosure=None) -> dict | None:
+    """One margin object: {"exact": "1/2", "decimal": "0.5"} for an exact margin;
+    {"lower": ..., "upper": ..., "decimal": ...} for a certified enclosure (softmax models;
+    lower/upper rounded outward, decimal the midpoint for reading); None when unknown."""
+    if exact is not None:
+        return {"exact": str(format_rational(exact)), "decimal": decimal_text(exact)}
+    if enclosure is not None:
+        lo, hi = enclosure
+        lower, upper = enclosure_text(enclosure)
+        return {"lower": lower, "upper": upper, "decimal": decimal_text((Fraction(lo) + Fraction(hi)) / 2)}
+    return None
 
 
 TASK_OPTIONS = (
@@ -149,7 +219,7 @@ def _counterexample_json(ce) -> dict:
         "expected": ce.expected,
         "predicted": ce.predicted,
         "tie": ce.tie,
-        "logits": {c: format_rational(v) for c, v in zip(ce.classes, ce.logits)},
+        "logits": {c: str(format_rational(v)) for c, v in zip(ce.classes, ce.logits)},
     }
     if ce.position is not None:
         out["position"] = ce.position
@@ -166,7 +236,7 @@ def _undecided_json(u) -> dict:
         "expected": u.expected,
         "position": u.position,
         "not_separated_from": u.other,
-        "margin_enclosure": None if u.margin is None else enclosure_text(u.margin),
+        "margin": margin_json(enclosure=u.margin),
         "precision_bits": u.precision,
         "logits": {c: enclosure_text(b) for c, b in zip(u.classes, u.logit_bounds)},
     }

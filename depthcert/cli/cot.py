@@ -19,7 +19,7 @@ import numpy as np
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
 from depthcert.constructions import cot_builders
-from depthcert.cli.common import enclosure_text, logits_line
+from depthcert.cli.common import enclosure_text, logits_line, margin_json, plural
 
 
 def _counterexample_json(ce) -> dict:
@@ -32,7 +32,6 @@ def _undecided_json(u) -> dict:
     from depthcert.cli.common import _undecided_json as base
 
     out = base(u)
-    out["margin_enclosure"] = None if u.margin is None else enclosure_text(u.margin)
     out["logits"] = {c: enclosure_text(b) for c, b in zip(u.classes, u.logit_bounds)}
     return out
 
@@ -85,6 +84,7 @@ def verify_cot(args, task) -> int:
                           force_exact=args.exact, balls=balls)
     v = g.verdict
     info = {
+        "command": "verify-construction",
         "task": task.name,
         "params": task.params,
         "cot": True,
@@ -101,13 +101,11 @@ def verify_cot(args, task) -> int:
         "points_checked": v.points_checked,
         "size_formula": task.size_formula,
         "verdict": v.verdict,
-        "min_margin": None if v.min_margin is None else format_rational(v.min_margin),
+        "min_margin": margin_json(v.min_margin, v.margin_enclosure),
         "evaluation": v.path,
         "seconds": round(v.seconds, 3),
         "total_seconds": round(time.perf_counter() - t_start, 3),
     }
-    if v.margin_enclosure is not None:
-        info["min_margin_enclosure"] = enclosure_text(v.margin_enclosure)
     if v.counterexample is not None:
         ce = _counterexample_json(v.counterexample)
         ce["step"] = g.failing_step
@@ -140,7 +138,7 @@ def _print_human(info, task, tf, g, description) -> None:
     v = g.verdict
     margin = _fmt_q(v.min_margin)
     if v.margin_enclosure is not None:
-        lo, hi = info["min_margin_enclosure"]
+        lo, hi = enclosure_text(v.margin_enclosure)
         margin = f"in [{lo}, {hi}] (certified enclosure)"
     elif v.path.startswith("certified balls"):
         margin = "unknown (an undecided point's margin is unknown)"
@@ -149,13 +147,13 @@ def _print_human(info, task, tf, g, description) -> None:
     rows = [
         ("theorem", info["theorem"]),
         ("variant", info["variant"] + (f": {description}" if description else "")),
-        ("model", f"{info['layers']} layer(s), heads per layer {info['heads']}, d' = {info['d_model']} "
+        ("model", f"{plural(info['layers'], 'layer')}, heads per layer {info['heads']}, d' = {info['d_model']} "
                   f"[{info['model_class']}]"),
-        ("dataset", f"{task.describe()}: {info['points_total']} points = {info['size_formula']}"),
-        ("generation", f"{g.steps} token(s) per input, each appended and the model run again; {how}"),
-        ("evaluated", f"{info['points_checked']} inputs x {g.steps} steps ({info['evaluation']})"),
-        ("covered", f"{v.points_covered} of {v.points_total} inputs"
-                    + (f" ({v.undecided_count} input(s) undecided)" if v.undecided is not None else "")),
+        ("dataset", f"{task.describe()}: {plural(info['points_total'], 'point')} = {info['size_formula']}"),
+        ("generation", f"{plural(g.steps, 'token')} per input, each appended and the model run again; {how}"),
+        ("evaluated", f"{plural(info['points_checked'], 'input')} x {plural(g.steps, 'step')} ({info['evaluation']})"),
+        ("covered", f"{v.points_covered} of {plural(v.points_total, 'input')}"
+                    + (f" ({plural(v.undecided_count, 'input')} undecided)" if v.undecided is not None else "")),
         ("verdict", info["verdict"].upper()),
         ("min margin", margin + ("" if v.verified or v.counterexample is None else " (up to the counterexample)")),
         ("wall time", f"{info['total_seconds']:.2f} s in all, {v.seconds:.2f} s evaluating"),
@@ -175,7 +173,7 @@ def _print_human(info, task, tf, g, description) -> None:
         print(logits_line(ce))
     u = v.undecided
     if u is not None:
-        print(f"undecided: {v.undecided_count} input(s); the first:")
+        print(f"undecided: {plural(v.undecided_count, 'input')}; the first:")
         print(f"  point      {u.index}  (replay: --cot --point {u.index})")
         print(f"  input      {task.render(u.tokens[: tf.P])}")
         print(f"  step       {g.undecided_step} of {g.steps}  (position {u.position})")
@@ -206,7 +204,7 @@ def _show_point(args, task, tf, model, balls) -> int:
             ok = {"correct": True, "wrong": False}.get(d.status)
             entry.update({"correct": ok, "predicted": model.classes[d.other] if d.status == "wrong" else
                           (model.classes[y] if ok else "undecided"),
-                          "margin_enclosure": None if d.margin is None else enclosure_text(d.margin),
+                          "margin": margin_json(enclosure=d.margin), "precision_bits": d.precision,
                           "logits": {c: enclosure_text(b) for c, b in zip(model.classes, d.logits)}})
         else:
             num, den = Evaluator(model, force_exact=args.exact).logits(seq)
@@ -216,23 +214,25 @@ def _show_point(args, task, tf, model, balls) -> int:
             ok = margin is None or margin > 0
             best = max((i for i in range(len(logits)) if i != y), key=lambda i: logits[i], default=y)
             entry.update({"correct": ok, "predicted": model.classes[y] if ok else model.classes[best],
-                          "margin": None if margin is None else format_rational(margin),
-                          "logits": {c: format_rational(q) for c, q in zip(model.classes, logits)}})
+                          "margin": margin_json(margin),
+                          "logits": {c: str(format_rational(q)) for c, q in zip(model.classes, logits)}})
         results.append(entry)
         if entry["correct"] is not True:
             status = 1 if entry["correct"] is False else EXIT_UNDECIDED
             break  # the run has left the expected sequence (or its next token is unknown)
     p = task.point(args.point)
     if args.json:
-        print(json.dumps({"task": task.name, "cot": True, "point": args.point, "tokens": list(p.tokens),
-                          "expected": [tf.classes[int(y)] for y in steps[0]], "correct": status == 0,
-                          "steps": results}))
+        print(json.dumps({"command": "verify-construction", "task": task.name, "cot": True, "point": args.point,
+                          "tokens": list(p.tokens), "expected": [tf.classes[int(y)] for y in steps[0]],
+                          "correct": status == 0,
+                          "verdict": {0: "correct", 1: "wrong"}.get(status, "undecided"), "steps": results}))
         return status
     print(f"point {args.point}: {task.render(p.tokens)}")
     for r in results:
         state = {True: "correct", False: "WRONG", None: "UNDECIDED"}[r["correct"]]
-        margin = r.get("margin") if "margin" in r else (
-            "-" if r["margin_enclosure"] is None else f"in [{r['margin_enclosure'][0]}, {r['margin_enclosure'][1]}]")
+        m = r["margin"]
+        margin = ("-" if "precision_bits" in r else "None") if m is None else (
+            f"in [{m['lower']}, {m['upper']}]" if "lower" in m else m["exact"])
         print(f"  step {r['step']} (position {r['position']}): expected {r['expected']}, "
               f"generated {r['predicted']}  ({state}, margin {margin})")
     return status

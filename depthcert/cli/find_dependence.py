@@ -15,7 +15,8 @@ import sys
 import time
 
 from depthcert.checkers.errors import BadInput
-from depthcert.cli.common import _Parser, add_budget_options, add_task_options, positive_int, run_main, task_from_args
+from depthcert.cli.common import (_Parser, add_budget_options, add_task_options, data_file, margin_json, plural,
+                                  positive_int, run_main, task_from_args, tasks_help)
 
 RULES_OUT = (
     "one-layer attention-only transformers with ReLU, linear or any other entrywise attention "
@@ -101,7 +102,7 @@ def _build_parser() -> _Parser:
         "print a checked impossibility certificate (paper Def. 3) or a one-layer model verified on every point.",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--task", help="sc (classification), icqa, tm (template), ictm, multihop")
+    src.add_argument("--task", help=tasks_help())
     src.add_argument("--dataset", metavar="FILE", help="a depthcert.dataset JSON file")
     add_task_options(p)
     p.add_argument("--sample", type=positive_int, default=256,
@@ -124,6 +125,7 @@ def _find_dependence(argv) -> int:
     from depthcert.checkers.budget import resource_budget
 
     args = _build_parser().parse_args(argv)
+    args.dataset = data_file(args.dataset)
     with resource_budget(args.max_weights, args.max_seconds, show_progress=sys.stderr.isatty() and not args.json):
         return _find_dependence_guarded(args)
 
@@ -155,13 +157,15 @@ def _find_dependence_guarded(args) -> int:
                       load_limit=args.max_points)
     dec = res.decision
     report: dict = {
+        "command": "find-dependence",
+        "verdict": "fittable" if dec.fittable else "not_fittable",
         "task": task.name,
         "params": task.params,
         "points": task.size,
         "fittable": dec.fittable,
         "points_searched": dec.points_searched,
     }
-    lines = [f"task: {_task_description(task)}, {task.size} points"]
+    lines = [f"task: {_task_description(task)}, {plural(task.size, 'point')}"]
     if not dec.fittable:
         cert = dec.certificate
         from depthcert.checkers.certificate import check_certificate
@@ -207,12 +211,12 @@ def _find_dependence_guarded(args) -> int:
         v = res.verdict
         m = res.model
         report.update({"certificate": None, "points_in_certificate": 0, "model": {"layers": 1, "heads": m.heads[0], "dim": m.dim, "verified": v.verified,
-                                 "points_checked": v.points_checked, "min_margin": str(v.min_margin),
+                                 "points_checked": v.points_checked, "min_margin": margin_json(v.min_margin),
                                  "path": v.path}})
         lines.append("FITTABLE by a one-layer transformer.")
         lines.append(
-            f"explicit model: 1 layer, {m.heads[0]} ReLU heads (one per used (length, last token, key position)), "
-            f"d' = {m.dim}; exhaustive exact check: {v.verdict} on {v.points_checked} points, "
+            f"explicit model: 1 layer, {plural(m.heads[0], 'ReLU head')} (one per used (length, last token, key position)), "
+            f"d' = {m.dim}; exhaustive exact check: {v.verdict} on {plural(v.points_checked, 'point')}, "
             f"min margin {v.min_margin} ({v.path})"
         )
         if args.export:

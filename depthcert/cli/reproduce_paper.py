@@ -38,12 +38,14 @@ def _reproduce_paper(argv) -> int:
             row = _claim_row(r, command)
             print("| " + " | ".join(row) + " |", flush=True)
     if args.json:
-        print(json.dumps([{"claim": r.claim.key, "paper": r.claim.paper, "statement": r.claim.statement,
+        print(json.dumps({"command": "reproduce-paper",
+                          "verdict": "reproduced" if all(r.ok for r in results) else "not_reproduced",
+                          "claims": [{"claim": r.claim.key, "paper": r.claim.paper, "statement": r.claim.statement,
                            "kind": r.claim.kind, "method": r.claim.method, "task": r.claim.task,
                            "options": r.claim.options, "printed": r.claim.printed,
                            "printed_verdict": r.printed_verdict or None, "printed_detail": r.printed_detail or None,
                            "verdict": r.verdict, "detail": r.detail, "command": command(r.claim),
-                           "seconds": round(r.seconds, 2)} for r in results]))
+                           "seconds": round(r.seconds, 2)} for r in results]}))
     else:
         print()
         print("as printed: the paper's own weights checked on every point; depthcert's version: the "

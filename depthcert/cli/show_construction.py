@@ -293,7 +293,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
 # ---------------------------------------------------------------- command line
 
 def _build_parser():
-    from depthcert.cli.common import _Parser, add_budget_options, add_task_options, variants_help
+    from depthcert.cli.common import _Parser, add_budget_options, add_task_options, tasks_help, variants_help
 
     p = _Parser(
         prog="show-construction",
@@ -301,7 +301,7 @@ def _build_parser():
         "(like the paper's Figure 3), its weight matrices with block names, the classifier and the "
         "residual stream.",
     )
-    p.add_argument("task", help="sc (classification), icqa, tm (template), ictm, multihop")
+    p.add_argument("task", help=tasks_help())
     add_task_options(p)
     p.add_argument("--variant", default=None, help=variants_help())
     p.add_argument("--as-printed", action="store_true", help="the weights exactly as the paper prints them")
@@ -341,7 +341,8 @@ def _show_construction(argv) -> int:
     if args.json:
         import json
 
-        print(json.dumps({"task": task.name, "params": task.params, "variant": construction.variant,
+        print(json.dumps({"command": "show-construction", "verdict": "written", "task": task.name,
+                          "params": task.params, "variant": construction.variant,
                           "as_printed": construction.as_printed, "point": point, "tokens": list(p.tokens),
                           "label": p.label, "files": [str(x) for x in paths]}))
         return 0

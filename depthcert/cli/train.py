@@ -11,6 +11,7 @@ import math
 import sys
 
 from depthcert.checkers.errors import BadInput
+from depthcert.cli.common import _Parser as _CommonParser
 from depthcert.training.experiments import EXPERIMENTS, GROUPS
 
 TASK_OPTIONS = (
@@ -28,15 +29,8 @@ TASK_OPTIONS = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises BadInput instead of printing usage and exiting; --help ends with the
-    command's exit codes."""
-
-    def __init__(self, *args, **kwargs):
-        from depthcert.cli.errors import exit_codes_epilog
-
-        kwargs.setdefault("epilog", exit_codes_epilog(kwargs.get("prog")))
-        super().__init__(*args, **kwargs)
+class _Parser(_CommonParser):
+    """The commands' parser (no abbreviations, negative-looking values) naming the program in errors."""
 
     def error(self, message):
         raise BadInput(f"{self.prog}: {message}")
@@ -67,7 +61,10 @@ def _clean(obj):
 
 def train_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="train", description="Train the paper's attention-only transformer on a task (OBSERVED, not proven).")
-    p.add_argument("task", help="sc, icqa, tm, ictm, multihop (aliases allowed)")
+    from depthcert.cli.common import task_names
+
+    p.add_argument("task", help=f"the task: {', '.join(task_names())} (aliases allowed); the size options below "
+                   "are those of sc, icqa, tm, ictm and multihop, the other tasks train at their default sizes")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", default="1", help="heads in every layer (4) or per layer (1,1,4)")
     p.add_argument("--width", type=int, default=None, help="d' (default: vocabulary + positions)")
@@ -181,7 +178,8 @@ def copy_main(argv) -> int:
     if args.log is not None:
         write_json_atomic(args.log, log)
     if args.json:
-        print(json.dumps({k: v for k, v in log.items() if k != "evals"}))
+        print(json.dumps({"command": "train copy", "verdict": "observed",
+                          **{k: v for k, v in log.items() if k != "evals"}}))
         return 0
     f, r = result.final, result.redundancy
     print(f"OBSERVED copy n={args.length} m={args.alphabet} noise={args.noise} {args.arch} layers={args.layers} "
@@ -251,7 +249,7 @@ def _train(argv) -> int:
             write_json_atomic(args.log, log)
         f = result.final
         if args.json:
-            summary = {k: v for k, v in log.items() if k != "steps"}
+            summary = {"command": "train", "verdict": "observed", **{k: v for k, v in log.items() if k != "steps"}}
             print(json.dumps(summary))
         else:
             print(
@@ -273,13 +271,36 @@ def _train(argv) -> int:
         return _die("interrupted")
 
 
+DEFAULT_OUT, DEFAULT_DOC = "docs/img", "docs/experiments.md"
+
+
+def reproduce_paths(out: str | None, doc: str | None) -> tuple[str, str]:
+    """--out and --doc as used: the defaults inside a checkout (docs/img, docs/experiments.md); a
+    given --out also holds the report unless --doc is given, so the command works from any folder.
+    --out is created (with its parents); --doc's folder must exist."""
+    import os
+
+    if doc is None:
+        doc = DEFAULT_DOC if out is None else os.path.join(out, "experiments.md")
+    out = DEFAULT_OUT if out is None else out
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise BadInput(f"--out {out} exists and is not a folder")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--out {out}: cannot create the folder ({exc.strerror})") from None
+    return out, doc
+
+
 def reproduce_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="reproduce", description="Reproduce the paper's experiments (OBSERVED, not proven).")
     p.add_argument("what", help="reference (the run the tests compare), figure2 (depth sweep + docs/experiments.md), figure3 (attention maps), ictm2 (open "
                    "question 5.4), figure4..figure7 (heads per layer; heads = all four), copy (copy-task depth/heads "
                    "study), all")
-    p.add_argument("--out", default="docs/img", help="folder for PNG plots")
-    p.add_argument("--doc", default="docs/experiments.md", help="markdown report to write")
+    p.add_argument("--out", default=None, help="folder for the PNG plots and JSON results, created if missing "
+                   f"(default {DEFAULT_OUT})")
+    p.add_argument("--doc", default=None, help=f"markdown report to write (default: {DEFAULT_DOC} with the default "
+                   "--out, else experiments.md inside --out)")
     p.add_argument("--steps", type=int, default=None, help="override steps per run")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds per configuration")
     p.add_argument("--tasks", default=None, help="comma-separated subset of tasks")
@@ -304,10 +325,12 @@ def _reproduce(argv) -> int:
         _import_torch()
         from depthcert.training import reproduce
 
-        summary = reproduce.run(args.what, out=args.out, doc=args.doc, steps=args.steps, seeds=args.seeds,
+        out, doc = reproduce_paths(args.out, args.doc)
+        summary = reproduce.run(args.what, out=out, doc=doc, steps=args.steps, seeds=args.seeds,
                                 tasks=args.tasks, progress=not args.json, jobs=args.jobs)
         if args.json:
-            print(json.dumps(_clean(summary)))
+            print(json.dumps({"command": "reproduce", "verdict": "observed", "experiments": _clean(summary),
+                              "out": out, "doc": doc}))
         return 0
     except BadInput as exc:
         return _die(str(exc))

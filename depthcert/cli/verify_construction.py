@@ -19,8 +19,9 @@ from depthcert.checkers.errors import BadInput, TooManyPoints
 from depthcert.checkers.rational import format_rational
 from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, TASK_OPTIONS, _counterexample_json, _fmt_q,
                                   _Parser, _precision_options, _undecided_json, add_budget_options, add_task_options,
-                                  enclosure_text, exit_codes_epilog, guard_classifier_size, logits_line,
-                                  nonnegative_int, positive_int, run_main, task_from_args, variants_help)
+                                  data_file, enclosure_text, exit_codes_epilog, guard_classifier_size, logits_line,
+                                  margin_json, nonnegative_int, plural, positive_int, run_main, task_from_args,
+                                  tasks_help, variants_help)
 
 DEFAULT_MAX_POINTS = 20_000_000
 
@@ -31,10 +32,10 @@ def _build_parser() -> _Parser:
         description="Build a construction of arXiv 2404.01601 in exact arithmetic and check it on every "
         "point of its task's dataset.",
         epilog="Dataset sizes: sc M^L; icqa A(n_q,k)*A(n_a,k)*k; tm m^l (Bell(l) templates); "
-        "ictm and multihop: see docs/. Each point is an integer index: replay one with --point N. "
-        + exit_codes_epilog("verify-construction"),
+        "ictm, multihop and the other tasks: see docs/ (each run prints its size formula). Each point is an "
+        "integer index: replay one with --point N. " + exit_codes_epilog("verify-construction"),
     )
-    p.add_argument("task", nargs="?", help="sc (classification), icqa, tm (template), ictm, multihop")
+    p.add_argument("task", nargs="?", help=tasks_help())
     p.add_argument("--dataset", metavar="FILE",
                    help="a labelled dataset (depthcert.dataset JSON) instead of a task's: checks --weights on it, "
                    "or builds the Theorem 1 memorization construction for it (task sc)")
@@ -81,7 +82,9 @@ def _build_parser() -> _Parser:
 def _task_or_dataset(args):
     if not args.dataset:
         if not args.task:
-            raise BadInput("give a TASK (sc, icqa, tm, ictm, multihop) or --dataset FILE")
+            from depthcert.cli.common import task_names
+
+            raise BadInput(f"give a TASK ({', '.join(task_names())}) or --dataset FILE")
         return task_from_args(args)
     from depthcert.checkers.tasks.dataset_file import load_dataset
     from depthcert.checkers.tasks import canonical_task
@@ -112,6 +115,7 @@ def _verify_construction(argv) -> int:
 
     t_start = time.perf_counter()
     args = _build_parser().parse_args(argv)
+    args.dataset, args.weights = data_file(args.dataset), data_file(args.weights)
     with resource_budget(args.max_weights, args.max_seconds, show_progress=sys.stderr.isatty() and not args.json):
         return _verify_construction_guarded(args, t_start)
 
@@ -193,6 +197,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         if runner is not None:
             runner.close()
     info = {
+        "command": "verify-construction",
         "task": task.name,
         "params": task.params,
         "theorem": theorem,
@@ -206,7 +211,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         "points_checked": v.points_checked,
         "size_formula": task.size_formula,
         "verdict": v.verdict,
-        "min_margin": None if v.min_margin is None else format_rational(v.min_margin),
+        "min_margin": margin_json(v.min_margin, v.margin_enclosure),
         "evaluation": v.path,
         "seconds": round(v.seconds, 3),
         "total_seconds": round(time.perf_counter() - t_start, 3),
@@ -219,8 +224,6 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         info["run_notes"] = list(v.notes[1:])
     if v.journal is not None:
         info["journal"] = v.journal.to_json()
-    if v.margin_enclosure is not None:
-        info["min_margin_enclosure"] = enclosure_text(v.margin_enclosure)
     if v.counterexample is not None:
         info["counterexample"] = _counterexample_json(v.counterexample)
     if v.undecided is not None:
@@ -241,18 +244,18 @@ def _print_human(info: dict, task, v, description: str) -> None:
     kind = f" [{info['model_class']}]" if "model_class" in info else ""
     margin = _fmt_q(v.min_margin)
     if v.margin_enclosure is not None:
-        lo, hi = info["min_margin_enclosure"]
+        lo, hi = enclosure_text(v.margin_enclosure)
         margin = f"in [{lo}, {hi}] (certified enclosure)"
     elif model_has_balls(v):
         margin = "unknown (an undecided point's margin is unknown)"
     rows = [
         ("theorem", info["theorem"] + (" [as printed]" if info["as_printed"] else "")),
         ("variant", info["variant"] + (f": {description}" if description else "")),
-        ("model", f"{info['layers']} layer(s), heads per layer {info['heads']}, d' = {info['d_model']}{kind}"),
-        ("dataset", f"{task.describe()}: {info['points_total']} points = {info['size_formula']}"),
-        ("evaluated", f"{info['points_checked']} points ({info['evaluation']})"),
-        ("covered", f"{info['points_covered']} of {info['points_total']} points"
-                    + (f" ({v.undecided_count} evaluated point(s) undecided)" if v.undecided is not None else "")),
+        ("model", f"{plural(info['layers'], 'layer')}, heads per layer {info['heads']}, d' = {info['d_model']}{kind}"),
+        ("dataset", f"{task.describe()}: {plural(info['points_total'], 'point')} = {info['size_formula']}"),
+        ("evaluated", f"{plural(info['points_checked'], 'point')} ({info['evaluation']})"),
+        ("covered", f"{info['points_covered']} of {plural(info['points_total'], 'point')}"
+                    + (f" ({plural(v.undecided_count, 'evaluated point')} undecided)" if v.undecided is not None else "")),
         ("symmetry", info["symmetry"].removeprefix("symmetry: ")),
         ("verdict", info["verdict"].upper()),
         ("min margin", margin + ("" if v.verified or v.counterexample is None else " (up to the counterexample)")),
@@ -275,7 +278,7 @@ def _print_human(info: dict, task, v, description: str) -> None:
         print(logits_line(ce))
     u = v.undecided
     if u is not None:
-        print(f"undecided: {v.undecided_count} point(s); the first:")
+        print(f"undecided: {plural(v.undecided_count, 'point')}; the first:")
         print(f"  point      {u.index}  (replay: --point {u.index})")
         print(f"  input      {task.render(u.tokens)}")
         if u.position is not None:
@@ -323,8 +326,8 @@ def _show_point(args, task, model, theorem, balls=None) -> int:
         ok = margin is None or margin > 0
         results.append({"position": k, "expected": model.classes[y],
                         "predicted": model.classes[best] if not ok else model.classes[y], "correct": ok,
-                        "margin": None if margin is None else format_rational(margin),
-                        "logits": {c: format_rational(q) for c, q in zip(model.classes, logits)}})
+                        "margin": margin_json(margin),
+                        "logits": {c: str(format_rational(q)) for c, q in zip(model.classes, logits)}})
     return _print_point(args, task, theorem, p, results)
 
 
@@ -341,7 +344,7 @@ def _show_point_balls(args, task, model, theorem, balls, p, ids, checks, rows) -
         results.append({"position": k, "expected": model.classes[rows[y_task]],
                          "predicted": model.classes[d.other] if d.status == "wrong" else
                          (model.classes[rows[y_task]] if d.status == "correct" else "undecided"),
-                         "correct": status, "margin_enclosure": None if d.margin is None else enclosure_text(d.margin),
+                         "correct": status, "margin": margin_json(enclosure=d.margin),
                          "precision_bits": d.precision,
                          "logits": {c: enclosure_text(b) for c, b in zip(model.classes, d.logits)}})
     return _print_point(args, task, theorem, p, results)
@@ -351,8 +354,9 @@ def _print_point(args, task, theorem, p, results) -> int:
     last_only = task.outputs != "all"
     wrong = [r for r in results if r["correct"] is False]
     undecided = [r for r in results if r["correct"] is None]
-    info = {"task": task.name, "theorem": theorem, "point": args.point, "tokens": list(p.tokens),
-            "expected": p.label, "correct": not wrong and not undecided}
+    info = {"command": "verify-construction", "task": task.name, "theorem": theorem, "point": args.point,
+            "tokens": list(p.tokens), "expected": p.label, "correct": not wrong and not undecided,
+            "verdict": "wrong" if wrong else ("undecided" if undecided else "correct")}
     if undecided and not wrong:
         info["correct"] = None
     if last_only:
@@ -369,15 +373,15 @@ def _print_point(args, task, theorem, p, results) -> int:
             if head:
                 print(head)
             state = {True: "correct", False: "WRONG", None: "UNDECIDED"}[r["correct"]]
-            if "margin_enclosure" in r:
-                lo_hi = r["margin_enclosure"]
-                margin = "-" if lo_hi is None else f"in [{lo_hi[0]}, {lo_hi[1]}] at {r['precision_bits']} bits"
+            if "precision_bits" in r:
+                m = r["margin"]
+                margin = "-" if m is None else f"in [{m['lower']}, {m['upper']}] at {r['precision_bits']} bits"
                 print(f"  expected   {r['expected']}")
                 print(f"  predicted  {r['predicted']}  ({state}, margin {margin})")
                 print("  logits     " + "  ".join(f"{c} in [{b[0]}, {b[1]}]" for c, b in r["logits"].items()))
             else:
                 print(f"  expected   {r['expected']}")
-                print(f"  predicted  {r['predicted']}  ({state}, margin {r['margin']})")
+                print(f"  predicted  {r['predicted']}  ({state}, margin {'None' if r['margin'] is None else r['margin']['exact']})")
                 print("  logits     " + "  ".join(f"{c}={v}" for c, v in r["logits"].items()))
     if wrong:
         return 1

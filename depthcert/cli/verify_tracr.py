@@ -18,10 +18,12 @@ taken from tracr's RASP evaluator (rasp.evaluate; --causal: tracr's causal evalu
                        by the model: it is reported as a failure of its own kind.
   numerical outputs    the model's output at every position as a certified enclosure, against
                        the program's exact value (RASP's means in exact rationals); the largest
-                       error is reported; --tolerance T turns it into a verdict.
+                       error is reported and decided against a tolerance (--tolerance T, default
+                       DEFAULT_TOLERANCE = 1/1000): verified when every error is certified below it,
+                       refuted when one is certified above it, undecided otherwise.
 
 tracr's own float forward runs on the same inputs and is compared (never a verdict).
-Exit codes: 0 verified (numerical without --tolerance: reported), 1 refuted, 2 bad input,
+Exit codes: 0 verified, 1 refuted, 2 bad input,
 3 undecided.
 """
 from __future__ import annotations
@@ -42,6 +44,10 @@ import numpy as np
 from depthcert.checkers.errors import BadInput
 
 DEFAULT_MAX_INPUTS = 200_000
+# numerical programs: the largest error |output - program value| accepted by default. tracr's
+# numerical aggregates are off by their softmax leak (about 1e-7 in the library programs), its
+# numerical MLPs by their discretization; an error of 1/1000 or more is a wrong output.
+DEFAULT_TOLERANCE = Fraction(1, 1000)
 DEFAULT_MAX_SEQ_LEN = 32
 
 # Library programs: how their arguments are filled.  SOp arguments get rasp.tokens; the others
@@ -338,7 +344,7 @@ class Result:
 
 def check_program(spec: str, vocab: tuple, max_seq_len: int, distinct: bool = False, causal: bool = False,
                   max_inputs: int = DEFAULT_MAX_INPUTS, balls: dict | None = None, float_check: bool = True,
-                  embedding: str = "auto", symmetry: str = "auto", tolerance: Fraction | None = None,
+                  embedding: str = "auto", symmetry: str = "auto", tolerance: Fraction = DEFAULT_TOLERANCE,
                   export: str | None = None, dataset_out: str | None = None, progress: bool = False,
                   skip_none: bool = False, mlp_exactness: int = 100, program=None, compiled=None) -> Result:
     """Compile, import and check one program on every input; the verdict as a dict."""
@@ -372,6 +378,7 @@ def check_program(spec: str, vocab: tuple, max_seq_len: int, distinct: bool = Fa
     inputs = enumerate_inputs(vocab, max_seq_len, distinct)
     truth = ground_truth(program, inputs, causal, exact=not compiled.categorical)
     base = {
+        "command": "verify-tracr",
         "program": spec,
         "call": call,
         "output": "categorical" if compiled.categorical else "numerical",
@@ -417,7 +424,7 @@ def _value_text(v) -> str:
 def _check_categorical(model, imported, compiled, inputs, truth, base, balls, symmetry, dataset_out, progress,
                        vocab_names, skip_none=False) -> Result:
     from depthcert.checkers.exhaustive import plan_points, verify
-    from depthcert.cli.common import _counterexample_json, _undecided_json, enclosure_text
+    from depthcert.cli.common import _counterexample_json, _undecided_json, margin_json
 
     value_class = {}
     for v, c in zip(compiled.output_values, model.classes):
@@ -468,13 +475,10 @@ def _check_categorical(model, imported, compiled, inputs, truth, base, balls, sy
         info["points_covered"] = v.points_covered
         info["evaluation"] = v.path
         info["seconds"] = round(v.seconds, 3)
+        # exact for a model without softmax (MLP-only programs), else a certified enclosure
+        info["min_margin"] = margin_json(v.min_margin, v.margin_enclosure)
         if v.margin_enclosure is not None:
-            info["min_margin_enclosure"] = enclosure_text(v.margin_enclosure)
             info["min_margin_exact_ends"] = [str(v.margin_enclosure[0]), str(v.margin_enclosure[1])]
-        if v.min_margin is not None:  # a model without softmax (MLP-only programs): exact
-            from depthcert.checkers.rational import format_rational
-
-            info["min_margin"] = format_rational(v.min_margin)
     counter = None
     if v is not None and v.counterexample is not None:
         ce = v.counterexample
@@ -594,16 +598,13 @@ def _check_numerical(model, compiled, inputs, truth, base, balls, tolerance, ski
         info["max_error_enclosure"] = [bound_text(worst_low, up=False), bound_text(up, up=True)]
         info["max_error_at"] = {"input": [str(t) for t in inputs[i]], "position": pos,
                                 "value": _value_text(v), "output_enclosure": enclosure_text(enc)}
-    verdict = "reported"
-    status = 0
-    if tolerance is not None:
-        if worst_low > tolerance or outside:
-            verdict, status = "refuted", 1
-        elif worst is None or worst[0] < tolerance:
-            verdict, status = "verified", 0
-        else:
-            verdict, status = "undecided", 3
-        info["tolerance"] = str(tolerance)
+    if worst_low > tolerance or outside:
+        verdict, status = "refuted", 1
+    elif worst is None or worst[0] < tolerance:
+        verdict, status = "verified", 0
+    else:
+        verdict, status = "undecided", 3
+    info["tolerance"] = str(tolerance)
     if outside:
         i, pos, val = outside[0]
         info["first_outside"] = {"input": [str(t) for t in inputs[i]], "position": pos, "value": _value_text(val)}
@@ -701,8 +702,8 @@ def _parser():
                    help=f"refuse more inputs than this (default {DEFAULT_MAX_INPUTS:,})")
     p.add_argument("--precision", type=positive_int, default=None, help="first ball precision in bits (default 64)")
     p.add_argument("--max-precision", type=positive_int, default=None, help="precision cap in bits (default 4096)")
-    p.add_argument("--tolerance", default=None, help="numerical outputs: verified when every error is below this "
-                   "rational (e.g. 1/100)")
+    p.add_argument("--tolerance", default=None, help="numerical outputs: verified when every error is certified "
+                   f"below this rational, refuted when one is certified above it (default {DEFAULT_TOLERANCE})")
     p.add_argument("--symmetry", choices=("auto", "off"), default="auto",
                    help="auto: one input per orbit when the token symmetry is proven on the data and the weights")
     p.add_argument("--embedding", choices=("auto", "mlp-table"), default="auto",
@@ -733,7 +734,7 @@ def _main(argv) -> int:
 
     args = _parser().parse_args(argv)
     vocab = parse_vocab(args.vocab)
-    tol = None
+    tol = DEFAULT_TOLERANCE
     if args.tolerance is not None:
         tol = parse_rational(args.tolerance, "--tolerance")
         if tol <= 0:
@@ -754,6 +755,8 @@ def _main(argv) -> int:
 
 
 def print_human(info: dict) -> None:
+    from depthcert.cli.common import plural
+
     lengths = f"lengths 1-{info['max_seq_len']}" + (", distinct tokens" if info["distinct_tokens"] else "")
     rows = [
         ("program", f"{info['call']} ({info['output']} output)"),
@@ -761,39 +764,39 @@ def print_human(info: dict) -> None:
                      + (", causal" if info["causal"] else "")
                      + (f", mlp_exactness {info['mlp_exactness']}" if info["mlp_exactness"] != 100 else "")
                      + f" ({info['compile_seconds']:.1f} s)"),
-        ("model", f"{info['layers']} layer(s), heads per layer {info['heads']}, d' = {info['d_model']} "
+        ("model", f"{plural(info['layers'], 'layer')}, heads per layer {info['heads']}, d' = {info['d_model']} "
                   f"[{info['model_class']}], embedding {info['embedding']}"),
-        ("inputs", f"{info['inputs']} ({lengths}); {info['positions_labelled']} output positions labelled"
+        ("inputs", f"{info['inputs']} ({lengths}); {plural(info['positions_labelled'], 'output position')} labelled"
                    + (f", {info['positions_outside']} without a value in the output space" if info["positions_outside"] else "")
                    + (f", {info['positions_none_skipped']} None positions not checked (--skip-none)"
                       if info.get("positions_none_skipped") else "")),
     ]
     if "points_evaluated" in info:
-        rows.append(("evaluated", f"{info['points_evaluated']} inputs ({info['evaluation']})"))
+        rows.append(("evaluated", f"{plural(info['points_evaluated'], 'input')} ({info['evaluation']})"))
         rows.append(("symmetry", f"{info['symmetry']} [{info['symmetry_data']}]"))
     elif "evaluation" in info:
         rows.append(("evaluated", info["evaluation"]))
     rows.append(("verdict", info["verdict"].upper()))
-    if "min_margin_enclosure" in info:
-        lo, hi = info["min_margin_enclosure"]
+    m = info.get("min_margin")
+    if m is not None:
         ce0 = info.get("counterexample")
         note = " (up to the counterexample)" if ce0 is not None and ce0["kind"] == "wrong output" else ""
-        rows.append(("min margin", f"in [{lo}, {hi}] (certified enclosure){note}"))
-    elif info.get("min_margin") is not None:
-        ce0 = info.get("counterexample")
-        note = " (up to the counterexample)" if ce0 is not None and ce0["kind"] == "wrong output" else ""
-        rows.append(("min margin", f"{info['min_margin']} (exact){note}"))
+        text = f"in [{m['lower']}, {m['upper']}] (certified enclosure)" if "lower" in m else f"{m['exact']} (exact)"
+        rows.append(("min margin", text + note))
     if "max_error_enclosure" in info:
         lo, hi = info["max_error_enclosure"]
         at = info["max_error_at"]
         rows.append(("max error", f"in [{lo}, {hi}] (certified), at input {' '.join(at['input'])} position "
                                   f"{at['position']}: output in [{at['output_enclosure'][0]}, {at['output_enclosure'][1]}], "
                                   f"program {at['value']}"))
+    if "tolerance" in info:
+        rows.append(("tolerance", f"{info['tolerance']} (verified: every error certified below it; refuted: one "
+                                  "certified above it; --tolerance T sets it)"))
     fc = info.get("float_forward")
     if fc is not None:
         if "disagree_positions" in fc:
-            text = (f"tracr's float forward disagrees with RASP at {fc['disagree_positions']} of {fc['positions']} "
-                    f"positions ({fc['disagree_inputs']} inputs)")
+            text = (f"tracr's float forward disagrees with RASP at {fc['disagree_positions']} of "
+                    f"{plural(fc['positions'], 'position')} ({plural(fc['disagree_inputs'], 'input')})")
             if "reproduces_counterexample" in fc:
                 text += ("; reproduces the counterexample" if fc["reproduces_counterexample"]
                          else f"; at the counterexample it outputs {fc['counterexample_float_forward']}")
@@ -819,7 +822,7 @@ def print_human(info: dict) -> None:
                                           for c, b in ce["logits"].items()))
     u = info.get("undecided")
     if u is not None:
-        print(f"undecided: {info['undecided_points']} input(s); the first:")
+        print(f"undecided: {plural(info['undecided_points'], 'input')}; the first:")
         print(f"  input      {' '.join(u['tokens'][1:])}")
         print(f"  position   {u['position']}")
         print(f"  expected   {u['expected']}, not separated from {u['not_separated_from']} at {u['precision_bits']} bits")

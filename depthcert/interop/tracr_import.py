@@ -146,8 +146,11 @@ def compile_program(program, vocab, max_seq_len: int, causal: bool = False, mlp_
                                                     causal=causal, compiler_bos=BOS,
                                                     mlp_exactness=mlp_exactness)
     except (NotImplementedError, ValueError, KeyError, TypeError, AssertionError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BadInput(f"tracr cannot compile {program.label} with this vocabulary: {first}") from None
+        # tracr's whole reason on one line ("Unsupported RASP expressions:" is followed by one
+        # line per expression naming it and why)
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        reason = (lines[0] + (" " + "; ".join(lines[1:]) if len(lines) > 1 else "")) if lines else type(exc).__name__
+        raise BadInput(f"tracr cannot compile {program.label} with this vocabulary: {reason}") from None
     categorical = bool(rasp.is_categorical(program))
     enc = assembled.output_encoder
     values = tuple(enc.encoding_map) if categorical else ()
@@ -281,7 +284,7 @@ def import_tracr(compiled: Compiled, embedding: str = "auto", name: str | None =
         raise BadInput("tracr's residual labels are not unique: cannot locate the output space")
     H, ks = cfg.num_heads, cfg.key_size
     charge_weights(cfg.num_layers * (2 * H * (d + 1) ** 2 + 2 * (d + 1) * cfg.mlp_hidden_size),
-                   f"the imported tracr model (d = {d}, {cfg.num_layers} layers, {H} heads)")
+                   f"the imported tracr model (d = {d}, {cfg.num_layers} layer{'s' if cfg.num_layers != 1 else ''}, {H} head{'s' if H != 1 else ''})")
 
     # -- the blocks, in tracr's order, exactly zero ones dropped
     blocks = []  # ("attn", [(QK, OV)]) | ("mlp", (W1, b1, W2, b2))

@@ -1,0 +1,213 @@
+"""Every command's --json is one JSON document of one schema (depthcert/schema/output.schema.json,
+docs/json.md): a `command` and a `verdict` key always, margins as margin objects.
+
+Each case runs a command in-process on a small input and validates what it printed; the schema
+itself is checked as a JSON Schema and against documents it must refuse, so a schema that
+accepts everything fails here too.
+"""
+from __future__ import annotations
+
+import json
+import os
+from fractions import Fraction
+
+import pytest
+
+jsonschema = pytest.importorskip("jsonschema")
+
+from depthcert.cli.common import run_main  # noqa: E402
+from depthcert.proofs.theorems import CERT_DIR, EXAMPLES_DIR  # noqa: E402
+from depthcert.schema import output_schema  # noqa: E402
+
+SCHEMA = output_schema()
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+EX = "docs/examples/"
+
+
+def _main(name):
+    from depthcert.cli import check_certificate, find_dependence, reproduce_paper, verify_construction
+
+    return {"verify-construction": verify_construction._verify_construction,
+            "find-dependence": find_dependence._find_dependence,
+            "check-certificate": check_certificate._check_certificate,
+            "reproduce-paper": reproduce_paper._reproduce_paper}[name]
+
+
+def run_json(command, argv, capsys, monkeypatch=None):
+    """(exit code, the one document printed) of `command argv --json`; stdout must be exactly it."""
+    code = run_main(_main(command), list(argv) + ["--json"])
+    out = capsys.readouterr().out
+    doc = json.loads(out)  # one document: json.loads refuses trailing text
+    assert out.count("\n") == 1 and out.endswith("\n"), out[:200]
+    validate(doc)
+    return code, doc
+
+
+def validate(doc) -> None:
+    errors = sorted(VALIDATOR.iter_errors(doc), key=lambda e: list(e.path))
+    assert not errors, "; ".join(f"{list(e.path)}: {e.message[:200]}" for e in errors[:5])
+
+
+def test_the_schema_is_a_valid_json_schema():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+@pytest.mark.parametrize("doc,why", [
+    ({"command": "verify-construction", "task": "icqa"}, "no verdict"),
+    ({"command": "verify-construction", "verdict": "proven", "task": "icqa", "points_total": 1,
+      "points_checked": 1, "min_margin": None}, "a verdict verify-construction never gives"),
+    ({"command": "verify-construction", "verdict": "verified", "task": "icqa", "points_total": 1,
+      "points_checked": 1, "min_margin": 3}, "a margin as a number"),
+    ({"command": "verify-construction", "verdict": "verified", "task": "icqa", "points_total": 1,
+      "points_checked": 1, "min_margin": {"exact": "0.5", "decimal": "0.5"}}, "an exact margin that is not p/q"),
+    ({"command": "verify-construction", "verdict": "verified", "task": "icqa", "points_total": 1,
+      "points_checked": 1, "min_margin": {"exact": "1/2"}}, "an exact margin without its decimal"),
+    ({"command": "find-dependence", "verdict": "fittable", "task": "tm", "points": 2, "fittable": True,
+      "certificate": None, "model": {"min_margin": "1"}}, "find-dependence's margin as a string"),
+    ({"command": "verify-construction --all-sizes", "status": "proven", "task": "icqa", "variant": "x",
+      "margin": None}, "status instead of verdict"),
+    ({"command": "nothing", "verdict": "verified"}, "an unknown command"),
+])
+def test_the_schema_refuses(doc, why):
+    assert list(VALIDATOR.iter_errors(doc)), why
+
+
+# ------------------------------------------------------------------------------------ verify-construction
+
+@pytest.mark.parametrize("argv,code,verdict,margin", [
+    (["icqa", "--k", "2"], 0, "verified", {"exact": "3", "decimal": "3"}),
+    (["sc", "--length", "2", "--alphabet", "2"], 0, "verified", None),
+    (["tm", "--l", "3", "--alphabet", "3", "--variant", "ternary", "--as-printed"], 1, "refuted", None),
+    (["multihop", "--k", "2", "--hops", "2", "--variant", "linear"], 0, "verified", None),
+    (["composition", "--L", "2", "--N", "2"], 0, "verified", None),
+    (["composition", "--L", "2", "--N", "2", "--cot"], 0, "verified", None),
+    (["--dataset", EX + "prev-token-data.json", "--weights", EX + "prev-token-hardmax.json"], 0, "verified", None),
+    (["--dataset", EX + "prev-token-data.json", "--weights", EX + "prev-token-softmax-20.json"], 0, "verified", None),
+    (["--dataset", EX + "prev-token-data.json", "--weights", EX + "prev-token-softmax-1.json"], 1, "refuted", None),
+    (["--dataset", EX + "softmax-tie-data.json", "--weights", EX + "softmax-tie-weights.json",
+      "--max-precision", "128"], 3, "undecided", None),
+])
+def test_verify_construction(argv, code, verdict, margin, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # docs/examples/ paths resolve from the package from any folder
+    got, doc = run_json("verify-construction", argv, capsys)
+    assert (got, doc["verdict"], doc["command"]) == (code, verdict, "verify-construction")
+    if margin is not None:
+        assert doc["min_margin"] == margin
+    m = doc["min_margin"]
+    if verdict == "undecided":
+        u = doc["undecided"]["margin"]
+        assert Fraction(u["lower"]) < 0 < Fraction(u["upper"]) and doc["undecided"]["precision_bits"] == 128
+    elif "softmax" in " ".join(argv):
+        assert set(m) == {"lower", "upper", "decimal"}
+        assert Fraction(m["lower"]) <= Fraction(m["decimal"]) <= Fraction(m["upper"])
+        assert (Fraction(m["upper"]) < 0) == (verdict == "refuted")
+    else:
+        assert set(m) == {"exact", "decimal"} and (Fraction(m["exact"]) > 0) == (verdict == "verified")
+        assert abs(Fraction(m["decimal"]) - Fraction(m["exact"])) <= abs(Fraction(m["exact"])) / 10**9
+
+
+@pytest.mark.parametrize("argv,code,verdict", [
+    (["icqa", "--k", "2", "--point", "3"], 0, "correct"),
+    (["tm", "--l", "3", "--alphabet", "3", "--variant", "ternary", "--as-printed", "--point", "7"], 1, "wrong"),
+    (["--dataset", EX + "prev-token-data.json", "--weights", EX + "prev-token-softmax-20.json", "--point", "0"],
+     0, "correct"),
+    (["composition", "--L", "2", "--N", "2", "--cot", "--point", "1"], 0, "correct"),
+])
+def test_verify_construction_point(argv, code, verdict, capsys):
+    got, doc = run_json("verify-construction", argv, capsys)
+    assert (got, doc["verdict"]) == (code, verdict)
+
+
+def test_journal_run(tmp_path, capsys):
+    argv = ["icqa", "--k", "2", "--symmetry", "off", "--journal", str(tmp_path / "j"), "--chunk-points", "100"]
+    assert run_json("verify-construction", argv, capsys)[1]["min_margin"]["exact"] == "3"
+    assert run_json("verify-construction", argv, capsys)[1]["verdict"] == "verified"  # resumed
+
+
+def test_dask_run(capsys):
+    pytest.importorskip("dask.distributed")
+    code, doc = run_json("verify-construction", ["icqa", "--k", "2", "--symmetry", "off", "--dask", "local",
+                                                 "--workers", "1", "--chunk-points", "100"], capsys)
+    assert code == 0 and doc["verdict"] == "verified" and doc["points_checked"] == 288
+
+
+@pytest.mark.parametrize("argv,code,verdict,margin", [
+    (["icqa", "--k", "2"], 0, "proven", {"exact": "3", "decimal": "3"}),
+    (["sc", "--length", "2", "--alphabet", "2"], 0, "proven", {"formula": "> 0"}),
+    (["tm", "--l", "3", "--variant", "ternary", "--as-printed"], 1, "fails", None),
+    (["tm", "--l", "3", "--alphabet", "2"], 3, "not_proven", None),
+])
+def test_all_sizes(argv, code, verdict, margin, capsys):
+    got, doc = run_json("verify-construction", argv + ["--all-sizes"], capsys)
+    assert (got, doc["verdict"], doc["command"]) == (code, verdict, "verify-construction --all-sizes")
+    assert "status" not in doc and doc["margin"] == margin
+
+
+# ------------------------------------------------------------------------------------ the other commands
+
+@pytest.mark.parametrize("argv,verdict", [
+    (["--task", "tm", "--len", "3"], "not_fittable"),
+    (["--task", "composition", "--L", "1", "--N", "2"], "fittable"),
+    (["--dataset", EX + "tm-one-substitution-l3.json"], "fittable"),
+])
+def test_find_dependence(argv, verdict, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, doc = run_json("find-dependence", argv, capsys)
+    assert code == 0 and doc["verdict"] == verdict and doc["fittable"] == (verdict == "fittable")
+    if verdict == "fittable":
+        assert Fraction(doc["model"]["min_margin"]["exact"]) > 0
+
+
+def test_check_certificate(tmp_path, capsys):
+    cert = os.path.join(str(CERT_DIR), "tm_len3.json")
+    code, doc = run_json("check-certificate", [cert], capsys)
+    assert code == 0 and doc["verdict"] == "valid"
+    code, doc = run_json("check-certificate", [cert, "--task", "tm", "--len", "3"], capsys)
+    assert code == 0 and doc["verdict"] == "valid" and doc["about_dataset"] is True
+    code, doc = run_json("check-certificate", [cert, "--task", "tm", "--len", "3", "--alphabet", "4"], capsys)
+    assert code in (0, 1) and doc["verdict"] in ("valid", "not_about_dataset")
+    bad = json.loads(open(cert).read())
+    bad["points"] = bad["points"][:-1]  # the weighted counts no longer cancel
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    code, doc = run_json("check-certificate", [str(tmp_path / "bad.json")], capsys)
+    assert code == 1 and doc["verdict"] == "invalid"
+
+
+def test_reproduce_paper(capsys):
+    code, doc = run_json("reproduce-paper", ["--only", "theorem4", "scope-theorem4-one-substitution"], capsys)
+    assert code == 0 and doc["verdict"] == "reproduced" and [c["claim"] for c in doc["claims"]] == \
+        ["theorem4", "scope-theorem4-one-substitution"]
+
+
+def test_show_construction(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from depthcert.cli.show_construction import _show_construction
+
+    code = run_main(_show_construction, ["icqa", "--k", "2", "--out", str(tmp_path), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    validate(doc)
+    assert code == 0 and doc["verdict"] == "written" and doc["files"]
+
+
+def test_verify_tracr(capsys):
+    pytest.importorskip("tracr")
+    from depthcert.cli.verify_tracr import _main
+
+    code = run_main(_main, ["make_hist", "--vocab", "1,2", "--max-seq-len", "3", "--json", "--no-float-check"])
+    doc = json.loads(capsys.readouterr().out)
+    validate(doc)
+    assert code == 0 and doc["verdict"] == "verified" and doc["min_margin"] is not None
+
+
+def test_train(capsys):
+    pytest.importorskip("torch")
+    from depthcert.cli.train import train_main
+
+    code = train_main(["icqa", "--k", "2", "--layers", "1", "--steps", "2", "--eval-size", "10", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    validate(doc)
+    assert code == 0 and doc["verdict"] == "observed"
+
+
+def test_the_examples_ship_with_the_package():
+    assert os.path.isfile(os.path.join(EXAMPLES_DIR, "tm-one-substitution-l3.json"))
