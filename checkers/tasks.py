@@ -317,6 +317,9 @@ TASK_ALIASES = {
     "connectivity": "reachability",
     "composition": "composition",
     "compose": "composition",
+    "max-of-k": "max-of-k",
+    "maxofk": "max-of-k",
+    "max": "max-of-k",
 }
 # Tasks defined in their own modules: task -> module of depthcert.checkers with make(key, take)
 TASK_MODULES = {
@@ -325,6 +328,7 @@ TASK_MODULES = {
     "word-problem": "logdepth_tasks",
     "reachability": "logdepth_tasks",
     "composition": "composition_task",
+    "max-of-k": "max_of_k_task",
 }
 
 

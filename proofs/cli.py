@@ -54,7 +54,7 @@ def run_main(fn, argv=None) -> int:
 
 
 TASK_OPTIONS = (
-    ("k", "number of (question, answer) pairs in the context (icqa, ictm)"),
+    ("k", "number of (question, answer) pairs in the context (icqa, ictm); sequence length (max-of-k)"),
     ("l", "template length (tm, ictm); --len is the same"),
     ("n_questions", "question tokens (icqa; default k+2)"),
     ("n_answers", "answer tokens (icqa, ictm; default k+2)"),
@@ -70,6 +70,7 @@ TASK_OPTIONS = (
     ("vertices", "number of vertices (reachability)"),
     ("n_functions", "number of composed functions L (composition); --L is the same"),
     ("domain", "domain size N of each function (composition); --N is the same"),
+    ("vocab", "vocabulary size (max-of-k)"),
     ("query", "ictm: the query's substitution: any (default; its context question's included) or new"),
 )
 # extra flag spellings and non-integer options of TASK_OPTIONS

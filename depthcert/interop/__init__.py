@@ -1,0 +1,1 @@
+"""Importers and exporters between depthcert's exact models and other libraries' models."""
