@@ -36,23 +36,22 @@ class ChunkAccuracy:
     lo: int
     hi: int
     correct: int
-    wrong: tuple[int, ...]
-    undecided: tuple[int, ...]
+    wrong: np.ndarray  # dataset indices (int64, increasing)
+    undecided: np.ndarray
     margin: tuple[Fraction, Fraction] | None  # encloses the minimum margin over the correct points
     by_tables: int = 0  # points decided by the certified float64 tables
     by_balls: int = 0  # points decided (or left undecided) in arb
 
     def to_json(self) -> dict:
-        return {"lo": self.lo, "hi": self.hi, "correct": self.correct, "wrong": list(self.wrong),
-                "undecided": list(self.undecided),
+        return {"lo": self.lo, "hi": self.hi, "correct": self.correct, "wrong": [int(i) for i in self.wrong],
+                "undecided": [int(i) for i in self.undecided],
                 "margin": None if self.margin is None else [str(self.margin[0]), str(self.margin[1])],
                 "by_tables": self.by_tables, "by_balls": self.by_balls}
 
     @classmethod
     def from_json(cls, r: dict) -> "ChunkAccuracy":
         m = r["margin"]
-        return cls(int(r["lo"]), int(r["hi"]), int(r["correct"]), tuple(int(i) for i in r["wrong"]),
-                   tuple(int(i) for i in r["undecided"]), None if m is None else (Fraction(m[0]), Fraction(m[1])),
+        return cls(int(r["lo"]), int(r["hi"]), int(r["correct"]), _indices(r["wrong"]), _indices(r["undecided"]), None if m is None else (Fraction(m[0]), Fraction(m[1])),
                    int(r.get("by_tables", 0)), int(r.get("by_balls", 0)))
 
 
@@ -80,6 +79,10 @@ class AccuracyVerdict:
         if len(self.wrong):
             return "refuted"
         return "verified" if self.decided and self.correct == self.points else "undecided"
+
+
+def _indices(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64).reshape(-1)
 
 
 def _min_enclosure(a, b):
@@ -164,7 +167,7 @@ class PointDecider:
                 undecided.extend(u)
                 by_balls += len(todo)
                 margin = _min_enclosure(margin, m)
-        return ChunkAccuracy(lo, hi, correct, tuple(sorted(wrong)), tuple(sorted(undecided)), margin,
+        return ChunkAccuracy(lo, hi, correct, _indices(sorted(wrong)), _indices(sorted(undecided)), margin,
                              by_tables, by_balls)
 
     def _exact_batch(self, batch, ids):
@@ -215,8 +218,8 @@ def merge(task, results, path: str, seconds: float, notes=()) -> AccuracyVerdict
     margin = None
     for r in results:
         margin = _min_enclosure(margin, r.margin)
-    wrong = np.array([i for r in results for i in r.wrong], dtype=np.int64)
-    undecided = np.array([i for r in results for i in r.undecided], dtype=np.int64)
+    wrong = np.concatenate([_indices([])] + [r.wrong for r in results])
+    undecided = np.concatenate([_indices([])] + [r.undecided for r in results])
     correct = sum(r.correct for r in results)
     if correct + len(wrong) + len(undecided) != task.size:
         raise BadInput("chunk counts do not add up to the dataset size")
