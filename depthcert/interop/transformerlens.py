@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -120,6 +121,12 @@ def config_from_dict(cfg) -> TLConfig:
     _falsy(cfg, "attn_scores_soft_cap", "an attention soft cap")
     _falsy(cfg, "output_logits_soft_cap", "an output soft cap")
     _falsy(cfg, "num_experts", "mixture of experts")
+    _falsy(cfg, "clip_qkv", "clipped Q/K/V")
+    _falsy(cfg, "use_logn_attn", "log-n attention scaling")
+    _falsy(cfg, "scale_attn_by_inverse_layer_idx", "attention scaled by the inverse layer index")
+    _falsy(cfg, "use_local_attn", "local attention")
+    _falsy(cfg, "use_attention_sinks", "attention sinks")
+    _falsy(cfg, "relative_attention_num_buckets", "relative attention (T5)")
     types = cfg.get("attn_types")
     if types and any(t != "global" for t in types):
         raise BadInput(f"TransformerLens config: attn_types {types!r} is not supported (global attention only)")
@@ -376,3 +383,84 @@ def write_checkpoint(path: str, cfg: dict, state: dict[str, np.ndarray], dtype=n
 
 __all__ = ["TLConfig", "config_from_dict", "model_from_state_dict", "model_from_hooked_transformer",
            "read_checkpoint", "load_model", "write_checkpoint"]
+
+
+# ---------------------------------------------------------------------------------------------
+# TransformerLens out
+
+def export_state_dict(model: Model, dtype=np.float32) -> tuple[dict, dict[str, np.ndarray]]:
+    """(HookedTransformerConfig dict, state dict) computing `model`'s logits at every position.
+
+    d_model = d' (depthcert's stream is TransformerLens's residual stream): W_E[t] = e_t (+ e_one),
+    W_pos[p] = e_{V+p}; per head W_K = I, W_Q = k W_QK^T with k = scale * sqrt(d'/scale_sqrt_divisor)
+    (TransformerLens divides by sqrt(d_head) = sqrt(d')), W_V = (W_V / m)^T, W_O = I, biases 0;
+    MLP W_in = W1^T, b_in = b1, W_out = W2^T, b_out = b2; W_U = W_O^T.  Layers with fewer heads
+    get zero heads, layers without an MLP a zero MLP (both add exactly 0).  The weights are rounded
+    to `dtype` (round to nearest): the exported model is a float approximation of the exact one.
+    Refused (one line): relu or hardmax attention, causal and non-causal layers mixed."""
+    kinds = {h.attention for L in model.layers for h in L}
+    if kinds - {"softmax"}:
+        bad = sorted(kinds - {"softmax"})[0]
+        raise BadInput(f"cannot export to TransformerLens: it has only softmax attention, this model has {bad} heads")
+    causal = {L.causal for L in model.layers if len(L)}
+    if len(causal) > 1:
+        raise BadInput("cannot export to TransformerLens: causal and non-causal layers are mixed "
+                       "(TransformerLens sets attention_dir for the whole model)")
+    d, V, n, C = model.dim, len(model.vocab), model.max_length, len(model.classes)
+    H = max([len(L) for L in model.layers] + [1])
+    widths = [L.mlp.width for L in model.layers if L.mlp is not None]
+    d_mlp = max(widths) if widths else None
+    f = lambda M: np.array([[float(x) for x in row] for row in np.atleast_2d(M)], dtype=np.float64)  # noqa: E731
+    W_E = np.zeros((V, d))
+    W_E[np.arange(V), np.arange(V)] = 1
+    if model.constant_row:
+        W_E[:, model.constant_index] = 1
+    W_pos = np.zeros((n, d))
+    W_pos[np.arange(n), V + np.arange(n)] = 1
+    sd = {"embed.W_E": W_E, "pos_embed.W_pos": W_pos, "unembed.W_U": f(model.W_O).T.copy(), "unembed.b_U": np.zeros(C)}
+    for li, L in enumerate(model.layers):
+        p = f"blocks.{li}."
+        WQ, WK, WV, WO = (np.zeros((H, d, d)) for _ in range(4))
+        m = len(L)
+        for hi, head in enumerate(L):
+            k = float(head.scale) * math.sqrt(d / float(head.scale_sqrt_divisor))
+            WQ[hi] = f(head.W_QK).T * k
+            WK[hi] = np.eye(d)
+            WV[hi] = f(head.W_V).T / m
+            WO[hi] = np.eye(d)
+        sd.update({p + "attn.W_Q": WQ, p + "attn.W_K": WK, p + "attn.W_V": WV, p + "attn.W_O": WO,
+                   p + "attn.b_Q": np.zeros((H, d)), p + "attn.b_K": np.zeros((H, d)), p + "attn.b_V": np.zeros((H, d)),
+                   p + "attn.b_O": np.zeros(d)})
+        if d_mlp is not None:
+            W_in, b_in, W_out, b_out = np.zeros((d, d_mlp)), np.zeros(d_mlp), np.zeros((d_mlp, d)), np.zeros(d)
+            if L.mlp is not None:
+                w = L.mlp.width
+                W_in[:, :w] = f(L.mlp.W1).T
+                b_in[:w] = f(L.mlp.b1).reshape(-1)
+                W_out[:w, :] = f(L.mlp.W2).T
+                b_out[:] = f(L.mlp.b2).reshape(-1)
+            sd.update({p + "mlp.W_in": W_in, p + "mlp.b_in": b_in, p + "mlp.W_out": W_out, p + "mlp.b_out": b_out})
+    cfg = TLConfig(model.n_layers, d, H, d, V, C, n, d_mlp, causal == {True}, True).to_dict()
+    cfg["model_name"] = model.name or "depthcert-export"
+    return cfg, {k: np.asarray(v, dtype=dtype) for k, v in sd.items()}
+
+
+def export_checkpoint(model: Model, path: str, dtype=np.float32) -> dict:
+    """Write `model` as a TransformerLens safetensors checkpoint (config in the metadata); returns the config."""
+    cfg, sd = export_state_dict(model, dtype)
+    write_checkpoint(path, cfg, sd, dtype)
+    return cfg
+
+
+def to_hooked_transformer(model: Model, dtype=None):
+    """A live transformer_lens.HookedTransformer (the `interop` extra) computing `model`."""
+    try:
+        import torch
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+    except ImportError:
+        raise BadInput('a live HookedTransformer needs the interop extra: pip install -e ".[interop]"') from None
+    dtype = dtype or torch.float32
+    cfg, sd = export_state_dict(model, np.float64)
+    ht = HookedTransformer(HookedTransformerConfig(**{**cfg, "dtype": dtype, "device": "cpu"}))
+    ht.load_state_dict({k: torch.tensor(v, dtype=dtype) for k, v in sd.items()}, strict=False)
+    return ht
