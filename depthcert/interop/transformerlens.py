@@ -231,10 +231,12 @@ def _vector(M) -> np.ndarray:
     return v
 
 
-def model_from_state_dict(cfg, sd: dict, vocab=None, classes=None, name: str = "transformerlens") -> Model:
+def model_from_state_dict(cfg, sd: dict, vocab=None, classes=None, name: str = "transformerlens",
+                          outputs: str = "last") -> Model:
     """The exact depthcert Model of a HookedTransformer (module docstring): `cfg` a config dict or
     TLConfig, `sd` its state dict (tensors or numpy arrays).  vocab/classes name the input tokens
-    and output rows (default "0", "1", ...)."""
+    and output rows (default "0", "1", ...); outputs "last" classifies the last position (as
+    Max-of-K reads it), "all" every position (TransformerLens computes logits at every position)."""
     import flint
 
     c = cfg if isinstance(cfg, TLConfig) else config_from_dict(cfg)
@@ -295,7 +297,7 @@ def model_from_state_dict(cfg, sd: dict, vocab=None, classes=None, name: str = "
         layers.append(Layer(tuple(heads), causal=c.causal, mlp=mlp))
     W_O = affine(p["unembed.W_U"], p["unembed.b_U"])
     return Model(vocab, n, classes, layout, tuple(layers), _fractions(W_O), name=name,
-                 notes={"source": "transformerlens", "tl_config": c.to_dict()}, constant_row=True)
+                 notes={"source": "transformerlens", "tl_config": c.to_dict()}, constant_row=True, outputs=outputs)
 
 
 def _numpy(x):
