@@ -41,25 +41,38 @@ EXP_TINY = 2.0 ** -1000  # >= exp(x) for every x <= EXP_LOW
 INF = np.inf
 
 
-def _up(x):
-    """The next float up: >= the exact result of the one correctly rounded operation x came from."""
-    return np.nextafter(x, INF)
+def _nudge(z):
+    """|z| 2^-51 + 2 eta: the amount _hi/_lo move a value by."""
+    a = np.abs(z)
+    a *= 2.0 ** -51
+    a += 2 * ETA
+    return a
 
 
-def _dn(x):
-    return np.nextafter(x, -INF)
+def _hi(z):
+    """For z the correctly rounded result of one operation (exact value t): a float >= t.
+    |t - z| <= u |z| (or <= eta/2 where the result is tiny); z + (|z| 2^-51 + 2 eta), rounded,
+    is >= z + 3u |z| - eta/2 - rounding >= z + u |z| for |z| >= 2^-1021, and below that every
+    operation involved is exact up to eta, leaving >= z + eta >= t."""
+    return z + _nudge(z)
+
+
+def _lo(z):
+    """The mirror image of _hi: a float <= the exact result z was rounded from."""
+    return z - _nudge(z)
 
 
 UP = 1.0 + 4 * U  # exactly representable
 
 
-def _upn(x):
+def _up1(x):
     """For x >= 0 the correctly rounded result of one operation on exact non-negative reals
-    (true value t <= x (1 + u) + eta/2): a float >= t, in two cheap operations (np.nextafter is
-    several times slower).  Normal x >= 2^-1021: fl(x UP) >= x (1 + 4u)(1 - u) >= x (1 + 2u) and
-    fl(y + eta) >= y, so the result >= x (1 + u) + u x >= t.  Smaller x: fl(x UP) >= x - eta/2
-    and the addition of eta is exact there, so the result >= x + eta/2 >= t."""
-    return x * UP + ETA
+    (true value t <= x (1 + u) + eta/2): a float >= t.  Normal x >= 2^-1021: fl(x UP) >=
+    x (1 + 4u)(1 - u) >= x (1 + 2u) and fl(y + eta) >= y, so the result >= x (1 + u) + u x >= t.
+    Smaller x: fl(x UP) >= x - eta/2 and the addition of eta is exact there: >= x + eta/2 >= t."""
+    x = x * UP
+    x += ETA
+    return x
 
 
 def _float_up(q: Fraction) -> float:
@@ -82,16 +95,26 @@ def gamma(k: int) -> Fraction:
     return Fraction(k, 2**53 - k)  # k u / (1 - k u) with u = 2^-53
 
 
-def _inv_one_minus_gamma(k: int) -> float:
-    """A float >= 1 / (1 - gamma_k)."""
-    return _float_up(1 / (1 - gamma(k)))
+_FACTORS: dict = {}
 
 
-def _mm_up(P, Q):
-    """An upper bound of the exact product of non-negative float matrices P @ Q (any batch
-    dims): fl(PQ) >= (1 - gamma_k) PQ - k eta, so PQ <= (fl(PQ) + k eta) / (1 - gamma_k)."""
-    k = P.shape[-1]
-    return _upn(_upn(P @ Q + k * ETA) * _inv_one_minus_gamma(k))
+def _factor(k: int) -> float:
+    """F_k: a float >= (1 + 2^-50) / (1 - gamma_k)."""
+    if k not in _FACTORS:
+        _FACTORS[k] = _float_up((1 + Fraction(1, 2**50)) / (1 - gamma(k)))
+    return _FACTORS[k]
+
+
+def _bound(R, k: int, extra: int = 0):
+    """An upper bound of a non-negative quantity t whose float evaluation R (a sum of at most k
+    products of non-negative floats, in any order, FMA or not) satisfies
+    t <= (R + k eta) / (1 - gamma_k) + extra eta  (Higham eq. 3.5 plus eta per product for
+    underflow, plus `extra` eta added by the caller's own error terms).  Returns
+    fl(fl(R F_k) + 2 (k + extra + 2) eta): fl(R F_k) >= R (1 + 2u) / (1 - gamma_k) - eta/2, and the
+    final addition loses at most u of the sum (or nothing, in the subnormal range).  In place."""
+    R *= _factor(k)
+    R += 2 * (k + extra + 2) * ETA
+    return R
 
 
 class Interval:
@@ -103,15 +126,22 @@ class Interval:
         self.m, self.r = m, r
 
     def bounds(self):
+        """Floats lo <= x <= hi."""
         if self.r is None:
             return self.m, self.m
-        return _dn(self.m - self.r), _up(self.m + self.r)
+        return _lo(self.m - self.r), _hi(self.m + self.r)
 
     @staticmethod
     def from_bounds(lo, hi) -> "Interval":
-        m = 0.5 * (lo + hi)  # any float works as the midpoint
-        r = _upn(np.maximum(_up(hi - m), _up(m - lo)))
-        return Interval(m, r)
+        """<m, r> enclosing [lo, hi]: m any float, r >= max(hi - m, m - lo) (one rounding each)."""
+        m = 0.5 * (lo + hi)
+        return Interval(m, _hi(np.maximum(hi - m, m - lo)))
+
+
+def _is_dyadic(q: Fraction) -> bool:
+    """q is a float64 exactly (a numerator of <= 53 bits over a power of 2, in the normal range)."""
+    d = q.denominator
+    return d & (d - 1) == 0 and abs(q.numerator).bit_length() <= 53 and d.bit_length() <= 1000
 
 
 class ExactMatrix:
@@ -121,103 +151,140 @@ class ExactMatrix:
     def __init__(self, M):
         M = np.asarray(M, dtype=object)
         self.shape = M.shape
-        self.m = np.array([[float(Fraction(v)) for v in row] for row in M], dtype=np.float64).reshape(M.shape)
-        r = np.zeros(M.shape)
-        for idx, v in np.ndenumerate(M):
-            err = abs(Fraction(v) - Fraction(self.m[idx])) if np.isfinite(self.m[idx]) else None
-            r[idx] = INF if err is None else (_float_up(err) if err else 0.0)
-        self.r = r
-        self.finite = bool(np.isfinite(self.m).all() and np.isfinite(r).all())
-        self.exact = not r.any()
+        flat = [v if type(v) is Fraction else Fraction(v) for v in M.ravel()]
+        self.m = np.array([float(v) if abs(v) < 2**1000 else INF for v in flat], dtype=np.float64).reshape(M.shape)
+        r = np.zeros(len(flat))
+        for i, v in enumerate(flat):
+            if not _is_dyadic(v):  # float(Fraction) is correctly rounded: the error is exact here
+                f = self.m.flat[i]
+                r[i] = _float_up(abs(v - Fraction(f))) if np.isfinite(f) else INF
+        self.r = r.reshape(M.shape)
+        self.finite = bool(np.isfinite(self.m).all() and np.isfinite(self.r).all())
 
-    def right(self, k: int):
-        """For X @ W.T (contraction over W's columns, length k): (Wm.T, |Wm|.T + Wr.T,
-        (Wr + gamma_k |Wm|).T) as arrays."""
-        g = _float_up(gamma(k))
+    def right(self):
+        """For X @ W.T (a contraction of length k = W's columns): (Wm^T, and per row i of W upper
+        bounds cs_i >= sum_j (Wr + gamma_k |Wm|)_ij and as_i >= sum_j (|Wm| + Wr)_ij: exact sums
+        of floats that bound the terms, rounded up)."""
+        g = _float_up(gamma(self.shape[1]))
         absm = np.abs(self.m)
-        return (np.ascontiguousarray(self.m.T), np.ascontiguousarray(_upn(absm + self.r).T),
-                np.ascontiguousarray(_upn(self.r + _upn(g * absm)).T))
+        C = _up1(self.r + _up1(g * absm))
+        A = _up1(absm + self.r)
+        k = self.shape[1]
+        cs = _bound(C.sum(axis=1), k)  # sums of k non-negative floats: Higham with products by 1
+        as_ = _bound(A.sum(axis=1), k)
+        return np.ascontiguousarray(self.m.T), cs, as_
 
 
 def lin(X: Interval, W) -> Interval:
-    """X @ W^T for an exact matrix W given as ExactMatrix.right(k) = (Wm^T, A^T, Cc^T):
-    |exact - fl(Xm Wm^T)| <= gamma_k |Xm||Wm|^T + k eta + |Xm| Wr^T + Xr (|Wm| + Wr)^T
-                          <= |Xm| (Wr + gamma_k |Wm|)^T + Xr (|Wm| + Wr)^T + k eta."""
-    Wm_T, A_T, C_T = W
+    """X @ W^T for an exact matrix W given as ExactMatrix.right() = (Wm^T, cs, as):
+    |exact - fl(Xm Wm^T)|_i <= gamma_k sum_j |x_j||W_ij| + k eta + sum_j |x_j| Wr_ij
+                               + sum_j xr_j (|W_ij| + Wr_ij)
+                            <= max_j |x_j| cs_i + max_j xr_j as_i + k eta,
+    and fl(max|x| cs_i) + fl(max xr as_i) is a float sum of 2 non-negative products (_bound).
+    (Holder's inequality instead of |X| |W|^T products: one matrix product per lin, not three.)"""
+    Wm_T, cs, as_ = W
     k = Wm_T.shape[0]
     m = X.m @ Wm_T
-    r = _mm_up(np.abs(X.m), C_T)
+    R = np.abs(X.m).max(axis=-1, keepdims=True) * cs
     if X.r is not None:
-        r = _upn(r + _mm_up(X.r, A_T))
-    return Interval(m, _upn(r + k * ETA))
+        R += X.r.max(axis=-1, keepdims=True) * as_
+    return Interval(m, _bound(R, 2, extra=k))
 
 
 def mul(X: Interval, Y: Interval) -> Interval:
-    """X @ Y (batched), both intervals: the same bound with Y's midpoint and radius."""
+    """X @ Y (batched), both intervals, contraction length k:
+    |exact - fl(Xm Ym)|_ki <= gamma_k sum_j |x_kj||y_ji| + k eta + sum_j |x_kj| yr_ji
+                              + sum_j xr_kj (|y_ji| + yr_ji)
+                           <= ||x_k||_1 max_j (yr_ji + gamma_k |y_ji|) + ||xr_k||_1 max_j (|y_ji| + yr_ji) + k eta
+    (Holder), the l1 norms and maxima taken of floats rounded up (_bound, _up1); fl of the
+    two products and their sum is a float sum of 2 non-negative products (_bound)."""
     k = X.m.shape[-1]
     g = _float_up(gamma(k))
     absY = np.abs(Y.m)
     m = X.m @ Y.m
-    r = _mm_up(np.abs(X.m), _upn(g * absY) if Y.r is None else _upn(Y.r + _upn(g * absY)))
+    cy = _up1(g * absY) if Y.r is None else _up1(Y.r + _up1(g * absY))
+    R = _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k) * cy.max(axis=-2, keepdims=True)
     if X.r is not None:
-        r = _upn(r + _mm_up(X.r, absY if Y.r is None else _upn(absY + Y.r)))
-    return Interval(m, _upn(r + k * ETA))
+        ay = absY if Y.r is None else _up1(absY + Y.r)
+        R += _bound(X.r.sum(axis=-1, keepdims=True), k) * ay.max(axis=-2, keepdims=True)
+    return Interval(m, _bound(R, 2, extra=k))
 
 
 def add(X: Interval, Y: Interval) -> Interval:
-    """X + Y: fl(a + b) errs by at most u |fl(a + b)| (additions do not underflow)."""
+    """X + Y: |x + y - fl(xm + ym)| <= xr + yr + u |fl(xm + ym)| (additions do not underflow);
+    that sum of three non-negative terms is bounded by _bound."""
     m = X.m + Y.m
-    r = X.r if Y.r is None else (Y.r if X.r is None else _upn(X.r + Y.r))
-    return Interval(m, _upn(U * np.abs(m)) if r is None else _upn(r + _upn(U * np.abs(m))))
+    R = np.abs(m)
+    R *= U
+    if X.r is not None:
+        R += X.r
+    if Y.r is not None:
+        R += Y.r
+    return Interval(m, _bound(R, 3, extra=1))
 
 
 def scale(X: Interval, c: tuple[float, float]) -> Interval:
     """c X for a real c enclosed by <cm, cr>: |cx - fl(cm xm)| <= |cm| xr + cr (|xm| + xr)
-    + u |fl(cm xm)| + eta."""
+    + u |fl(cm xm)| + eta/2, a sum of at most 4 products of non-negative floats (_bound)."""
     cm, cr = c
     m = cm * X.m
-    r = _upn(abs(cm) * X.r) if X.r is not None else 0.0
+    R = np.abs(m)
+    R *= U
+    if X.r is not None:
+        R += abs(cm) * X.r
     if cr:
-        r = _upn(r + _upn(cr * _upn(np.abs(X.m) + (X.r if X.r is not None else 0.0))))
-    return Interval(m, _upn(_upn(r + _upn(U * np.abs(m))) + ETA))
+        R += cr * (np.abs(X.m) if X.r is None else np.abs(X.m) + X.r)
+    return Interval(m, _bound(R, 6, extra=1))
 
 
 def relu(X: Interval) -> Interval:
-    lo, hi = X.bounds()
-    return Interval.from_bounds(np.maximum(lo, 0.0), np.maximum(hi, 0.0))
+    """relu elementwise: unchanged where m >= r (x >= 0 surely), 0 where m <= -r (x <= 0
+    surely; both exact float comparisons), else <h/2, h/2 + eta> with h >= m + r (covers [0, h])."""
+    if X.r is None:
+        return Interval(np.maximum(X.m, 0.0), None)
+    pos = X.m >= X.r
+    neg = X.m <= -X.r
+    half = _hi(X.m + X.r) * 0.5
+    m = np.where(pos, X.m, np.where(neg, 0.0, half))
+    r = np.where(pos, X.r, np.where(neg, 0.0, half + ETA))
+    return Interval(m, r)
+
+
+EXP_LO_FACTOR = 1.0 - 2 * EXP_REL  # fl(e * this) <= exp(x) when |e - exp(x)| <= EXP_REL exp(x)
+EXP_HI_FACTOR = 1.0 + 2 * EXP_REL
 
 
 def exp_bounds(lo, hi):
-    """[exp(lo), exp(hi)] enclosed by floats, for lo <= hi <= a few: below EXP_LOW the result is
-    [0, EXP_TINY]; elsewhere np.exp's value widened by EXP_REL (plus the rounding of the
-    widening product, absorbed by _dn/_up)."""
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        el = np.exp(np.maximum(lo, EXP_LOW))
-        eh = np.exp(np.maximum(hi, EXP_LOW))
-        E_lo = np.where(lo < EXP_LOW, 0.0, _dn(el * (1.0 - EXP_REL)))
-        E_hi = np.where(hi < EXP_LOW, EXP_TINY, _up(eh * (1.0 + EXP_REL)))
+    """Floats E_lo <= exp(t) <= E_hi for every real t in [lo, hi] (hi at most a few): below
+    EXP_LOW the result is [0, EXP_TINY]; elsewhere np.exp's value e (relative error <= EXP_REL,
+    results >= 1e-304 are normal) times (1 -+ 2 EXP_REL): e (1 - 2E)(1 + u) <= exp(t)(1 + E)(1 - 2E)
+    (1 + u) < exp(t), and the mirror inequality above."""
+    el = np.exp(np.maximum(lo, EXP_LOW))
+    eh = np.exp(np.maximum(hi, EXP_LOW))
+    E_lo = np.where(lo < EXP_LOW, 0.0, el * EXP_LO_FACTOR)
+    E_hi = np.where(hi < EXP_LOW, EXP_TINY, eh * EXP_HI_FACTOR)
     return E_lo, E_hi
 
 
 def softmax(T: Interval, mask) -> Interval:
-    """Weights over the last axis (keys) of scaled scores T (…, q, j); mask: keys allowed
-    (broadcastable) or None.  With any shift s (the largest midpoint: exact in real arithmetic,
-    softmax is shift-invariant), E_j in [exp(lo_j - s), exp(hi_j - s)], Z = sum E_j, and the
-    weight E_j / Z in [E_lo_j / Z_hi, E_hi_j / Z_lo] (clipped to [0, 1])."""
+    """Weights over the last axis (keys) of scaled scores T (..., q, j); mask: keys allowed
+    (broadcastable) or None.  With any shift s (the largest midpoint; softmax is shift-invariant
+    in real arithmetic), E_j in [exp(lo_j - s), exp(hi_j - s)], Z = sum E_j, and the weight
+    E_j / Z in [E_lo_j / Z_hi, E_hi_j / Z_lo] (clipped to [0, 1])."""
     lo, hi = T.bounds()
     mid = T.m if mask is None else np.where(mask, T.m, -INF)
     s = mid.max(axis=-1, keepdims=True)
-    E_lo, E_hi = exp_bounds(_dn(lo - s), _up(hi - s))
+    E_lo, E_hi = exp_bounds(_lo(lo - s), _hi(hi - s))
     if mask is not None:
         E_lo = np.where(mask, E_lo, 0.0)
         E_hi = np.where(mask, E_hi, 0.0)
     n = T.m.shape[-1]
     g = gamma(n)
-    Z_lo = _dn(E_lo.sum(axis=-1, keepdims=True) * _float_dn(1 - g))  # true sum >= fl / (1 + g) >= fl (1 - g)
-    Z_hi = _up(E_hi.sum(axis=-1, keepdims=True) * _float_up(1 / (1 - g)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        A_lo = np.maximum(_dn(E_lo / Z_hi), 0.0)
-        A_hi = np.minimum(_up(E_hi / Z_lo), 1.0)
+    # |fl(sum) - sum| <= gamma_n sum for non-negative terms: sum >= fl (1 - gamma), <= fl / (1 - gamma)
+    Z_lo = E_lo.sum(axis=-1, keepdims=True) * _float_dn(1 - 2 * g)  # (1 - 2g)(1 + u) <= 1 - g
+    Z_hi = E_hi.sum(axis=-1, keepdims=True) * _factor(n)  # F_n (1 - u) >= 1 / (1 - g)
+    A_lo = np.maximum(_lo(E_lo / Z_hi), 0.0)
+    A_hi = np.minimum(_hi(E_hi / Z_lo), 1.0)
     A_lo = np.where(np.isnan(A_lo), 0.0, A_lo)
     A_hi = np.where(np.isnan(A_hi), 1.0, A_hi)
     return Interval.from_bounds(A_lo, A_hi)
@@ -235,10 +302,9 @@ def hardmax(S: Interval, mask):
     if mask is not None:
         cand &= mask
     count = cand.sum(axis=-1, keepdims=True)
-    exact_eq = (lo == hi) & (lo == best_lo)
-    settled = ((count == 1) | (cand <= exact_eq).all(axis=-1, keepdims=True)).all(axis=-1)
+    settled = (count == 1).all(axis=-1)
     w = np.where(cand, 1.0 / np.maximum(count, 1), 0.0)
-    return Interval(w, _upn(U * w)), settled  # 1/count is correctly rounded: error <= u |w|
+    return Interval(w, _up1(U * w)), settled  # 1/count is correctly rounded: error <= u |w|
 
 
 class IntervalForward:
@@ -256,18 +322,18 @@ class IntervalForward:
                 c = None
                 if h.attention == "softmax":
                     c = _scale_interval(h.scale, h.scale_sqrt_divisor)
-                heads.append((qk.right(model.dim), v.right(model.dim), h.attention, c))
+                heads.append((qk.right(), v.right(), h.attention, c))
             mlp = None
             if layer.mlp is not None:
                 W1, W2 = ExactMatrix(layer.mlp.W1), ExactMatrix(layer.mlp.W2)
                 b1, b2 = ExactMatrix(np.asarray(layer.mlp.b1).reshape(1, -1)), ExactMatrix(np.asarray(layer.mlp.b2).reshape(1, -1))
                 ok &= W1.finite and W2.finite and b1.finite and b2.finite
-                mlp = (W1.right(model.dim), Interval(b1.m[0], b1.r[0]), W2.right(W2.shape[1]), Interval(b2.m[0], b2.r[0]))
+                mlp = (W1.right(), Interval(b1.m[0], b1.r[0]), W2.right(), Interval(b2.m[0], b2.r[0]))
             inv_m = _const_interval(Fraction(1, len(layer))) if len(layer) else None
             self.layers.append((heads, layer.causal, mlp, inv_m))
         WO = ExactMatrix(model.W_O)
         ok &= WO.finite
-        self.W_O = WO.right(model.dim)
+        self.W_O = WO.right()
         self.usable = ok
         self.decided = 0  # points certified correct so far (read by the verdict's path line)
 
@@ -329,22 +395,23 @@ class IntervalForward:
         y = np.maximum(lab, 0)
         Ly = Interval(np.take_along_axis(L.m, y[..., None], axis=-1), np.take_along_axis(L.r, y[..., None], axis=-1))  # lin gives r
         D = add(Ly, Interval(-L.m, L.r))  # label minus every class (the label's own entry is 0)
-        d_lo, d_hi = D.bounds()
         C = L.m.shape[-1]
         own = np.arange(C)[None, None, :] == y[..., None]
-        d_lo = np.where(own, INF, d_lo)
-        d_hi = np.where(own, INF, d_hi)
-        p_lo = d_lo.min(axis=-1)
-        p_hi = d_hi.min(axis=-1)
         use = lab >= 0
-        ok &= (np.isfinite(np.where(use, p_lo, 0.0)) & np.isfinite(np.where(use, p_hi, 0.0))).all(axis=1)
+        ok &= (np.isfinite(D.m) & np.isfinite(D.r)).all(axis=(1, 2))
         if C == 1:
             status[ok] = 1
             return status, lo_out, hi_out, pos_out
-        correct = ok & np.where(use, p_lo > 0, True).all(axis=1)
-        wrong = ok & np.where(use, p_hi < 0, False).any(axis=1)
+        # x > 0 surely iff m - r > 0 iff m > r, and x < 0 surely iff m < -r: exact float comparisons
+        pos_correct = np.where(own, True, D.m > D.r).all(axis=-1)
+        pos_wrong = np.where(own, False, D.m < -D.r).any(axis=-1)
+        correct = ok & np.where(use, pos_correct, True).all(axis=1)
+        wrong = ok & np.where(use, pos_wrong, False).any(axis=1)
         status[correct] = 1
-        status[wrong] = -1
+        status[wrong & ~correct] = -1
+        d_lo, d_hi = D.bounds()
+        p_lo = np.where(own, INF, d_lo).min(axis=-1)
+        p_hi = np.where(own, INF, d_hi).min(axis=-1)
         lo_all = np.where(use, p_lo, INF)
         lo_out = lo_all.min(axis=1)
         hi_out = np.where(use, p_hi, INF).min(axis=1)
@@ -373,8 +440,14 @@ def _stream(Hnum: np.ndarray, den: int) -> Interval | None:
         M = Hnum.astype(np.float64) / float(den)  # one correctly rounded division per entry
     if not np.isfinite(M).all():
         return None
-    # a correctly rounded quotient errs by at most u |result|, plus eta/2 if it is subnormal
-    return Interval(M, _upn(_upn(U * np.abs(M)) + ETA) if den != 1 else None)
+    # a correctly rounded quotient errs by at most u |M| (at most eta/2 if it is subnormal); U |M|
+    # is exact unless it is subnormal (then it loses at most eta/2): U |M| + eta covers both
+    if den == 1 and Hnum.dtype != object:
+        return Interval(M, None)
+    R = np.abs(M)
+    R *= U
+    R += ETA
+    return Interval(M, R)
 
 
 def _const_interval(q: Fraction) -> tuple[float, float]:
