@@ -22,6 +22,7 @@ from depthcert.checkers.budget import charge_seconds, over_budget
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.model import Model
+from depthcert.checkers.softmax_intervals import IntervalForward
 from depthcert.checkers.tasks import Batch, Task
 
 
@@ -52,6 +53,8 @@ class UndecidedPoint:
     precision: int  # bits reached (the cap)
     logit_bounds: tuple[tuple[Fraction, Fraction], ...] = ()
     classes: tuple[str, ...] = ()
+    limit: str = ""  # which limit left it undecided: the precision cap, the exact decision's time or
+    # term limit, or a model shape outside the exact decision (checkers/softmax_ties.py)
 
 
 @dataclass(frozen=True)
@@ -454,6 +457,7 @@ def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, 
 
     decider = sb.SoftmaxDecider(model, start_precision or sb.START_PRECISION, max_precision or sb.MAX_PRECISION)
     prefix = Evaluator(decider.prefix_model(), force_exact=force_exact)
+    intervals = IntervalForward(model, decider.first)
     batches = task.batches(batch_size) if plan.indices is None else task.batches_of(plan.indices, batch_size)
     bar = None
     if progress if progress is not None else sys.stderr.isatty():
@@ -463,15 +467,18 @@ def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, 
     ordered = getattr(task, "index_ordered", True)
     summary = _BallSummary()
     stored = []  # unordered tasks only: (index, decision) of every point, filtered at the end
+    stored_fast = []  # unordered tasks only: (indices, lows, highs) of the interval-certified points
     checked, first_wrong = 0, None
     for batch in batches:
         ids = batch.ids if tokens is None else tokens[batch.ids]
         Hnum, den = prefix.logits_all(ids)  # (B, n, d'): the exact stream entering the first softmax layer
         n = ids.shape[1]
-        for i in range(len(batch.index)):
+        status, lo, hi, pos = _interval_decisions(intervals, Hnum, den, batch.labels, class_rows, n)
+        rest = np.nonzero(status != 1)[0]  # points the float64 intervals did not certify correct
+        stop = len(batch.index)
+        for i in rest:
             d = decider.decide(Hnum[i], den, _ball_labels(batch.labels[i], class_rows, n))
             index = int(batch.index[i])
-            checked += 1
             if ordered:
                 summary.add(index, d)
             else:
@@ -479,7 +486,14 @@ def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, 
             if d.status == "wrong" and (first_wrong is None or index < first_wrong):
                 first_wrong = index
             if ordered and first_wrong is not None:
+                stop = int(i) + 1
                 break
+        fast = np.nonzero(status[:stop] == 1)[0]  # certified correct, up to the first wrong point
+        if len(fast):
+            summary.add_correct(lo[fast], hi[fast], one_class=len(model.classes) == 1)
+            if not ordered:
+                stored_fast.append((batch.index[fast], lo[fast], hi[fast]))
+        checked += stop
         if bar is not None:
             bar.update(len(batch.index))
         if ordered and first_wrong is not None:
@@ -489,10 +503,16 @@ def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, 
     wrong = None
     if not ordered:  # the verdict in index order: the points up to and including the first wrong one
         checked = 0
+        summary = _BallSummary()
         for index, d in stored:
             if first_wrong is None or index <= first_wrong:
                 summary.add(index, d)
                 checked += 1
+        for idx, lows, highs in stored_fast:
+            keep = np.ones(len(idx), dtype=bool) if first_wrong is None else np.asarray(idx) <= first_wrong
+            if keep.any():
+                summary.add_correct(lows[keep], highs[keep], one_class=len(model.classes) == 1)
+                checked += int(keep.sum())
     wrong = summary.wrong
     per_position = task.outputs == "all"
 
@@ -513,15 +533,46 @@ def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, 
         p, pos, expected = parts(index, d)
         other = model.classes[d.other] if d.other >= 0 else "unknown (an argmax after a softmax layer)"
         undecided = UndecidedPoint(p.index, p.tokens, expected, pos, other, d.margin, d.precision, d.logits,
-                                   tuple(model.classes))
+                                   tuple(model.classes), d.limit)
     n_undecided = summary.n_undecided
     low, high = (None, None) if summary.unknown or summary.low is None else (summary.low, summary.high)
-    bits = sorted(decider.precisions_used)
-    path = f"certified balls (arb, {bits[0]}" + (f"-{bits[-1]}" if len(bits) > 1 else "") + " bits)" if bits else "certified balls (arb)"
+    path = _ball_path(decider, intervals)
     cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
     enclosure = None if low is None else (low, high)
     return Verdict(task.name, task.size, checked, cov, None, counter, path, time.perf_counter() - t0,
                    (plan.note,), undecided, n_undecided, enclosure)
+
+
+def _ball_path(decider, intervals) -> str:
+    """How the softmax points were decided, e.g. "float64 intervals (10795 points); certified
+    balls (arb, 64-128 bits: 5 points)"."""
+    parts = []
+    if intervals is not None and intervals.decided:
+        parts.append(f"certified float64 intervals ({intervals.decided} points)")
+    bits = sorted(decider.precisions_used)
+    if bits:
+        count = sum(decider.precisions_used.values())
+        parts.append(f"certified balls (arb, {bits[0]}" + (f"-{bits[-1]}" if len(bits) > 1 else "") + f" bits: {count} points)")
+    if decider.exact_decisions:
+        parts.append(f"exact tie decision ({decider.exact_decisions} points)")
+    return "; ".join(parts) or "certified balls (arb)"
+
+
+def _interval_decisions(intervals, Hnum, den, labels, class_rows, n):
+    """(status, lo, hi, position) per point of a batch from the certified float64 intervals
+    (checkers/softmax_intervals.py): status 1 = certified correct with its margin in [lo, hi];
+    every other point (0 = unsure, -1 = wrong) is decided in balls."""
+    B = Hnum.shape[0]
+    if intervals is None or not intervals.usable:
+        return np.zeros(B, dtype=np.int8), None, None, None
+    if labels.ndim == 1:
+        rows = np.full((B, n), -1, dtype=np.int64)
+        rows[:, n - 1] = class_rows[labels]
+    else:
+        rows = np.where(labels >= 0, class_rows[np.maximum(labels, 0)], -1)
+    status, lo, hi, pos = intervals.decide(Hnum, den, rows)
+    intervals.decided += int((status == 1).sum())
+    return status, lo, hi, pos
 
 
 def _margin_only(d):
@@ -542,6 +593,15 @@ class _BallSummary:
         self.undecided = None
         self.n_undecided = 0
         self.wrong = None
+
+    def add_correct(self, lows, highs, one_class: bool = False) -> None:
+        """Points certified correct by the float64 intervals, their margins in [lows, highs]
+        (float64 ends, exact as dyadic rationals)."""
+        if one_class:
+            return
+        lo, hi = Fraction(float(np.min(lows))), Fraction(float(np.min(highs)))
+        self.low = lo if self.low is None else min(self.low, lo)
+        self.high = hi if self.high is None else min(self.high, hi)
 
     def add(self, index: int, d) -> None:
         if d.margin is None:

@@ -194,6 +194,7 @@ def _undecided_json(u) -> dict:
         "not_separated_from": u.other,
         "margin_enclosure": None if u.margin is None else enclosure_text(u.margin),
         "precision_bits": u.precision,
+        "limit": u.limit,
         "logits": {c: enclosure_text(b) for c, b in zip(u.classes, u.logit_bounds)},
     }
 
@@ -498,7 +499,8 @@ def _print_human(info: dict, task, v, description: str) -> None:
         if ce.position is not None:
             print(f"  position   {ce.position}  (token {ce.tokens[ce.position]})")
         print(f"  expected   {ce.expected}")
-        print(f"  predicted  {ce.predicted}" + ("  (tie with the expected label)" if ce.tie else ""))
+        print(f"  predicted  {ce.predicted}" + (("  (tie with the expected label" + (": exact tie, proven)" if ce.logit_bounds
+                                                                               else ")")) if ce.tie else ""))
         print(logits_line(ce))
     u = v.undecided
     if u is not None:
@@ -508,11 +510,12 @@ def _print_human(info: dict, task, v, description: str) -> None:
         if u.position is not None:
             print(f"  position   {u.position}")
         print(f"  expected   {u.expected}, not separated from {u.other} at {u.precision} bits")
+        print(f"  limit      {u.limit}")
         if u.margin is None:
             print("  margin     unknown: a hardmax argmax after a softmax layer could not be settled")
         else:
             lo, hi = enclosure_text(u.margin)
-            print(f"  margin     in [{lo}, {hi}]: the balls still contain 0 (an exact tie never separates)")
+            print(f"  margin     in [{lo}, {hi}]: the balls still contain 0")
 
 
 def _show_point(args, task, model, theorem, balls=None) -> int:
