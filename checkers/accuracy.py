@@ -11,7 +11,11 @@ How each point is decided:
   rational models (relu, hardmax, MLP; no softmax)  exact integers (checkers.evaluate), every margin
   one-layer attention-only softmax models           certified float64 tables (checkers.attention_tables);
                                                      the points within the error bound tau of a tie in arb
-  other softmax models                               arb balls, point by point (checkers.softmax_balls)
+  other softmax models                               certified float64 intervals over the batch
+                                                     (checkers.softmax_intervals), the points they leave
+                                                     unsure in arb balls (checkers.softmax_balls)
+`method` forces one way for softmax models: "tables", "intervals" or "balls" (arb for every point);
+"auto" takes the first that applies.
 
 Points split into index ranges (chunks) that are independent: any process may decide any chunk,
 and merging the chunks (counts added, lists joined in index order, margin enclosures' minima)
@@ -29,6 +33,9 @@ from depthcert.checkers.errors import BadInput
 from depthcert.checkers.model import Model
 
 
+METHODS = ("auto", "tables", "intervals", "balls")
+
+
 @dataclass(frozen=True)
 class ChunkAccuracy:
     """The decisions of points lo..hi-1."""
@@ -39,7 +46,7 @@ class ChunkAccuracy:
     wrong: np.ndarray  # dataset indices (int64, increasing)
     undecided: np.ndarray
     margin: tuple[Fraction, Fraction] | None  # encloses the minimum margin over the correct points
-    by_tables: int = 0  # points decided by the certified float64 tables
+    by_tables: int = 0  # points decided by the certified float64 tables or intervals
     by_balls: int = 0  # points decided (or left undecided) in arb
 
     def to_json(self) -> dict:
@@ -97,7 +104,7 @@ class PointDecider:
     """Decides index ranges of one (model, task); built once per process."""
 
     def __init__(self, model: Model, task, start_precision: int | None = None, max_precision: int | None = None,
-                 force_exact: bool = False, tables: bool = True):
+                 force_exact: bool = False, method: str = "auto"):
         from depthcert.checkers import softmax_balls as sb
         from depthcert.checkers.exhaustive import check_compatible, token_rows
 
@@ -115,11 +122,21 @@ class PointDecider:
             self.decider = sb.SoftmaxDecider(model, start_precision or sb.START_PRECISION,
                                              max_precision or sb.MAX_PRECISION)
             self.prefix = Evaluator(self.decider.prefix_model(), force_exact=force_exact)
-            why = reason_not_applicable(model) if tables else "tables switched off"
+            if method not in METHODS:
+                raise BadInput(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+            why = reason_not_applicable(model) if method in ("auto", "tables") else f"method {method}"
             if why is None and task.outputs != "last":
                 why = "a task labelling every position"
+            if why is not None and method == "tables":
+                raise BadInput(f"certified tables do not apply to this model: {why}")
             self.table_reason = why
-            self.path = "certified float64 tables + arb" if why is None else "certified balls (arb)"
+            self.intervals = None
+            if why is not None and method in ("auto", "intervals"):
+                from depthcert.checkers.softmax_intervals import IntervalForward
+
+                self.intervals = IntervalForward(model, self.decider.first)
+            self.path = ("certified float64 tables + arb" if why is None else
+                         "certified float64 intervals + arb" if self.intervals is not None else "certified balls (arb)")
         else:
             from depthcert.checkers.evaluate import Evaluator
 
@@ -158,8 +175,26 @@ class PointDecider:
                     by_tables += int((status >= 0).sum())
                     if ok.any():
                         low = float(mhat[ok].min())
-                        margin = _min_enclosure(margin, (Fraction(low) - tab.tau_exact, Fraction(low) + tab.tau_exact))
+                        # low -/+ tau rounded outward (one rounding, then one float further out)
+                        margin = _min_enclosure(margin, (Fraction(float(np.nextafter(low - tab.tau, -np.inf))),
+                                                         Fraction(float(np.nextafter(low + tab.tau, np.inf)))))
                     todo = np.nonzero(status < 0)[0]
+            elif self.intervals is not None:
+                Hnum, den = self.prefix.logits_all(ids)
+                n = ids.shape[1]
+                if batch.labels.ndim == 1:
+                    lab = np.full((len(ids), n), -1, dtype=np.int64)
+                    lab[:, n - 1] = self.class_rows[batch.labels]
+                else:
+                    lab = np.where(batch.labels >= 0, self.class_rows[np.maximum(batch.labels, 0)], -1)
+                status, lo_m, hi_m, _ = self.intervals.decide(Hnum, den, lab)
+                ok = status == 1
+                correct += int(ok.sum())
+                wrong.extend(int(i) for i in batch.index[status == -1])
+                by_tables += int((status != 0).sum())
+                if ok.any():
+                    margin = _min_enclosure(margin, (Fraction(float(lo_m[ok].min())), Fraction(float(hi_m[ok].min()))))
+                todo = np.nonzero(status == 0)[0]
             if len(todo):
                 c, w, u, m = self._ball_points(batch, ids, todo)
                 correct += c

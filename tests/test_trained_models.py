@@ -154,22 +154,43 @@ def test_tables_decide_exactly_as_arb_does(seed, heads, spread, causal):
     model = tl.model_from_state_dict(cfg, random_tl(cfg, seed, spread).state_dict())
     task = make_task("max-of-k", vocab=4, k=3)
     a = decide_all(model, task)
-    b = decide_all(model, task, tables=False)
+    b = decide_all(model, task, method="balls")
+    c = decide_all(model, task, method="intervals")
     assert a.by_tables + a.by_balls == task.size and b.by_tables == 0
-    assert (a.wrong == b.wrong).all() and (a.undecided == b.undecided).all() and a.correct == b.correct
-    if a.margin is not None:
-        assert a.margin[0] <= b.margin[1] and b.margin[0] <= a.margin[1]
+    for x in (a, c):
+        assert (x.wrong == b.wrong).all() and (x.undecided == b.undecided).all() and x.correct == b.correct
+        if x.margin is not None:
+            assert x.margin[0] <= b.margin[1] and b.margin[0] <= x.margin[1]
 
 
 def test_points_near_a_tie_go_to_arb():
-    """A tie the tables cannot resolve is never decided in float: an exact softmax tie stays undecided."""
+    """A tie is never decided in float: the tables leave it to arb, where the exact tie decision
+    (checkers/softmax_ties.py) proves it a tie, which counts as wrong."""
     from depthcert.checkers.dataset_file import load_dataset
     from depthcert.checkers.weights_file import load_weights
 
     task = load_dataset(os.path.join(EXAMPLES, "softmax-tie-data.json"))
     model = load_weights(os.path.join(EXAMPLES, "softmax-tie-weights.json"), task)
     v = decide_all(model, task, max_precision=128)
-    assert v.by_tables == 0 and v.by_balls == 1 and list(v.undecided) == [0] and v.verdict == "undecided"
+    assert v.by_tables == 0 and v.by_balls == 1 and list(v.wrong) == [0] and v.correct == 0
+
+
+def near_tie_model():
+    """tests/test_weights_v2.py's: class a beats b by about 10^-60, beyond 128-bit balls."""
+    import mpmath
+    from fractions import Fraction
+
+    from depthcert.checkers.layout import BlockMatrix, Layout
+    from depthcert.checkers.model import Head, Layer, Model
+
+    with mpmath.workdps(90):
+        w = mpmath.e / (mpmath.e + 1)
+        q = Fraction(mpmath.nstr(w, 80, strip_zeros=False)) - Fraction(1, 10**60)
+    lay = Layout.of(("token", 2), ("position", 3), ("A", 1))
+    qk = BlockMatrix(lay, lay).entry("token", 0, "position", 1, 1).build()
+    v = BlockMatrix(lay, lay).entry("A", 0, "token", 0, 1).build()
+    out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "A", 0, 1).entry("class", 1, "position", 1, q).build()
+    return Model(("x", "y"), 3, ("a", "b"), lay, (Layer((Head(qk, v, attention="softmax"),)),), out)
 
 
 # ---------------------------------------------------------------------------- verify-model
@@ -191,12 +212,19 @@ def test_reference_checkpoint_on_a_smaller_k_counts_every_point(capsys, tmp_path
     assert all(row[1].split()[-1] != "x" for row in listed["wrong"])
 
 
-def test_require_all_refutes_and_exit_codes(capsys):
+def test_require_all_refutes_and_exit_codes(capsys, tmp_path):
     code, out, _ = run([CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--require-all"], capsys)
     assert code == 1 and "verdict        refuted" in out
-    code, out, _ = run([os.path.join(EXAMPLES, "softmax-tie-weights.json"), "--dataset",
-                        os.path.join(EXAMPLES, "softmax-tie-data.json"), "--max-precision", "128"], capsys)
-    assert code == 3 and "undecided      1" in out
+    from depthcert.checkers.weights_file import model_to_json
+
+    (tmp_path / "w.json").write_text(json.dumps(model_to_json(near_tie_model())))
+    (tmp_path / "d.json").write_text(json.dumps({"format": "depthcert.dataset", "version": 1,
+                                                 "sequences": [["x", "y"]], "labels": ["a"]}))
+    argv = [str(tmp_path / "w.json"), "--dataset", str(tmp_path / "d.json")]
+    code, out, _ = run(argv + ["--max-precision", "128"], capsys)
+    assert code == 3 and "undecided      1" in out and "point 0: x y  label a" in out
+    code, out, _ = run(argv + ["--require-all"], capsys)  # the default cap separates it
+    assert code == 0 and "certified accuracy 1/1" in out
     code, out, _ = run([os.path.join(EXAMPLES, "prev-token-hardmax.json"), "--dataset",
                         os.path.join(EXAMPLES, "prev-token-data.json"), "--require-all"], capsys)
     assert code == 0 and "certified accuracy 81/81" in out and "verified" in out

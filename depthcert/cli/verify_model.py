@@ -171,7 +171,9 @@ def _main(argv) -> int:
     p.add_argument("--batch-size", type=positive_int, default=8192)
     p.add_argument("--precision", type=positive_int, default=None, help="arb start precision (bits)")
     p.add_argument("--max-precision", type=positive_int, default=None, help="arb precision cap (bits, default 4096)")
-    p.add_argument("--no-tables", action="store_true", help="decide every softmax point in arb (no float64 tables)")
+    p.add_argument("--method", default="auto", choices=("auto", "tables", "intervals", "balls"),
+                   help="softmax models: certified float64 tables (one-layer attention-only), float64 intervals "
+                        "(any softmax model), or arb balls for every point; auto takes the first that applies")
     args = p.parse_args(argv)
     for name in ("precision", "max_precision"):
         v = getattr(args, name)
@@ -192,7 +194,7 @@ def _main(argv) -> int:
     else:
         task = task_from_args(args)
     model = load_any_model(args.checkpoint, args.config, task)
-    opts = {"start_precision": args.precision, "max_precision": args.max_precision, "tables": not args.no_tables}
+    opts = {"start_precision": args.precision, "max_precision": args.max_precision, "method": args.method}
     v = run(model, task, opts, args.chunk_points, args.batch_size, args.dask, args.workers, args.journal,
             progress=not args.json and sys.stderr.isatty())
     if args.wrong_out:
@@ -214,7 +216,7 @@ def _main(argv) -> int:
     pct = 100 * v.correct / v.points if v.points else 0.0
     print(f"model          {os.path.basename(args.checkpoint)} ({model.kinds()}, {model.n_layers} layer(s), d' = {model.dim})")
     print(f"task           {task.describe()} ({v.points:,} points)")
-    print(f"path           {v.path}" + (f" ({v.by_tables:,} points by tables, {v.by_balls:,} in arb)" if v.by_tables else ""))
+    print(f"path           {v.path}" + (f" ({v.by_tables:,} points by float64, {v.by_balls:,} in arb)" if v.by_tables else ""))
     print(f"certified accuracy {v.correct:,}/{v.points:,} ({pct:.4f}%)")
     print(f"wrong          {len(v.wrong):,} (a tie counts as wrong)")
     for i in v.wrong[: args.show]:
