@@ -345,3 +345,13 @@ def test_round_trip_through_transformer_lens():
     with torch.no_grad():
         again = back(torch.tensor(ids))[:, -1].numpy()
     assert (np.abs(again - enc.mean(axis=2)) <= 1e-9).all()
+
+
+def test_dask_shards_give_the_single_process_counts(capsys):
+    pytest.importorskip("dask.distributed")
+    argv = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--chunk-points", "1000", "--json"]
+    code, one, _ = run(argv, capsys)
+    code2, two, _ = run(argv + ["--dask", "--workers", "2"], capsys)
+    a, b = json.loads(one), json.loads(two)
+    assert code == code2 == 0
+    assert (a["correct"], a["wrong"], a["min_margin"], a["first_wrong"]) == (b["correct"], b["wrong"], b["min_margin"], b["first_wrong"])
