@@ -130,11 +130,10 @@ class PointDecider:
             if why is not None and method == "tables":
                 raise BadInput(f"certified tables do not apply to this model: {why}")
             self.table_reason = why
+            self.method = method
             self.intervals = None
             if why is not None and method in ("auto", "intervals"):
-                from depthcert.checkers.softmax_intervals import IntervalForward
-
-                self.intervals = IntervalForward(model, self.decider.first)
+                self._interval_forward()
             self.path = ("certified float64 tables + arb" if why is None else
                          "certified float64 intervals + arb" if self.intervals is not None else "certified balls (arb)")
         else:
@@ -142,6 +141,14 @@ class PointDecider:
 
             self.ev = Evaluator(model, force_exact=force_exact)
             self.path = f"exact ({self.ev.path})"
+
+    def _interval_forward(self):
+        """The batch interval forward (auto: also where a table cannot be built), or None."""
+        if self.intervals is None and self.method in ("auto", "intervals"):
+            from depthcert.checkers.softmax_intervals import IntervalForward
+
+            self.intervals = IntervalForward(self.model, self.decider.first)
+        return self.intervals
 
     def _table(self, n: int):
         if n not in self._tables:
@@ -165,21 +172,20 @@ class PointDecider:
                 margin = _min_enclosure(margin, m)
                 continue
             todo = np.arange(len(batch.index))
-            if self.table_reason is None:
-                tab = self._table(ids.shape[1])
-                if tab is not None:
-                    status, mhat = tab.decide(ids, self.class_rows[batch.labels])
-                    ok = status == 1
-                    correct += int(ok.sum())
-                    wrong.extend(int(i) for i in batch.index[status == 0])
-                    by_tables += int((status >= 0).sum())
-                    if ok.any():
-                        low = float(mhat[ok].min())
-                        # low -/+ tau rounded outward (one rounding, then one float further out)
-                        margin = _min_enclosure(margin, (Fraction(float(np.nextafter(low - tab.tau, -np.inf))),
-                                                         Fraction(float(np.nextafter(low + tab.tau, np.inf)))))
-                    todo = np.nonzero(status < 0)[0]
-            elif self.intervals is not None:
+            tab = self._table(ids.shape[1]) if self.table_reason is None else None
+            if tab is not None:
+                status, mhat = tab.decide(ids, self.class_rows[batch.labels])
+                ok = status == 1
+                correct += int(ok.sum())
+                wrong.extend(int(i) for i in batch.index[status == 0])
+                by_tables += int((status >= 0).sum())
+                if ok.any():
+                    low = float(mhat[ok].min())
+                    # low -/+ tau rounded outward (one rounding, then one float further out)
+                    margin = _min_enclosure(margin, (Fraction(float(np.nextafter(low - tab.tau, -np.inf))),
+                                                     Fraction(float(np.nextafter(low + tab.tau, np.inf)))))
+                todo = np.nonzero(status < 0)[0]
+            elif self._interval_forward() is not None:
                 Hnum, den = self.prefix.logits_all(ids)
                 n = ids.shape[1]
                 if batch.labels.ndim == 1:
@@ -187,7 +193,7 @@ class PointDecider:
                     lab[:, n - 1] = self.class_rows[batch.labels]
                 else:
                     lab = np.where(batch.labels >= 0, self.class_rows[np.maximum(batch.labels, 0)], -1)
-                status, lo_m, hi_m, _ = self.intervals.decide(Hnum, den, lab)
+                status, lo_m, hi_m, _ = self._interval_forward().decide(Hnum, den, lab)
                 ok = status == 1
                 correct += int(ok.sum())
                 wrong.extend(int(i) for i in batch.index[status == -1])

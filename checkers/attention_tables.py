@@ -14,16 +14,16 @@ position p, and the exact rational tables
 to the query's own key (j = q, t = t'), which every sequence contains:
     E_h[j, t, t'] = exp(c_h (S_h[j, t, t'] - S_h[q, t', t'])),   Z = sum_j E_h[j, t_j, t_q] >= 1.
 E is computed once per table entry in arb (128 bits) and rounded to float64: |E^ - E| <= 3u E,
-or E^ = 0 with E < 2^-1000 where c (S - S_self) < -690.  A table with c (S - S_self) > 690
+or E^ = 0 with E < e^-690 < 2^-995 where c (S - S_self) < -690.  A table with c (S - S_self) > 690
 (float64 overflow of exp) is refused (not applicable; the caller decides in arb).
 
 The per-point forward is float64 in a fixed order: Z = sum_j E^_j, A^_j = E^_j / Z, then
 logit^ = D^ + sum_{h,j} A^_hj * OV^_hj, with D^, OV^ the correctly rounded tables (|err| <= u|x|).
-Bound (Higham, Accuracy and Stability, ch. 3; u = 2^-53, gamma_k = k u / (1 - k u), eta = 2^-1000):
-    |A^_j - A_j| <= gamma_{n+8} A_j + 2 eta
-    |logit^_c - logit_c| <= gamma_{n+T+12} L + 4 eta H n OVmax + T 2^-1074 =: eps,
-with T = H n + 1 terms, L = Dmax + H OVmax (so |D| + sum A |OV| <= L).  The computed margin
-m^ = logit^_y - logit^_c is within 2 eps + 4 u (L + eps) =: tau of the true one (one more
+Bound (Higham, Accuracy and Stability, ch. 3; u = 2^-53, gamma_k = k u / (1 - k u)):
+    |A^_j - A_j| <= gamma_{n+8} A_j + (n + 2) eta       (Z >= 1; eta covers a flushed E and its share of Z)
+    |logit^_c - logit_c| <= gamma_{n+T+12} L + 2 (n + 2) n H eta OVmax + T 2^-1074 + 4 eta =: eps,
+with T = H n + 1 terms, L = Dmax + H OVmax (so |D| + sum A |OV| <= L), eta = 2^-995 >= e^-690
+(every E^_j is within 3u E_j + eta of E_j).  The computed margin m^ = logit^_y - logit^_c is within 2 eps + 4 u (L + eps) =: tau of the true one (one more
 rounding).  A point is certified correct when m^ > tau for every c != y, certified wrong when
 m^ < -tau for some c, and otherwise left to the caller (arb).  tau is computed in exact
 rationals and rounded up.  No float decides a point that lies within tau of a tie.
@@ -31,14 +31,13 @@ rationals and rounded up.  No float decides a point that lies within tau of a ti
 from __future__ import annotations
 
 from fractions import Fraction
-from math import ceil
 
 import numpy as np
 
 from depthcert.checkers.model import Model
 
 U = Fraction(1, 2**53)
-ETA = Fraction(1, 2**1000)
+ETA = Fraction(1, 2**1000)  # eta = 32 ETA = 2^-995 below
 EXP_LIMIT = 690  # |c (S - S_self)| beyond this: flushed to 0 (below) or refused (above)
 TABLE_PRECISION = 128
 
@@ -154,7 +153,7 @@ class OneLayerTables:
         L = d_max + H * ov_max
         # a flushed entry is below e^-690 < 2^-995 < 32 eta; the eta terms below carry 32 eta
         eta = 32 * ETA
-        eps = _gamma(n + T + 12) * L + 4 * eta * H * n * ov_max + T * Fraction(1, 2**1074) + 4 * eta
+        eps = _gamma(n + T + 12) * L + 2 * (n + 2) * n * H * eta * ov_max + T * Fraction(1, 2**1074) + 4 * eta
         tau = 2 * eps + 4 * U * (L + eps)
         self.tau = _float_up(tau)
         self.tau_exact = tau

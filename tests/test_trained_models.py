@@ -355,3 +355,35 @@ def test_dask_shards_give_the_single_process_counts(capsys):
     a, b = json.loads(one), json.loads(two)
     assert code == code2 == 0
     assert (a["correct"], a["wrong"], a["min_margin"], a["first_wrong"]) == (b["correct"], b["wrong"], b["min_margin"], b["first_wrong"])
+
+
+def test_tables_flush_far_keys_soundly():
+    """Scores 2000 apart: every other key's weight is below e^-690 and flushed to 0 in the tables;
+    the verdicts still equal arb's, and a model that would overflow exp in the tables is left to
+    the general intervals and arb."""
+    from fractions import Fraction
+
+    from depthcert.checkers.attention_tables import OneLayerTables
+    from depthcert.checkers.layout import BlockMatrix, Layout
+    from depthcert.checkers.model import Head, Layer, Model
+
+    lay = Layout.of(("token", 3), ("position", 3), ("one", 1), ("out", 3))
+    qk = BlockMatrix(lay, lay).set("token", "token", np.eye(3, dtype=int) * 2000).build()
+    v = BlockMatrix(lay, lay).set("out", "token", np.array([[1, 0, 0], [0, 3, 0], [0, 0, 2]])).build()
+    W_O = BlockMatrix(Layout.of(("class", 3)), lay).set("class", "out", np.eye(3, dtype=int)).entry(
+        "class", 0, "one", 0, Fraction(1, 3)).build()
+    model = Model(("0", "1", "2"), 3, ("0", "1", "2"), lay, (Layer((Head(qk, v, attention="softmax"),), causal=True),),
+                  W_O, constant_row=True)
+    tab = OneLayerTables(model, 3)
+    assert tab.flushed > 0
+    task = make_task("max-of-k", vocab=3, k=3)
+    a, b = decide_all(model, task), decide_all(model, task, method="balls")
+    assert a.by_tables > 0 and a.correct == b.correct and (a.wrong == b.wrong).all()
+    qk_neg = BlockMatrix(lay, lay).set("token", "token", np.eye(3, dtype=int) * -2000).build()
+    over = Model(model.vocab, 3, model.classes, lay, (Layer((Head(qk_neg, v, attention="softmax"),), causal=True),),
+                 W_O, constant_row=True)
+    with pytest.raises(OverflowError):
+        OneLayerTables(over, 3)
+    small = make_task("max-of-k", vocab=3, k=2)
+    c, d = decide_all(over, small), decide_all(over, small, method="balls")  # intervals, then arb
+    assert c.by_tables + c.by_balls == 9 and c.correct == d.correct and (c.wrong == d.wrong).all()
