@@ -235,8 +235,11 @@ def test_require_all_refutes_and_exit_codes(capsys, tmp_path):
     ([CHECKPOINT, "--task", "max-of-k", "--vocab", "0"], "--vocab"),
     ([CHECKPOINT, "--task", "nosuch"], "unknown task"),
     ([CHECKPOINT, "--task", "icqa", "--k", "1"], "vocabulary lacks"),
-    ([CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "5"], "positions"),
+    ([CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "5", "--max-points", "2000000000"], "positions"),
     ([CHECKPOINT, "--task", "max-of-k", "--workers", "2"], "--workers applies with --dask"),
+    ([CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "6"], "more than --max-points"),
+    ([CHECKPOINT, "--task", "max-of-k", "--show", "-1"], "--show"),
+    ([os.path.join(EXAMPLES, "prev-token-data.json"), "--task", "max-of-k"], "depthcert.weights"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, msg, capsys):
     code, out, err = run(argv, capsys)

@@ -21,7 +21,8 @@ from depthcert.proofs.cli import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_
                                   task_from_args)
 
 EXIT_REFUTED = 1
-MAX_LISTED = 2_000_000  # --wrong-out refuses to list more points than this (the counts stay exact)
+MAX_LISTED = 2_000_000
+DEFAULT_MAX_POINTS = 100_000_000  # refuse larger datasets unless --max-points says otherwise  # --wrong-out refuses to list more points than this (the counts stay exact)
 
 
 def load_any_model(path: str, config: str | None, task):
@@ -168,6 +169,8 @@ def _main(argv) -> int:
     p.add_argument("--workers", type=positive_int, default=None, help="Dask local workers (default: CPU count)")
     p.add_argument("--journal", help="record finished chunks here; a re-run resumes")
     p.add_argument("--chunk-points", type=positive_int, default=65536)
+    p.add_argument("--max-points", type=positive_int, default=DEFAULT_MAX_POINTS,
+                   help=f"refuse datasets with more points (default {DEFAULT_MAX_POINTS:,})")
     p.add_argument("--batch-size", type=positive_int, default=8192)
     p.add_argument("--precision", type=positive_int, default=None, help="arb start precision (bits)")
     p.add_argument("--max-precision", type=positive_int, default=None, help="arb precision cap (bits, default 4096)")
@@ -193,6 +196,8 @@ def _main(argv) -> int:
         task = load_dataset(args.dataset)
     else:
         task = task_from_args(args)
+    if task.size > args.max_points:
+        raise BadInput(f"{task.describe()} has {task.size:,} points, more than --max-points {args.max_points:,}")
     model = load_any_model(args.checkpoint, args.config, task)
     opts = {"start_precision": args.precision, "max_precision": args.max_precision, "method": args.method}
     v = run(model, task, opts, args.chunk_points, args.batch_size, args.dask, args.workers, args.journal,
