@@ -490,8 +490,17 @@ def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, 
                 break
         fast = np.nonzero(status[:stop] == 1)[0]  # certified correct, up to the first wrong point
         if len(fast):
+            if len(model.classes) > 1:  # enclosures wider than 2^-20 of the margin: re-decided in balls
+                loose = (hi[fast] - lo[fast]) > np.abs(lo[fast]) * LOOSE_ENCLOSURE
+                for j in fast[loose]:
+                    d = _refined(decider, Hnum[j], den, _ball_labels(batch.labels[j], class_rows, n), lo[j], hi[j])
+                    if ordered:
+                        summary.add(int(batch.index[j]), d)
+                    else:
+                        stored.append((int(batch.index[j]), d))
+                fast = fast[~loose]
             summary.add_correct(lo[fast], hi[fast], one_class=len(model.classes) == 1)
-            if not ordered:
+            if not ordered and len(fast):
                 stored_fast.append((batch.index[fast], lo[fast], hi[fast]))
         checked += stop
         if bar is not None:
@@ -558,6 +567,25 @@ def _ball_path(decider, intervals) -> str:
     return "; ".join(parts) or "certified balls (arb)"
 
 
+LOOSE_ENCLOSURE = 2.0 ** -20  # a float64-interval margin enclosure wider than this fraction of the
+# margin is re-decided in balls (tight enclosures for tiny margins; per point, so independent of batching)
+
+
+def _refined(decider, H, den, labels, lo: float, hi: float):
+    """A point the float64 intervals certified correct, re-decided in balls for a tighter margin
+    enclosure (the intersection of both; not counted as a ball-decided point)."""
+    from depthcert.checkers.softmax_balls import PointDecision
+
+    used = dict(decider.precisions_used)
+    d = decider.decide(H, den, labels)
+    decider.precisions_used = used
+    lo_q, hi_q = Fraction(float(lo)), Fraction(float(hi))
+    if d.status != "correct" or d.margin is None:  # balls that do not separate add nothing
+        return PointDecision("correct", (lo_q, hi_q), d.position, -1, (), 53)
+    return PointDecision("correct", (max(lo_q, d.margin[0]), min(hi_q, d.margin[1])), d.position, d.other, (),
+                         d.precision)
+
+
 def _interval_decisions(intervals, Hnum, den, labels, class_rows, n):
     """(status, lo, hi, position) per point of a batch from the certified float64 intervals
     (checkers/softmax_intervals.py): status 1 = certified correct with its margin in [lo, hi];
@@ -597,7 +625,7 @@ class _BallSummary:
     def add_correct(self, lows, highs, one_class: bool = False) -> None:
         """Points certified correct by the float64 intervals, their margins in [lows, highs]
         (float64 ends, exact as dyadic rationals)."""
-        if one_class:
+        if one_class or len(lows) == 0:
             return
         lo, hi = Fraction(float(np.min(lows))), Fraction(float(np.min(highs)))
         self.low = lo if self.low is None else min(self.low, lo)

@@ -337,9 +337,8 @@ def _decide_logits(W: _Weights, H, labels, model: Model, prec: int, logits: bool
         c_min = min(diffs, key=lambda d: (d[0][1], d[0][0]))[1]  # the class most surely above
         if below:
             first.setdefault("wrong", (pos, c_min if c_min in below else below[0], hcol, False))
-        elif zero is not None:
-            tie = all(b > 0 or (b.is_exact() and b.is_zero()) for b, _ in balls)
-            first.setdefault("wrong", (pos, zero, hcol, tie))  # a certified tie when m is exactly 0
+        elif zero is not None:  # class `zero` ties the label exactly: wrong, whatever the others do
+            first.setdefault("wrong", (pos, zero, hcol, True))
         elif not all(b > 0 for b, _ in balls):
             first.setdefault("undecided", (pos, c_min, hcol, False))
         low = p_lo if low is None else min(low, p_lo)
