@@ -184,6 +184,8 @@ class SoftmaxDecider:
         enclosure; correct ones only when `logits` is set."""
         prec = self.start
         d = None
+        why = ""  # why the exact decision did not decide (outside its model shapes, a limit)
+        tried = False
         while True:
             try:
                 d = self._attempt(H, den, labels, prec, logits)
@@ -191,18 +193,21 @@ class SoftmaxDecider:
                 d = None
             if d is not None and d.status != "undecided":
                 break
-            if prec >= self.exact_after:
+            if prec >= self.exact_after and not tried:
+                tried = True
                 exact = self._exact(H, den, labels, logits)
-                if exact is not None and (exact.status != "undecided" or d is None):
+                if exact is not None and exact.status != "undecided":
                     d = exact
-                    self.exact_decisions += exact.status != "undecided"
+                    self.exact_decisions += 1
                     break
+                if exact is not None:
+                    why = exact.limit
             if prec >= self.cap:
+                limit = f"precision cap ({self.cap} bits)" + (f"; {why}" if why else "")
                 if d is None:  # an argmax after a softmax layer stayed unsettled: nothing is known
-                    d = PointDecision("undecided", None, labels[0][0], -1, (), prec,
-                                      limit=f"precision cap ({self.cap} bits)")
-                elif not d.limit:
-                    d = replace(d, limit=f"precision cap ({self.cap} bits)")
+                    d = PointDecision("undecided", None, labels[0][0], -1, (), prec, limit=limit)
+                else:
+                    d = replace(d, limit=limit)
                 break
             prec = min(2 * prec, self.cap)
         self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
