@@ -303,3 +303,47 @@ def test_tracr_mean_of_three_tokens_is_a_proven_three_way_tie(tmp_path, monkeypa
     ce = v.counterexample
     assert ce.tie and ce.position == 3 and ce.expected == "2"
     assert "exact tie decision (1 points)" in v.path
+
+
+# ---- sharding and the journal apply to softmax runs
+
+
+def _icqa_softmax(scale):
+    from dataclasses import replace
+
+    from depthcert.checkers.tasks import ICQA
+    from depthcert.constructions import registry
+
+    task = ICQA(k=3, n_questions=3, n_answers=3)
+    base = registry.build(task).model
+    layers = list(base.layers)
+    layers[1] = Layer(tuple(replace(h, attention="softmax", scale=Fraction(scale)) for h in layers[1]))
+    return replace(base, layers=tuple(layers)), task
+
+
+def _same(v, w):
+    return (v.verdict, v.points_checked, v.points_covered, v.counterexample, v.undecided, v.undecided_count,
+            v.margin_enclosure) == (w.verdict, w.points_checked, w.points_covered, w.counterexample, w.undecided,
+                                    w.undecided_count, w.margin_enclosure)
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_sharded_and_journalled_softmax_runs_give_the_single_process_verdict(tmp_path, wrong):
+    """ICQA k=3, 3 questions and answers (108 points), layer 2 softmax at scale 64: verified; with
+    class a0's read-out biased through the last position row, refuted at point 1."""
+    from depthcert.checkers import shards
+
+    model, task = _icqa_softmax(64)
+    if wrong:
+        model = model.with_weight(("W_O", 0, len(model.vocab) + task.length - 1), Fraction(1, 2))
+    one = verify(model, task, progress=False)
+    assert one.verdict == ("refuted" if wrong else "verified"), one
+    j = str(tmp_path / "run.journal")
+    first = verify(model, task, progress=False, journal=j, chunk_points=17)
+    assert _same(first, one), (first, one)
+    again = verify(model, task, progress=False, journal=j, chunk_points=17)  # every chunk from the journal
+    assert _same(again, one) and "chunks were already done" in again.notes[-1]
+    forked = verify(model, task, progress=False, runner=shards.ProcessRunner(2), chunk_points=13)
+    assert _same(forked, one)
+    with pytest.raises(Exception, match="another options"):
+        verify(model, task, progress=False, journal=j, chunk_points=17, balls={"max_precision": 128})
