@@ -501,6 +501,7 @@ class BallRun:
                     stop = int(i) + 1
                     break
             fast = np.nonzero(status[:stop] == 1)[0]  # certified correct, up to the first wrong point
+            intervals.decided += len(fast)
             if len(fast):
                 if len(model.classes) > 1:  # enclosures wider than 2^-20 of the margin: re-decided in balls
                     loose = (hi[fast] - lo[fast]) > np.abs(lo[fast]) * LOOSE_ENCLOSURE
@@ -686,9 +687,7 @@ def _interval_decisions(intervals, Hnum, den, labels, class_rows, n):
         rows[:, n - 1] = class_rows[labels]
     else:
         rows = np.where(labels >= 0, class_rows[np.maximum(labels, 0)], -1)
-    status, lo, hi, pos = intervals.decide(Hnum, den, rows)
-    intervals.decided += int((status == 1).sum())
-    return status, lo, hi, pos
+    return intervals.decide(Hnum, den, rows)
 
 
 def _margin_only(d):

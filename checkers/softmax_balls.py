@@ -186,6 +186,7 @@ class SoftmaxDecider:
         d = None
         why = ""  # why the exact decision did not decide (outside its model shapes, a limit)
         tried = False
+        exact_d = None  # the exact decision, when it decided (counted apart from the balls)
         while True:
             try:
                 d = self._attempt(H, den, labels, prec, logits)
@@ -197,7 +198,7 @@ class SoftmaxDecider:
                 tried = True
                 exact = self._exact(H, den, labels, logits)
                 if exact is not None and exact.status != "undecided":
-                    d = exact
+                    d = exact_d = exact
                     self.exact_decisions += 1
                     break
                 if exact is not None:
@@ -210,7 +211,8 @@ class SoftmaxDecider:
                     d = replace(d, limit=limit)
                 break
             prec = min(2 * prec, self.cap)
-        self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
+        if d is not exact_d:  # points the exact decision settled are counted by exact_decisions
+            self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
         return d
 
     def _exact(self, H, den, labels, logits) -> PointDecision | None:
