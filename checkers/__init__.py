@@ -10,7 +10,9 @@ python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.p
     layout.py         named blocks of the residual stream, block matrices
     model.py          the model classes and their semantics (the reference text)
     evaluate.py       exact integer evaluation, the proven float64 bound
+    softmax_intervals.py  certified float64 intervals for softmax models, over whole batches
     softmax_balls.py  certified ball-arithmetic decisions for softmax models
+    softmax_ties.py   exact decision of softmax ties (Lindemann-Weierstrass normal form)
     trace.py          per-point Fraction forward pass (the wider classes' slow reference)
     symmetry.py       the equivariance proof behind orbit representatives
     tasks.py          Task, Batch, Point (what a dataset is), the ICQA / SC enumerators, make_task

@@ -503,7 +503,7 @@ class BallRun:
             fast = np.nonzero(status[:stop] == 1)[0]  # certified correct, up to the first wrong point
             intervals.decided += len(fast)
             if len(fast):
-                if len(model.classes) > 1:  # enclosures wider than 2^-20 of the margin: re-decided in balls
+                if len(model.classes) > 1:  # enclosures wider than 2^-10 of the margin: re-decided in balls
                     loose = (hi[fast] - lo[fast]) > np.abs(lo[fast]) * LOOSE_ENCLOSURE
                     for j in fast[loose]:
                         d = _refined(decider, Hnum[j], den, _ball_labels(batch.labels[j], class_rows, n), lo[j], hi[j])
@@ -656,7 +656,7 @@ def _ball_path(decider, intervals) -> str:
     return "; ".join(parts) or "certified balls (arb)"
 
 
-LOOSE_ENCLOSURE = 2.0 ** -20  # a float64-interval margin enclosure wider than this fraction of the
+LOOSE_ENCLOSURE = 2.0 ** -10  # a float64-interval margin enclosure wider than this fraction of the
 # margin is re-decided in balls (tight enclosures for tiny margins; per point, so independent of batching)
 
 

@@ -168,30 +168,45 @@ class ExactMatrix:
         self.finite = bool(np.isfinite(self.m).all() and np.isfinite(self.r).all())
 
     def right(self):
-        """For X @ W.T (a contraction of length k = W's columns): (Wm^T, (|Wm| + Wr)^T rounded up,
-        and per row i of W an upper bound cs_i >= sum_j (Wr + gamma_k |Wm|)_ij)."""
+        """For X @ W.T (a contraction of length k = W's columns): (Wm^T, A^T = (|Wm| + Wr)^T
+        rounded up, and per row i of W upper bounds cs_i >= sum_j (Wr + gamma_k |Wm|)_ij and
+        as_i >= sum_j A_ij)."""
         g = _float_up(gamma(self.shape[1]))
         absm = np.abs(self.m)
         C = _up1(self.r + _up1(g * absm))
         A = _up1(absm + self.r)
         cs = _bound(C.sum(axis=1), self.shape[1])  # a sum of k non-negative floats (products by 1)
-        return np.ascontiguousarray(self.m.T), np.ascontiguousarray(A.T), cs
+        as_ = _bound(A.sum(axis=1), self.shape[1])
+        return np.ascontiguousarray(self.m.T), np.ascontiguousarray(A.T), cs, as_
 
 
-def lin(X: Interval, W, bias: Interval | None = None) -> Interval:
+def _rowmax(A):
+    """An upper bound of max_j A[..., j] for every row: the maximum over each point's whole array
+    (one contiguous reduction per point, much faster than numpy's short-row reductions; a
+    maximum over more entries is still an upper bound)."""
+    B = A.shape[0]
+    return A.reshape(B, -1).max(axis=1).reshape((B,) + (1,) * (A.ndim - 1))
+
+
+def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = False) -> Interval:
     """X @ W^T for an exact matrix W given as ExactMatrix.right() = (Wm^T, A^T, cs):
     |exact - fl(Xm Wm^T)|_i <= gamma_k sum_j |x_j||W_ij| + k eta + sum_j |x_j| Wr_ij
                                + sum_j xr_j (|W_ij| + Wr_ij)
-                            <= max_j |x_j| cs_i + (Xr A^T)_i + k eta
-    (Holder for the rounding terms, the radius propagated by a matrix product), and
-    fl(max|x| cs_i) + fl(Xr A^T)_i is a float sum of k + 1 non-negative products (_bound).
+                            <= max_j |x_j| cs_i + max_j xr_j as_i + k eta       (Holder)
+    or, with radius_product, the last sum as the product (Xr A^T)_i itself (the read-out: a
+    large radius of one row does not leak into a logit that does not read it); fl of these is
+    a float sum of at most k + 1 non-negative products (_bound).
     bias <bm, br>: m = fl(fl(Xm Wm^T) + bm) adds br + u |m| (two more terms of the sum)."""
-    Wm_T, A_T, cs = W
+    Wm_T, A_T, cs, as_ = W
     k = Wm_T.shape[0]
     m = X.m @ Wm_T
-    R = np.abs(X.m).max(axis=-1, keepdims=True) * cs
+    R = np.empty_like(m)
+    np.multiply(_rowmax(np.abs(X.m)), cs, out=R)
     if X.r is not None:
-        R += X.r @ A_T
+        if radius_product:
+            R += X.r @ A_T
+        else:  # Holder again: sum_j xr_j A_ij <= max_j xr_j as_i, one product more in the sum
+            R += _rowmax(X.r) * as_
     if bias is None:
         return Interval(m, _bound(R, k + 1, extra=k))
     m += bias.m
@@ -435,7 +450,7 @@ class IntervalForward:
                 Q = add(Q, lin(P, W2, b2))
             X = Q
             ok &= np.isfinite(X.m).all(axis=(1, 2)) & (X.r is None or np.isfinite(X.r).all(axis=(1, 2)))
-        L = lin(X, self.W_O)  # (B, q, C) logits
+        L = lin(X, self.W_O, radius_product=True)  # (B, q, C) logits: radii kept apart per row
         q0 = n - L.m.shape[1]
         lab = labels[:, q0:]
         y = np.maximum(lab, 0)
