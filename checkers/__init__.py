@@ -10,9 +10,9 @@ python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.p
     layout.py         named blocks of the residual stream, block matrices
     model.py          the model classes and their semantics (the reference text)
     evaluate.py       exact integer evaluation, the proven float64 bound
+    softmax_intervals.py  certified float64 intervals for softmax models, over whole batches
     softmax_balls.py  certified ball-arithmetic decisions for softmax models
-    softmax_intervals.py certified float64 intervals for softmax models, over whole batches
-    softmax_ties.py   exact decision of softmax ties (Lindemann-Weierstrass)
+    softmax_ties.py   exact decision of softmax ties (Lindemann-Weierstrass normal form)
     attention_tables.py certified float64 tables of one-layer attention-only softmax models
     trace.py          per-point Fraction forward pass (the wider classes' slow reference)
     symmetry.py       the equivariance proof behind orbit representatives

@@ -3,6 +3,8 @@
     {"format": "depthcert.journal", "version": 1, "model": SHA256, "task": SHA256, "plan": SHA256,
      "points": N, "chunk": C}                                      first line: what the run is
     {"lo": 0, "hi": 65536, "checked": 65536, "min_num": "3", "bad_index": -1}   one line a chunk
+    {"lo": 0, "hi": 65536, "checked": 65536, "low": "p/q", "high": "p/q", "unknown": false,
+     "bad_index": -1, "undecided": 0, "undecided_index": -1}        softmax models: the margin enclosure
 
 Lines are appended whole, flushed and fsync'ed as each chunk finishes; a crash can leave at most
 one partial last line, which is ignored on reading.  A journal written for another model (any
@@ -56,6 +58,17 @@ def task_fingerprint(task) -> str:
     return _sha(parts)
 
 
+def _ball_result(r: dict):
+    """A softmax chunk's line (exact dyadic margin ends as "p/q" text) as a BallChunkResult."""
+    from fractions import Fraction
+
+    from depthcert.checkers.shards import BallChunkResult
+
+    q = (lambda x: None if x is None else Fraction(str(x)))
+    return BallChunkResult(int(r["lo"]), int(r["hi"]), int(r["checked"]), q(r["low"]), q(r["high"]),
+                           bool(r["unknown"]), int(r["bad_index"]), int(r["undecided"]), int(r["undecided_index"]))
+
+
 def plan_fingerprint(indices) -> str:
     if indices is None:
         return "every point"
@@ -66,13 +79,15 @@ class Journal:
     """Open (create or resume) the journal at `path` for this run; `done` maps (lo, hi) to
     the recorded chunk results, `record(result)` appends one."""
 
-    def __init__(self, path: str, model, task, indices, n_points: int, chunk: int):
+    def __init__(self, path: str, model, task, indices, n_points: int, chunk: int, options: dict | None = None):
         from depthcert.checkers.shards import ChunkResult
 
         self.path = path
         self.header = {"format": FORMAT, "version": VERSION, "model": model_fingerprint(model),
                        "task": task_fingerprint(task), "plan": plan_fingerprint(indices),
                        "points": int(n_points), "chunk": int(chunk)}
+        if options:  # softmax runs: the ball precisions change what "undecided" means
+            self.header["options"] = _sha(sorted(options.items()))
         self.done: dict = {}
         exists = os.path.exists(path) and os.path.getsize(path) > 0
         if exists:
@@ -87,8 +102,8 @@ class Journal:
                 raise BadInput(f"journal {path}: the first line is not a journal header") from None
             if not isinstance(head, dict) or head.get("format") != FORMAT:
                 raise BadInput(f"journal {path}: not a depthcert journal")
-            for key in ("model", "task", "plan", "points", "chunk"):
-                if head.get(key) != self.header[key]:
+            for key in ("model", "task", "plan", "points", "chunk", "options"):
+                if head.get(key) != self.header.get(key):
                     raise BadInput(f"journal {path} was written for another {key} (its fingerprint differs); "
                                    "use a new journal file for this run")
             if not lines[-1] == "":  # a partial last line: end it, so appends start on a line of their own
@@ -96,6 +111,9 @@ class Journal:
             for line in lines[1:]:
                 try:
                     r = json.loads(line)
+                    if "low" in r:
+                        self.done[(int(r["lo"]), int(r["hi"]))] = _ball_result(r)
+                        continue
                     res = ChunkResult(int(r["lo"]), int(r["hi"]), int(r["checked"]),
                                       None if r["min_num"] is None else int(r["min_num"]), int(r["bad_index"]),
                                       tuple(int(x) for x in r.get("batches", (0, 0))))
@@ -109,6 +127,13 @@ class Journal:
             self._append(self.header)
 
     def record(self, res) -> None:
+        if hasattr(res, "n_undecided"):  # a softmax chunk
+            q = (lambda x: None if x is None else str(x))
+            self._append({"lo": res.lo, "hi": res.hi, "checked": res.checked, "low": q(res.low), "high": q(res.high),
+                          "unknown": res.unknown, "bad_index": res.bad_index, "undecided": res.n_undecided,
+                          "undecided_index": res.undecided_index})
+            self.done[(res.lo, res.hi)] = res
+            return
         self._append({"lo": res.lo, "hi": res.hi, "checked": res.checked,
                       "min_num": None if res.min_num is None else str(res.min_num), "bad_index": res.bad_index,
                       "batches": list(res.batches)})

@@ -184,6 +184,9 @@ class SoftmaxDecider:
         enclosure; correct ones only when `logits` is set."""
         prec = self.start
         d = None
+        why = ""  # why the exact decision did not decide (outside its model shapes, a limit)
+        tried = False
+        exact_d = None  # the exact decision, when it decided (counted apart from the balls)
         while True:
             try:
                 d = self._attempt(H, den, labels, prec, logits)
@@ -191,21 +194,25 @@ class SoftmaxDecider:
                 d = None
             if d is not None and d.status != "undecided":
                 break
-            if prec >= self.exact_after:
+            if prec >= self.exact_after and not tried:
+                tried = True
                 exact = self._exact(H, den, labels, logits)
-                if exact is not None and (exact.status != "undecided" or d is None):
-                    d = exact
-                    self.exact_decisions += exact.status != "undecided"
+                if exact is not None and exact.status != "undecided":
+                    d = exact_d = exact
+                    self.exact_decisions += 1
                     break
+                if exact is not None:
+                    why = exact.limit
             if prec >= self.cap:
+                limit = f"precision cap ({self.cap} bits)" + (f"; {why}" if why else "")
                 if d is None:  # an argmax after a softmax layer stayed unsettled: nothing is known
-                    d = PointDecision("undecided", None, labels[0][0], -1, (), prec,
-                                      limit=f"precision cap ({self.cap} bits)")
-                elif not d.limit:
-                    d = replace(d, limit=f"precision cap ({self.cap} bits)")
+                    d = PointDecision("undecided", None, labels[0][0], -1, (), prec, limit=limit)
+                else:
+                    d = replace(d, limit=limit)
                 break
             prec = min(2 * prec, self.cap)
-        self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
+        if d is not exact_d:  # points the exact decision settled are counted by exact_decisions
+            self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
         return d
 
     def _exact(self, H, den, labels, logits) -> PointDecision | None:
@@ -337,9 +344,8 @@ def _decide_logits(W: _Weights, H, labels, model: Model, prec: int, logits: bool
         c_min = min(diffs, key=lambda d: (d[0][1], d[0][0]))[1]  # the class most surely above
         if below:
             first.setdefault("wrong", (pos, c_min if c_min in below else below[0], hcol, False))
-        elif zero is not None:
-            tie = all(b > 0 or (b.is_exact() and b.is_zero()) for b, _ in balls)
-            first.setdefault("wrong", (pos, zero, hcol, tie))  # a certified tie when m is exactly 0
+        elif zero is not None:  # class `zero` ties the label exactly: wrong, whatever the others do
+            first.setdefault("wrong", (pos, zero, hcol, True))
         elif not all(b > 0 for b, _ in balls):
             first.setdefault("undecided", (pos, c_min, hcol, False))
         low = p_lo if low is None else min(low, p_lo)

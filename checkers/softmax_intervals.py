@@ -152,52 +152,78 @@ class ExactMatrix:
         M = np.asarray(M, dtype=object)
         self.shape = M.shape
         flat = [v if type(v) is Fraction else Fraction(v) for v in M.ravel()]
-        self.m = np.array([float(v) if abs(v) < 2**1000 else INF for v in flat], dtype=np.float64).reshape(M.shape)
+        m = np.empty(len(flat))
         r = np.zeros(len(flat))
         for i, v in enumerate(flat):
-            if not _is_dyadic(v):  # float(Fraction) is correctly rounded: the error is exact here
-                f = self.m.flat[i]
-                r[i] = _float_up(abs(v - Fraction(f))) if np.isfinite(f) else INF
+            try:
+                m[i] = v.numerator / v.denominator  # int / int: correctly rounded
+            except OverflowError:
+                m[i], r[i] = INF, INF
+                continue
+            d = v.denominator
+            if d & (d - 1) or abs(v.numerator).bit_length() > 53 or d.bit_length() > 1000:
+                r[i] = _float_up(abs(v - Fraction(m[i]))) if np.isfinite(m[i]) else INF  # the exact error
+        self.m = m.reshape(M.shape)
         self.r = r.reshape(M.shape)
         self.finite = bool(np.isfinite(self.m).all() and np.isfinite(self.r).all())
 
     def right(self):
-        """For X @ W.T (a contraction of length k = W's columns): (Wm^T, and per row i of W upper
-        bounds cs_i >= sum_j (Wr + gamma_k |Wm|)_ij and as_i >= sum_j (|Wm| + Wr)_ij: exact sums
-        of floats that bound the terms, rounded up)."""
+        """For X @ W.T (a contraction of length k = W's columns): (Wm^T, A^T = (|Wm| + Wr)^T
+        rounded up, and per row i of W upper bounds cs_i >= sum_j (Wr + gamma_k |Wm|)_ij and
+        as_i >= sum_j A_ij)."""
         g = _float_up(gamma(self.shape[1]))
         absm = np.abs(self.m)
         C = _up1(self.r + _up1(g * absm))
         A = _up1(absm + self.r)
-        k = self.shape[1]
-        cs = _bound(C.sum(axis=1), k)  # sums of k non-negative floats: Higham with products by 1
-        as_ = _bound(A.sum(axis=1), k)
-        return np.ascontiguousarray(self.m.T), cs, as_
+        cs = _bound(C.sum(axis=1), self.shape[1])  # a sum of k non-negative floats (products by 1)
+        as_ = _bound(A.sum(axis=1), self.shape[1])
+        return np.ascontiguousarray(self.m.T), np.ascontiguousarray(A.T), cs, as_
 
 
-def lin(X: Interval, W) -> Interval:
-    """X @ W^T for an exact matrix W given as ExactMatrix.right() = (Wm^T, cs, as):
+def _rowmax(A):
+    """An upper bound of max_j A[..., j] for every row: the maximum over each point's whole array
+    (one contiguous reduction per point, much faster than numpy's short-row reductions; a
+    maximum over more entries is still an upper bound)."""
+    B = A.shape[0]
+    return A.reshape(B, -1).max(axis=1).reshape((B,) + (1,) * (A.ndim - 1))
+
+
+def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = False) -> Interval:
+    """X @ W^T for an exact matrix W given as ExactMatrix.right() = (Wm^T, A^T, cs):
     |exact - fl(Xm Wm^T)|_i <= gamma_k sum_j |x_j||W_ij| + k eta + sum_j |x_j| Wr_ij
                                + sum_j xr_j (|W_ij| + Wr_ij)
-                            <= max_j |x_j| cs_i + max_j xr_j as_i + k eta,
-    and fl(max|x| cs_i) + fl(max xr as_i) is a float sum of 2 non-negative products (_bound).
-    (Holder's inequality instead of |X| |W|^T products: one matrix product per lin, not three.)"""
-    Wm_T, cs, as_ = W
+                            <= max_j |x_j| cs_i + max_j xr_j as_i + k eta       (Holder)
+    or, with radius_product, the last sum as the product (Xr A^T)_i itself (the read-out: a
+    large radius of one row does not leak into a logit that does not read it); fl of these is
+    a float sum of at most k + 1 non-negative products (_bound).
+    bias <bm, br>: m = fl(fl(Xm Wm^T) + bm) adds br + u |m| (two more terms of the sum)."""
+    Wm_T, A_T, cs, as_ = W
     k = Wm_T.shape[0]
     m = X.m @ Wm_T
-    R = np.abs(X.m).max(axis=-1, keepdims=True) * cs
+    R = np.empty_like(m)
+    np.multiply(_rowmax(np.abs(X.m)), cs, out=R)
     if X.r is not None:
-        R += X.r.max(axis=-1, keepdims=True) * as_
-    return Interval(m, _bound(R, 2, extra=k))
+        if radius_product:
+            R += X.r @ A_T
+        else:  # Holder again: sum_j xr_j A_ij <= max_j xr_j as_i, one product more in the sum
+            R += _rowmax(X.r) * as_
+    if bias is None:
+        return Interval(m, _bound(R, k + 1, extra=k))
+    m += bias.m
+    R += np.abs(m) * U
+    R += bias.r
+    return Interval(m, _bound(R, k + 3, extra=k + 1))
 
 
-def mul(X: Interval, Y: Interval) -> Interval:
+def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
     """X @ Y (batched), both intervals, contraction length k:
     |exact - fl(Xm Ym)|_ki <= gamma_k sum_j |x_kj||y_ji| + k eta + sum_j |x_kj| yr_ji
                               + sum_j xr_kj (|y_ji| + yr_ji)
                            <= ||x_k||_1 max_j (yr_ji + gamma_k |y_ji|) + ||xr_k||_1 max_j (|y_ji| + yr_ji) + k eta
     (Holder), the l1 norms and maxima taken of floats rounded up (_bound, _up1); fl of the
-    two products and their sum is a float sum of 2 non-negative products (_bound)."""
+    two products and their sum is a float sum of 2 non-negative products (_bound).
+    radius_product: the second term as the product Xr (|Ym| + Yr) itself (tighter where a few
+    large radii of X meet small entries of Y: attention weights times values)."""
     k = X.m.shape[-1]
     g = _float_up(gamma(k))
     absY = np.abs(Y.m)
@@ -206,6 +232,9 @@ def mul(X: Interval, Y: Interval) -> Interval:
     R = _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k) * cy.max(axis=-2, keepdims=True)
     if X.r is not None:
         ay = absY if Y.r is None else _up1(absY + Y.r)
+        if radius_product:  # sum_j xr_kj (|y_ji| + yr_ji) itself: k more products in the float sum
+            R += X.r @ ay
+            return Interval(m, _bound(R, k + 1, extra=k))
         R += _bound(X.r.sum(axis=-1, keepdims=True), k) * ay.max(axis=-2, keepdims=True)
     return Interval(m, _bound(R, 2, extra=k))
 
@@ -227,6 +256,8 @@ def scale(X: Interval, c: tuple[float, float]) -> Interval:
     """c X for a real c enclosed by <cm, cr>: |cx - fl(cm xm)| <= |cm| xr + cr (|xm| + xr)
     + u |fl(cm xm)| + eta/2, a sum of at most 4 products of non-negative floats (_bound)."""
     cm, cr = c
+    if cm == 1.0 and cr == 0.0:
+        return X
     m = cm * X.m
     R = np.abs(m)
     R *= U
@@ -331,11 +362,37 @@ class IntervalForward:
                 mlp = (W1.right(), Interval(b1.m[0], b1.r[0]), W2.right(), Interval(b2.m[0], b2.r[0]))
             inv_m = _const_interval(Fraction(1, len(layer))) if len(layer) else None
             self.layers.append((heads, layer.causal, mlp, inv_m))
+        self.first_int = [_integer_form(h.W_QK) for h in model.layers[first]] if first < len(model.layers) else []
         WO = ExactMatrix(model.W_O)
         ok &= WO.finite
         self.W_O = WO.right()
         self.usable = ok
         self.decided = 0  # points certified correct so far (read by the verdict's path line)
+
+    def _exact_scores(self, li: int, hi: int, Hnum: np.ndarray, den: int, q: int) -> Interval | None:
+        """The first softmax layer's scores from the exact stream: W_QK = W_int 2^-e with integer
+        W_int, so s = h_j^T W_int h_k 2^-e / den^2 with integer numerators Hnum.  When
+        max|Hnum|^2 sum|W_int| < 2^53 every partial sum of the float64 products is an integer
+        below 2^53, hence exact; the scaling by 2^-e is exact and the one division by den^2 is
+        correctly rounded (error <= u |s| + eta/2).  None when the form or the bound fails."""
+        form = self.first_int[hi]
+        if form is None or Hnum.dtype == object or den * den >= 2**53:
+            return None
+        W_int, e, total = form
+        M = float(np.abs(Hnum).max()) if Hnum.size else 0.0
+        if M * M * total >= 2.0 ** 53:
+            return None
+        Hf = Hnum.astype(np.float64)
+        Qf = Hf[:, Hf.shape[1] - q:]
+        S = (Qf @ W_int.T) @ Hf.transpose(0, 2, 1)  # exact integers (B, q, j)
+        S *= 2.0 ** -e
+        if den != 1:
+            S /= float(den * den)
+            R = np.abs(S)
+            R *= U
+            R += ETA
+            return Interval(S, R)
+        return Interval(S, None) if 2.0 ** -e >= 2.0 ** -1000 else None
 
     def decide(self, Hnum: np.ndarray, den: int, labels: np.ndarray):
         with np.errstate(all="ignore"):  # inf/NaN make a point unsure; numpy need not warn
@@ -354,6 +411,8 @@ class IntervalForward:
         pos_out = np.full(B, n - 1, dtype=np.int64)
         if not self.usable or B == 0:
             return status, lo_out, hi_out, pos_out
+        if Hnum.dtype == object and max((abs(int(v)) for v in Hnum.flat), default=0) < 2**53:
+            Hnum = Hnum.astype(np.int64)  # the big-integer prefix's numbers, as the float64 prefix gives them
         X = _stream(Hnum, den)
         if X is None:
             return status, lo_out, hi_out, pos_out
@@ -368,28 +427,30 @@ class IntervalForward:
             mask = causal_mask[q0:] if causal else None
             if heads:
                 upd = None
-                for qk, v, kind, c in heads:
-                    Wq = lin(Q, qk)  # rows: queries k, (W_QK h_k)^T
-                    S = mul(Wq, _transpose(X))  # (B, q, j): score of key j for query k
+                for hi_, (qk, v, kind, c) in enumerate(heads):
+                    S = self._exact_scores(li, hi_, Hnum, den, Q.m.shape[1]) if li == 0 else None
+                    if S is None:
+                        Wq = lin(Q, qk)  # rows: queries k, (W_QK h_k)^T
+                        S = mul(Wq, _transpose(X))  # (B, q, j): score of key j for query k
                     if kind == "softmax":
                         A = softmax(scale(S, c), mask)
                     elif kind == "relu":
                         A = relu(S)
                         if mask is not None:
-                            A = Interval(np.where(mask, A.m, 0.0), np.where(mask, A.r, 0.0))
+                            A = Interval(np.where(mask, A.m, 0.0), None if A.r is None else np.where(mask, A.r, 0.0))
                     else:
                         A, settled = hardmax(S, mask)
                         ok &= settled.all(axis=-1)
-                    term = mul(A, lin(X, v))  # (B, q, d')
+                    term = mul(A, lin(X, v), radius_product=True)  # (B, q, d')
                     upd = term if upd is None else add(upd, term)
                 Q = add(Q, scale(upd, inv_m))
             if mlp is not None:
                 W1, b1, W2, b2 = mlp
-                P = relu(add(lin(Q, W1), _broadcast(b1, Q.m.shape[:-1])))
-                Q = add(Q, add(lin(P, W2), _broadcast(b2, Q.m.shape[:-1])))
+                P = relu(lin(Q, W1, b1))
+                Q = add(Q, lin(P, W2, b2))
             X = Q
             ok &= np.isfinite(X.m).all(axis=(1, 2)) & (X.r is None or np.isfinite(X.r).all(axis=(1, 2)))
-        L = lin(X, self.W_O)  # (B, q, C) logits
+        L = lin(X, self.W_O, radius_product=True)  # (B, q, C) logits: radii kept apart per row
         q0 = n - L.m.shape[1]
         lab = labels[:, q0:]
         y = np.maximum(lab, 0)
@@ -419,6 +480,24 @@ class IntervalForward:
         return status, lo_out, hi_out, pos_out
 
 
+def _integer_form(M):
+    """(W_int as float64, e, sum |W_int|) with M = W_int 2^-e, W_int integers below 2^53, or None."""
+    vals = [v if type(v) is Fraction else Fraction(v) for v in np.asarray(M, dtype=object).ravel()]
+    e = 0
+    for v in vals:
+        d = v.denominator
+        if d & (d - 1):
+            return None
+        e = max(e, d.bit_length() - 1)
+    if e > 900:
+        return None
+    ints = [int(v * (1 << e)) for v in vals]
+    if any(abs(x) >= 2**53 for x in ints):
+        return None
+    total = sum(abs(x) for x in ints)
+    return np.array(ints, dtype=np.float64).reshape(np.shape(M)), e, float(total)
+
+
 def _transpose(X: Interval) -> Interval:
     return Interval(np.swapaxes(X.m, -1, -2), None if X.r is None else np.swapaxes(X.r, -1, -2))
 
@@ -428,10 +507,16 @@ def _broadcast(b: Interval, shape) -> Interval:
 
 
 def _stream(Hnum: np.ndarray, den: int) -> Interval | None:
-    """The exact stream Hnum / den as an interval (None when it does not fit float64 safely)."""
+    """The exact stream Hnum / den as an interval (None when it does not fit float64 safely).
+    Integer numerators below 2^53 (numpy int64 or Python ints) go through the same division, so
+    the float64 and big-integer prefixes give the same interval."""
+    if Hnum.dtype == object:
+        big = max((abs(int(v)) for v in Hnum.flat), default=0)
+        if big < 2**53:
+            Hnum = Hnum.astype(np.int64)
     if Hnum.dtype == object or abs(den) >= 2**53:
         try:
-            M = np.vectorize(lambda v: float(Fraction(int(v), den)))(Hnum).astype(np.float64)
+            M = np.vectorize(lambda v: float(Fraction(int(v), den)), otypes=[np.float64])(Hnum)
         except OverflowError:
             return None
     else:
@@ -440,10 +525,10 @@ def _stream(Hnum: np.ndarray, den: int) -> Interval | None:
         M = Hnum.astype(np.float64) / float(den)  # one correctly rounded division per entry
     if not np.isfinite(M).all():
         return None
+    if den == 1 and Hnum.dtype != object:
+        return Interval(M, None)  # integers below 2^53: exact
     # a correctly rounded quotient errs by at most u |M| (at most eta/2 if it is subnormal); U |M|
     # is exact unless it is subnormal (then it loses at most eta/2): U |M| + eta covers both
-    if den == 1 and Hnum.dtype != object:
-        return Interval(M, None)
     R = np.abs(M)
     R *= U
     R += ETA

@@ -361,8 +361,6 @@ def _verify_construction_guarded(args, t_start: float) -> int:
             f"{task.describe()} needs {plan.n_eval} points evaluated ({plan.note}), above the limit "
             f"{args.max_points}; raise it with --max-points {plan.n_eval}"
         )
-    if (args.dask or args.journal) and model.has_softmax:
-        raise BadInput("--dask and --journal apply to exact models; softmax models are decided in one process")
     export()
     runner = None
     if args.dask:
