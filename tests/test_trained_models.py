@@ -390,3 +390,19 @@ def test_tables_flush_far_keys_soundly():
     small = make_task("max-of-k", vocab=3, k=2)
     c, d = decide_all(over, small), decide_all(over, small, method="balls")  # intervals, then arb
     assert c.by_tables + c.by_balls == 9 and c.correct == d.correct and (c.wrong == d.wrong).all()
+
+
+def test_export_command_round_trips_through_a_float32_checkpoint(tmp_path, capsys):
+    """export-transformerlens writes the model with its names; verify-model reads the float32 export
+    back exactly and decides it (the same verdict as the exact original here); hardmax is refused."""
+    from depthcert.cli.export_transformerlens import export_transformerlens_main
+
+    out = str(tmp_path / "pt.safetensors")
+    assert export_transformerlens_main([os.path.join(EXAMPLES, "prev-token-softmax-20.json"), out]) == 0
+    assert "HookedTransformer n_layers=1 n_heads=1 d_model=10" in capsys.readouterr().out
+    code, text, _ = run([out, "--dataset", os.path.join(EXAMPLES, "prev-token-data.json"), "--require-all"], capsys)
+    assert code == 0 and "certified accuracy 81/81" in text
+    code = export_transformerlens_main([os.path.join(EXAMPLES, "prev-token-hardmax.json"), str(tmp_path / "h.safetensors")])
+    err = capsys.readouterr().err
+    assert code == 2 and "has hardmax heads" in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "h.safetensors")

@@ -355,10 +355,27 @@ def read_checkpoint(path: str, config_path: str | None = None) -> tuple[dict, di
     return cfg, sd
 
 
+NAMES_KEY = "depthcert_names"  # safetensors metadata written by export_checkpoint: vocab, classes, outputs
+
+
 def load_model(path: str, config_path: str | None = None, vocab=None, classes=None) -> Model:
-    """The exact Model of a saved HookedTransformer checkpoint (see read_checkpoint)."""
+    """The exact Model of a saved HookedTransformer checkpoint (see read_checkpoint).  A checkpoint
+    written by export_checkpoint carries depthcert's token and class names and output kind."""
     cfg, sd = read_checkpoint(path, config_path)
-    return model_from_state_dict(cfg, sd, vocab, classes, name=os.path.basename(path))
+    outputs = "last"
+    if path.endswith(".safetensors"):
+        from depthcert.interop.checkpoint_files import read_safetensors
+
+        meta = read_safetensors(path)[1]
+        if NAMES_KEY in meta:
+            try:
+                names = json.loads(meta[NAMES_KEY])
+                vocab = tuple(names["vocab"]) if vocab is None else vocab
+                classes = tuple(names["classes"]) if classes is None else classes
+                outputs = names.get("outputs", "last")
+            except (ValueError, KeyError, TypeError):
+                raise BadInput(f"{path}: metadata {NAMES_KEY} is malformed") from None
+    return model_from_state_dict(cfg, sd, vocab, classes, name=os.path.basename(path), outputs=outputs)
 
 
 def model_from_hooked_transformer(ht, vocab=None, classes=None) -> Model:
@@ -375,12 +392,14 @@ def _plain(cfg: dict) -> dict:
     return out
 
 
-def write_checkpoint(path: str, cfg: dict, state: dict[str, np.ndarray], dtype=np.float32) -> None:
+def write_checkpoint(path: str, cfg: dict, state: dict[str, np.ndarray], dtype=np.float32, names: dict | None = None) -> None:
     """A safetensors checkpoint that read_checkpoint (and safetensors.torch.load_file + the config) reads."""
     from depthcert.interop import checkpoint_files as cf
 
-    cf.write_safetensors(path, {k: np.asarray(v, dtype=dtype) for k, v in state.items()},
-                         {CONFIG_KEY: json.dumps(_plain(cfg), sort_keys=True), "format": "pt"})
+    meta = {CONFIG_KEY: json.dumps(_plain(cfg), sort_keys=True), "format": "pt"}
+    if names is not None:
+        meta[NAMES_KEY] = json.dumps(names)
+    cf.write_safetensors(path, {k: np.asarray(v, dtype=dtype) for k, v in state.items()}, meta)
 
 
 __all__ = ["TLConfig", "config_from_dict", "model_from_state_dict", "model_from_hooked_transformer",
@@ -450,7 +469,8 @@ def export_state_dict(model: Model, dtype=np.float32) -> tuple[dict, dict[str, n
 def export_checkpoint(model: Model, path: str, dtype=np.float32) -> dict:
     """Write `model` as a TransformerLens safetensors checkpoint (config in the metadata); returns the config."""
     cfg, sd = export_state_dict(model, dtype)
-    write_checkpoint(path, cfg, sd, dtype)
+    write_checkpoint(path, cfg, sd, dtype, {"vocab": list(model.vocab), "classes": list(model.classes),
+                                             "outputs": model.outputs})
     return cfg
 
 
