@@ -118,7 +118,8 @@ def _bound(R, k: int, extra: int = 0):
 
 
 class Interval:
-    """<m, r>: the exact values x satisfy |x - m| <= r, elementwise (r None: exactly m)."""
+    """<m, r>: the exact values x satisfy |x - m| <= r, elementwise (r None: exactly m; r may
+    have shape (B, 1, d), one radius for every row of a point, broadcast)."""
 
     __slots__ = ("m", "r")
 
@@ -188,6 +189,14 @@ def _rowmax(A):
     return A.reshape(B, -1).max(axis=1).reshape((B,) + (1,) * (A.ndim - 1))
 
 
+def _absmax(A):
+    """Per point (first axis), max |A| over everything else, shaped to broadcast; exact."""
+    B = A.shape[0]
+    flat = A.reshape(B, -1)
+    out = np.maximum(flat.max(axis=1), -flat.min(axis=1))
+    return out.reshape((B,) + (1,) * (A.ndim - 1))
+
+
 def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = False) -> Interval:
     """X @ W^T for an exact matrix W given as ExactMatrix.right() = (Wm^T, A^T, cs):
     |exact - fl(Xm Wm^T)|_i <= gamma_k sum_j |x_j||W_ij| + k eta + sum_j |x_j| Wr_ij
@@ -200,17 +209,19 @@ def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = Fal
     Wm_T, A_T, cs, as_ = W
     k = Wm_T.shape[0]
     m = X.m @ Wm_T
-    R = np.empty_like(m)
-    np.multiply(_rowmax(np.abs(X.m)), cs, out=R)
-    if X.r is not None:
-        if radius_product:
+    if radius_product:
+        R = np.empty_like(m)
+        np.multiply(_absmax(X.m), cs, out=R)
+        if X.r is not None:
             R += X.r @ A_T
-        else:  # Holder again: sum_j xr_j A_ij <= max_j xr_j as_i, one product more in the sum
+    else:  # the same bound for every row of a point: a radius array of shape (B, 1, d_out)
+        R = _absmax(X.m) * cs
+        if X.r is not None:  # Holder again: sum_j xr_j A_ij <= max_j xr_j as_i, one more product
             R += _rowmax(X.r) * as_
     if bias is None:
         return Interval(m, _bound(R, k + 1, extra=k))
     m += bias.m
-    R += np.abs(m) * U
+    R = R + _absmax(m) * U  # u |fl(m)| <= u max |fl(m)| over the point
     R += bias.r
     return Interval(m, _bound(R, k + 3, extra=k + 1))
 
@@ -422,7 +433,7 @@ class IntervalForward:
         causal_mask = np.tril(np.ones((n, n), dtype=bool))  # [query k, key j]: j <= k
         for li, (heads, causal, mlp, inv_m) in enumerate(self.layers):
             last = li == len(self.layers) - 1
-            Q = X if not (last_only and last) else Interval(X.m[:, n - 1:], None if X.r is None else X.r[:, n - 1:])
+            Q = X if not (last_only and last) else Interval(X.m[:, n - 1:], _last_rows(X.r, n))
             q0 = n - Q.m.shape[1]
             mask = causal_mask[q0:] if causal else None
             if heads:
@@ -496,6 +507,13 @@ def _integer_form(M):
         return None
     total = sum(abs(x) for x in ints)
     return np.array(ints, dtype=np.float64).reshape(np.shape(M)), e, float(total)
+
+
+def _last_rows(r, n):
+    """The radius of the last position (radii may be shared by every row: shape (B, 1, d))."""
+    if r is None or r.shape[1] == 1:
+        return r
+    return r[:, n - 1:]
 
 
 def _transpose(X: Interval) -> Interval:
