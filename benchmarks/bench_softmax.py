@@ -116,8 +116,8 @@ def layer2(model, kind, scale=1):
 def tracr_row():
     """make_reverse, vocabulary 1..4, lengths 1..7: (name, model, task) or None without tracr."""
     try:
-        from depthcert.proofs import tracr_cli
-        from depthcert.proofs.tracr_import import compile_program, import_tracr, require_tracr
+        from depthcert.cli import verify_tracr as tracr_cli
+        from depthcert.interop.tracr_import import compile_program, import_tracr, require_tracr
 
         require_tracr()
     except Exception as e:  # the optional extra is missing

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from depthcert.checkers import softmax_intervals as si
-from depthcert.checkers.dataset_file import DatasetTask
+from depthcert.checkers.tasks.dataset_file import DatasetTask
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.layout import BlockMatrix, Layout
@@ -196,7 +196,8 @@ def test_huge_scale_is_verified_when_right():
 
 def test_cli_prints_a_minus_1e13_counterexample_quickly(tmp_path, capsys):
     from depthcert.checkers.weights_file import model_to_json
-    from depthcert.proofs.cli import _verify_construction, run_main
+    from depthcert.cli.common import run_main
+    from depthcert.cli.verify_construction import _verify_construction
     import json
 
     w, d = tmp_path / "w.json", tmp_path / "d.json"
@@ -286,8 +287,8 @@ def test_tracr_mean_of_three_tokens_is_a_proven_three_way_tie(tmp_path, monkeypa
     says 2 (the mean).  Three equal logits: a proven tie, refuted at that position."""
     pytest.importorskip("jax")
     pytest.importorskip("tracr.compiler.lib")
-    from depthcert.proofs import tracr_cli
-    from depthcert.proofs.tracr_import import compile_program, import_tracr
+    from depthcert.cli import verify_tracr as tracr_cli
+    from depthcert.interop.tracr_import import compile_program, import_tracr
 
     (tmp_path / "meanprog.py").write_text(
         "from tracr.rasp import rasp\n"

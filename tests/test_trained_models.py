@@ -166,7 +166,7 @@ def test_tables_decide_exactly_as_arb_does(seed, heads, spread, causal):
 def test_points_near_a_tie_go_to_arb():
     """A tie is never decided in float: the tables leave it to arb, where the exact tie decision
     (checkers/softmax_ties.py) proves it a tie, which counts as wrong."""
-    from depthcert.checkers.dataset_file import load_dataset
+    from depthcert.checkers.tasks.dataset_file import load_dataset
     from depthcert.checkers.weights_file import load_weights
 
     task = load_dataset(os.path.join(EXAMPLES, "softmax-tie-data.json"))
@@ -299,7 +299,7 @@ def test_export_refuses_relu_and_hardmax(capsys):
 def test_export_computes_the_exact_models_logits():
     """Export -> the torch HookedTransformer forward: logits inside depthcert's certified enclosures
     (up to the float64 rounding of the exported weights); import of the export -> the same verdicts."""
-    from depthcert.checkers.dataset_file import load_dataset
+    from depthcert.checkers.tasks.dataset_file import load_dataset
     from depthcert.checkers.weights_file import load_weights
 
     model = load_weights(os.path.join(EXAMPLES, "prev-token-softmax-1.json"))

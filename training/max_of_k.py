@@ -8,13 +8,13 @@ settings are ours (the paper's text does not fix them): AdamW, learning rate 1e-
 reproducible on one machine).  The checkpoint is float32 safetensors with the TransformerLens
 config in its metadata (depthcert.interop.transformerlens.read_checkpoint).
 
-    python -m depthcert.training.max_of_k --out training/checkpoints/max_of_k_v64_k4.safetensors
+    python -m depthcert.cli.train_max_of_k --out training/checkpoints/max_of_k_v64_k4.safetensors
+
+(the command lives in depthcert/cli/: training does not import the checkpoint writer of interop/)
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 
 import numpy as np
 
@@ -54,27 +54,3 @@ def train(vocab: int = 64, k: int = 4, n_train: int = 384_000, epochs: int = 1, 
                 print(f"epoch {epoch} step {step} loss {loss.item():.4f}", file=sys.stderr)
     state = {name: p.detach().numpy().astype(np.float32) for name, p in model.state_dict().items()}
     return cfg, state, float(loss.detach())
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m depthcert.training.max_of_k", description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--vocab", type=int, default=64)
-    p.add_argument("--k", type=int, default=4)
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--n-train", type=int, default=384_000)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    from depthcert.interop.transformerlens import write_checkpoint
-
-    t0 = time.perf_counter()
-    cfg, state, loss = train(args.vocab, args.k, args.n_train, args.epochs, seed=args.seed, progress=True)
-    cfg.update(n_train=args.n_train, epochs=args.epochs, final_loss=round(loss, 6))
-    write_checkpoint(args.out, cfg, state)
-    print(f"trained {cfg['model_name']} seed {args.seed}: {args.epochs} epoch(s) of {args.n_train} sequences, "
-          f"final batch loss {loss:.4f}, {time.perf_counter() - t0:.0f} s -> {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from depthcert.checkers.errors import BadInput
-from depthcert.proofs.cli import _Parser, run_main
+from depthcert.cli.common import _Parser, run_main
 
 
 def _main(argv) -> int:

@@ -17,7 +17,7 @@ import sys
 import time
 
 from depthcert.checkers.errors import BadInput
-from depthcert.proofs.cli import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, positive_int, run_main,
+from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, positive_int, run_main,
                                   task_from_args)
 
 EXIT_REFUTED = 1
@@ -98,7 +98,7 @@ def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str |
 
     where = "this process"
     if dask is not None and todo:
-        from depthcert.proofs.cluster import DaskRunner
+        from depthcert.cli.cluster import DaskRunner
 
         runner = DaskRunner(None if dask == "local" else dask, workers)
         try:
@@ -191,7 +191,7 @@ def _main(argv) -> int:
     if args.wrong_out is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.wrong_out))):
         raise BadInput(f"--wrong-out {args.wrong_out}: folder does not exist")
     if args.dataset is not None:
-        from depthcert.checkers.dataset_file import load_dataset
+        from depthcert.checkers.tasks.dataset_file import load_dataset
 
         task = load_dataset(args.dataset)
     else:
