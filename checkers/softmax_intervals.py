@@ -231,7 +231,9 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
     |exact - fl(Xm Ym)|_ki <= gamma_k sum_j |x_kj||y_ji| + k eta + sum_j |x_kj| yr_ji
                               + sum_j xr_kj (|y_ji| + yr_ji)
                            <= ||x_k||_1 max_j (yr_ji + gamma_k |y_ji|) + ||xr_k||_1 max_j (|y_ji| + yr_ji) + k eta
-    (Holder), the l1 norms and maxima taken of floats rounded up (_bound, _up1); fl of the
+                           <= ||x_k||_1 (max_j yr_ji + gamma_k max_j |y_ji|) + ||xr_k||_1 (max_j |y_ji| + max_j yr_ji) + k eta
+    (Holder, then the maxima of each column taken apart), the l1 norms and maxima taken of floats
+    rounded up (_bound, _up1); fl of the
     two products and their sum is a float sum of 2 non-negative products (_bound).
     radius_product: the second term as the product Xr (|Ym| + Yr) itself (tighter where a few
     large radii of X meet small entries of Y: attention weights times values)."""
@@ -239,14 +241,20 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
     g = _float_up(gamma(k))
     absY = np.abs(Y.m)
     m = X.m @ Y.m
-    cy = _up1(g * absY) if Y.r is None else _up1(Y.r + _up1(g * absY))
-    R = _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k) * cy.max(axis=-2, keepdims=True)
+    # per column i: max_j (yr_ji + gamma_k |y_ji|) <= max_j yr_ji + gamma_k max_j |y_ji| (equal when
+    # the radius is shared by every row j); _up1, + and * by g >= 0 are monotone, so rounding the
+    # maxima up bounds the maximum of the rounded terms
+    ymax = absY.max(axis=-2, keepdims=True)
+    rmax = None if Y.r is None else (Y.r if Y.r.shape[-2] == 1 else Y.r.max(axis=-2, keepdims=True))
+    cmax = _up1(g * ymax) if rmax is None else _up1(rmax + _up1(g * ymax))
+    R = _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k) * cmax
     if X.r is not None:
-        ay = absY if Y.r is None else _up1(absY + Y.r)
         if radius_product:  # sum_j xr_kj (|y_ji| + yr_ji) itself: k more products in the float sum
+            ay = absY if Y.r is None else _up1(absY + Y.r)
             R += X.r @ ay
             return Interval(m, _bound(R, k + 1, extra=k))
-        R += _bound(X.r.sum(axis=-1, keepdims=True), k) * ay.max(axis=-2, keepdims=True)
+        aymax = ymax if rmax is None else _up1(ymax + rmax)  # >= max_j (|y_ji| + yr_ji), rounded up
+        R += _bound(X.r.sum(axis=-1, keepdims=True), k) * aymax
     return Interval(m, _bound(R, 2, extra=k))
 
 
@@ -285,10 +293,16 @@ def relu(X: Interval) -> Interval:
     if X.r is None:
         return Interval(np.maximum(X.m, 0.0), None)
     pos = X.m >= X.r
-    neg = X.m <= -X.r
-    half = _hi(X.m + X.r) * 0.5
-    m = np.where(pos, X.m, np.where(neg, 0.0, half))
-    r = np.where(pos, X.r, np.where(neg, 0.0, half + ETA))
+    mixed = X.m > -X.r
+    mixed &= ~pos
+    # not mixed: m where x >= 0 surely (m >= r >= 0, so max(m, 0) = m), else 0 (m <= -r <= 0)
+    m = np.maximum(X.m, 0.0)
+    r = np.where(pos, X.r, 0.0)
+    if mixed.any():  # the straddling entries only (usually few)
+        idx = np.nonzero(mixed)
+        half = _hi(X.m[idx] + np.broadcast_to(X.r, X.m.shape)[idx]) * 0.5
+        m[idx] = half
+        r[idx] = half + ETA
     return Interval(m, r)
 
 
@@ -460,7 +474,7 @@ class IntervalForward:
                 P = relu(lin(Q, W1, b1))
                 Q = add(Q, lin(P, W2, b2))
             X = Q
-            ok &= np.isfinite(X.m).all(axis=(1, 2)) & (X.r is None or np.isfinite(X.r).all(axis=(1, 2)))
+            ok &= _finite_points(X.m) & (X.r is None or _finite_points(X.r))
         L = lin(X, self.W_O, radius_product=True)  # (B, q, C) logits: radii kept apart per row
         q0 = n - L.m.shape[1]
         lab = labels[:, q0:]
@@ -507,6 +521,13 @@ def _integer_form(M):
         return None
     total = sum(abs(x) for x in ints)
     return np.array(ints, dtype=np.float64).reshape(np.shape(M)), e, float(total)
+
+
+def _finite_points(A):
+    """Per point (first axis): every entry finite.  One reduction: a sum over finite floats is
+    finite or overflows to inf; an inf or NaN entry makes it inf or NaN.  An overflowing sum
+    only marks the point unsure (sound)."""
+    return np.isfinite(A.reshape(A.shape[0], -1).sum(axis=1))
 
 
 def _last_rows(r, n):
