@@ -419,9 +419,16 @@ class IntervalForward:
             return Interval(S, R)
         return Interval(S, None) if 2.0 ** -e >= 2.0 ** -1000 else None
 
+    CHUNK = 512  # points per pass: every bound is per point, and arrays this small stay in cache
+
     def decide(self, Hnum: np.ndarray, den: int, labels: np.ndarray):
         with np.errstate(all="ignore"):  # inf/NaN make a point unsure; numpy need not warn
-            return self._decide(Hnum, den, labels)
+            B = Hnum.shape[0]
+            if B <= self.CHUNK:
+                return self._decide(Hnum, den, labels)
+            parts = [self._decide(Hnum[i:i + self.CHUNK], den, labels[i:i + self.CHUNK])
+                     for i in range(0, B, self.CHUNK)]
+            return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))
 
     def _decide(self, Hnum: np.ndarray, den: int, labels: np.ndarray):
         """Hnum (B, n, d') integer numerators over den of the exact stream entering the first
