@@ -406,3 +406,13 @@ def test_export_command_round_trips_through_a_float32_checkpoint(tmp_path, capsy
     err = capsys.readouterr().err
     assert code == 2 and "has hardmax heads" in err and len(err.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "h.safetensors")
+
+
+@pytest.mark.parametrize("argv, msg", [(["--k", "0"], "--k"), (["--vocab", "x"], "--vocab"), ([], "--out")])
+def test_train_max_of_k_bad_input_is_one_line_exit_2(argv, msg, capsys):
+    """python -m depthcert.cli.train_max_of_k refuses bad options before torch trains anything."""
+    from depthcert.cli.train_max_of_k import main
+
+    code = main(argv if not argv or argv[0] == "--out" else ["--out", "x.safetensors"] + argv)
+    err = capsys.readouterr().err
+    assert code == 2 and msg in err and len(err.strip().splitlines()) == 1
