@@ -10,12 +10,17 @@ tests/test_kernel_boundary.py):
     layout.py                named blocks of the residual stream, block matrices
     model.py                 the model classes and their semantics (the reference text)
     evaluate.py              exact integer evaluation, the proven float64 bound
+    softmax_intervals.py     certified float64 intervals for softmax models, over whole batches
     softmax_balls.py         certified ball-arithmetic decisions for softmax models
+    softmax_ties.py          exact decision of softmax ties (Lindemann-Weierstrass normal form)
+    attention_tables.py      certified float64 tables of one-layer attention-only softmax models
     trace.py                 per-point Fraction forward pass (the wider classes' slow reference)
     symmetry.py              the equivariance proof behind orbit representatives
     exhaustive.py            verify(): every point, strict argmax, verdicts
     shards.py                runs split into index ranges (processes, clusters), merged in index order
     journal.py               finished chunks on disk, so a killed run resumes with the same verdict
+    accuracy.py              certified accuracy: every point decided correct / wrong / undecided, counted
+    accuracy_journal.py      finished chunks of an accuracy run on disk (resume)
     generation.py            verify_generation(): every step of autoregressive generation (chain of thought)
     certificate.py           the independent certificate checker (standard library only)
     weights_file.py          the exact weights format: a file is the model a verdict is about
@@ -28,6 +33,7 @@ tests/test_kernel_boundary.py):
     tasks/multihop.py        the multi-hop enumerator
     tasks/logdepth.py        the parity, mod-count, word-problem and reachability enumerators
     tasks/composition.py     the function-composition enumerator
+    tasks/max_of_k.py        the Max-of-K enumerator (Gross et al.)
     tasks/dataset_file.py    a user's dataset file as a task (a verdict is about that dataset)
 
 Everything else calls in from above: searches and proofs (proofs/), constructions

@@ -11,9 +11,10 @@ they cannot separate at the precision cap makes the verdict "undecided", never a
 """
 from __future__ import annotations
 
+
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -22,6 +23,7 @@ from depthcert.checkers.budget import charge_seconds, over_budget, seconds_limit
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.model import Model
+from depthcert.checkers.softmax_intervals import IntervalForward
 from depthcert.checkers.tasks.base import Batch, Task
 
 
@@ -63,6 +65,8 @@ class UndecidedPoint:
     precision: int  # bits reached (the cap)
     logit_bounds: tuple[tuple[Fraction, Fraction], ...] = ()
     classes: tuple[str, ...] = ()
+    limit: str = ""  # which limit left it undecided: the precision cap, the exact decision's time or
+    # term limit, or a model shape outside the exact decision (checkers/softmax_ties.py)
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,8 @@ EXACT_OPS_PER_SECOND = 4e7
 CHECKED_OPS_PER_SECOND = 1e9  # float64 and its abs pass; batches redone exactly are slower (re-estimated
 # after the first batch)
 BALL_OPS_PER_SECOND = 1e7
+INTERVAL_OPS_PER_SECOND = 2e8  # softmax models: float64 intervals (several products per product), balls
+# for the points they leave (re-estimated by nothing: a floor for the time guard)
 
 
 def forward_ops(model: Model, n: int) -> int:
@@ -291,8 +297,14 @@ def verify(
     tokens = token_rows(model, task)
     plan = plan or plan_points(model, task, symmetry)
     if model.has_softmax:
-        charge_seconds(plan.n_eval * forward_ops(model, task.length) / BALL_OPS_PER_SECOND,
-                       f"deciding {plan.n_eval} points in ball arithmetic")
+        charge_seconds(plan.n_eval * forward_ops(model, task.length) / INTERVAL_OPS_PER_SECOND,
+                       f"deciding {plan.n_eval} softmax points (float64 intervals, balls where they overlap)")
+        if runner is not None or journal is not None or (workers > 1 and plan.n_eval >= PARALLEL_MIN_POINTS):
+            if not getattr(task, "index_ordered", True):
+                raise BadInput("this dataset is not batched in index order (mixed lengths): it runs in one process, "
+                               "without --dask or --journal")
+            return _verify_balls_sharded(model, task, plan, class_rows, tokens, force_exact, batch_size, workers,
+                                         runner, journal, progress, t0, chunk_points, balls)
         return _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, progress,
                              force_exact, t0, **(balls or {}))
     ev = Evaluator(model, force_exact=force_exact)
@@ -508,54 +520,112 @@ def _ball_labels(labels_row, class_rows: np.ndarray, n: int) -> list[tuple[int, 
     return [(k, int(class_rows[int(y)])) for k, y in enumerate(labels_row) if y >= 0]
 
 
+class BallRun:
+    """The deciders of a softmax run: the exact prefix, the float64 intervals, the balls (and,
+    inside them, the exact tie decision).  `run(batches)` decides points in batch order."""
+
+    def __init__(self, model, class_rows, tokens, force_exact=False, start_precision=None, max_precision=None):
+        from depthcert.checkers import softmax_balls as sb
+
+        self.model, self.class_rows, self.tokens = model, class_rows, tokens
+        self.decider = sb.SoftmaxDecider(model, start_precision or sb.START_PRECISION,
+                                         max_precision or sb.MAX_PRECISION)
+        self.prefix = Evaluator(self.decider.prefix_model(), force_exact=force_exact)
+        self.intervals = IntervalForward(model, self.decider.first)
+
+    def path(self) -> str:
+        return _ball_path(self.decider, self.intervals)
+
+    def run(self, batches, ordered: bool = True, bar=None):
+        """(summary, checked, first wrong index or None).  Ordered batches stop at the first
+        wrong point; unordered ones are all decided, then summarised in index order up to and
+        including the first wrong point."""
+        model, class_rows, decider, intervals = self.model, self.class_rows, self.decider, self.intervals
+        summary = _BallSummary()
+        stored = []  # unordered tasks only: (index, decision) of every point, filtered at the end
+        stored_fast = []  # unordered tasks only: (indices, lows, highs) of the interval-certified points
+        checked, first_wrong = 0, None
+        for batch in batches:
+            ids = batch.ids if self.tokens is None else self.tokens[batch.ids]
+            Hnum, den = self.prefix.logits_all(ids)  # (B, n, d'): the exact stream entering the first softmax layer
+            n = ids.shape[1]
+            status, lo, hi, pos = _interval_decisions(intervals, Hnum, den, batch.labels, class_rows, n)
+            rest = np.nonzero(status != 1)[0]  # points the float64 intervals did not certify correct
+            stop = len(batch.index)
+            for i in rest:
+                d = decider.decide(Hnum[i], den, _ball_labels(batch.labels[i], class_rows, n))
+                index = int(batch.index[i])
+                if ordered:
+                    summary.add(index, d)
+                else:
+                    stored.append((index, d if d.status != "correct" else _margin_only(d)))
+                if d.status == "wrong" and (first_wrong is None or index < first_wrong):
+                    first_wrong = index
+                if ordered and first_wrong is not None:
+                    stop = int(i) + 1
+                    break
+            fast = np.nonzero(status[:stop] == 1)[0]  # certified correct, up to the first wrong point
+            intervals.decided += len(fast)
+            if len(fast):
+                if len(model.classes) > 1:  # enclosures wider than 2^-10 of the margin: re-decided in balls
+                    loose = (hi[fast] - lo[fast]) > np.abs(lo[fast]) * LOOSE_ENCLOSURE
+                    for j in fast[loose]:
+                        d = _refined(decider, Hnum[j], den, _ball_labels(batch.labels[j], class_rows, n), lo[j], hi[j])
+                        if ordered:
+                            summary.add(int(batch.index[j]), d)
+                        else:
+                            stored.append((int(batch.index[j]), d))
+                    fast = fast[~loose]
+                summary.add_correct(lo[fast], hi[fast], one_class=len(model.classes) == 1)
+                if not ordered and len(fast):
+                    stored_fast.append((batch.index[fast], lo[fast], hi[fast]))
+            checked += stop
+            if bar is not None:
+                bar.update(len(batch.index))
+            if ordered and first_wrong is not None:
+                break
+        if not ordered:  # the verdict in index order: the points up to and including the first wrong one
+            checked = 0
+            summary = _BallSummary()
+            for index, d in stored:
+                if first_wrong is None or index <= first_wrong:
+                    summary.add(index, d)
+                    checked += 1
+            for idx, lows, highs in stored_fast:
+                keep = np.ones(len(idx), dtype=bool) if first_wrong is None else np.asarray(idx) <= first_wrong
+                if keep.any():
+                    summary.add_correct(lows[keep], highs[keep], one_class=len(model.classes) == 1)
+                    checked += int(keep.sum())
+        return summary, checked, first_wrong
+
+    def decide_one(self, task, index: int):
+        """One point's decision (rebuilding a sharded run's counterexample or undecided point)."""
+        summary, _, _ = self.run(task.batches_of([index]))
+        for d in (summary.wrong, summary.undecided):
+            if d is not None:
+                return d[1]
+        raise RuntimeError(f"internal: point {index} was reported wrong or undecided by a chunk, but not here")
+
+
 def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, progress, force_exact, t0,
                   start_precision: int | None = None, max_precision: int | None = None) -> Verdict:
-    """Softmax models: every planned point decided in certified ball arithmetic.  The first
-    certified wrong point refutes (and stops); undecided points are counted and the first one
-    is reported; the margin enclosure covers the points up to and including the first wrong one."""
-    from depthcert.checkers import softmax_balls as sb
-
-    decider = sb.SoftmaxDecider(model, start_precision or sb.START_PRECISION, max_precision or sb.MAX_PRECISION)
-    prefix = Evaluator(decider.prefix_model(), force_exact=force_exact)
+    """Softmax models: every planned point decided (float64 intervals, balls, exact ties).  The
+    first certified wrong point refutes (and stops); undecided points are counted and the first
+    one is reported; the margin enclosure covers the points up to and including the first wrong one."""
+    runner = BallRun(model, class_rows, tokens, force_exact, start_precision, max_precision)
     batches = task.batches(batch_size) if plan.indices is None else task.batches_of(plan.indices, batch_size)
     bar = None
     if progress if progress is not None else sys.stderr.isatty():
         from tqdm import tqdm
 
-        bar = tqdm(total=plan.n_eval, unit="pt", desc=f"verify {task.name} (balls)", leave=False, file=sys.stderr)
-    ordered = getattr(task, "index_ordered", True)
-    summary = _BallSummary()
-    stored = []  # unordered tasks only: (index, decision) of every point, filtered at the end
-    checked, first_wrong = 0, None
-    for batch in batches:
-        ids = batch.ids if tokens is None else tokens[batch.ids]
-        Hnum, den = prefix.logits_all(ids)  # (B, n, d'): the exact stream entering the first softmax layer
-        n = ids.shape[1]
-        for i in range(len(batch.index)):
-            d = decider.decide(Hnum[i], den, _ball_labels(batch.labels[i], class_rows, n))
-            index = int(batch.index[i])
-            checked += 1
-            if ordered:
-                summary.add(index, d)
-            else:
-                stored.append((index, d if d.status != "correct" else _margin_only(d)))
-            if d.status == "wrong" and (first_wrong is None or index < first_wrong):
-                first_wrong = index
-            if ordered and first_wrong is not None:
-                break
-        if bar is not None:
-            bar.update(len(batch.index))
-        if ordered and first_wrong is not None:
-            break
+        bar = tqdm(total=plan.n_eval, unit="pt", desc=f"verify {task.name} (softmax)", leave=False, file=sys.stderr)
+    summary, checked, _ = runner.run(batches, getattr(task, "index_ordered", True), bar)
     if bar is not None:
         bar.close()
-    wrong = None
-    if not ordered:  # the verdict in index order: the points up to and including the first wrong one
-        checked = 0
-        for index, d in stored:
-            if first_wrong is None or index <= first_wrong:
-                summary.add(index, d)
-                checked += 1
+    return _ball_verdict(model, task, plan, summary, checked, runner.path(), t0)
+
+
+def _ball_verdict(model, task, plan, summary, checked, path, t0, notes=()) -> Verdict:
     wrong = summary.wrong
     per_position = task.outputs == "all"
 
@@ -576,15 +646,136 @@ def _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, 
         p, pos, expected = parts(index, d)
         other = model.classes[d.other] if d.other >= 0 else "unknown (an argmax after a softmax layer)"
         undecided = UndecidedPoint(p.index, p.tokens, expected, pos, other, d.margin, d.precision, d.logits,
-                                   tuple(model.classes))
+                                   tuple(model.classes), d.limit)
     n_undecided = summary.n_undecided
     low, high = (None, None) if summary.unknown or summary.low is None else (summary.low, summary.high)
-    bits = sorted(decider.precisions_used)
-    path = f"certified balls (arb, {bits[0]}" + (f"-{bits[-1]}" if len(bits) > 1 else "") + " bits)" if bits else "certified balls (arb)"
     cov = plan.covered if (counter is None and checked == plan.n_eval) else checked
     enclosure = None if low is None else (low, high)
     return Verdict(task.name, task.size, checked, cov, None, counter, path, time.perf_counter() - t0,
-                   (plan.note,), undecided, n_undecided, enclosure)
+                   (plan.note,) + tuple(notes), undecided, n_undecided, enclosure)
+
+
+def _verify_balls_sharded(model, task, plan, class_rows, tokens, force_exact, batch_size, workers, runner,
+                          journal_path, progress, t0, chunk_points=None, balls=None) -> Verdict:
+    """Softmax models in chunks (checkers/shards.py): each chunk returns its summary (points
+    checked, margin enclosure, first wrong index, undecided count and first undecided index);
+    merged in index order as the exact runs are.  The counterexample and the first undecided
+    point are decided again here, from their one point."""
+    from depthcert.checkers import shards
+
+    chunk = chunk_points or shards.CHUNK_POINTS
+    spec = shards.Spec(model, task, class_rows, force_exact, plan.indices, balls or {})
+    jobs = shards.jobs_for(plan.n_eval, batch_size, chunk)
+    journal = None
+    if journal_path is not None:
+        from depthcert.checkers.journal import Journal
+
+        journal = Journal(journal_path, model, task, plan.indices, plan.n_eval, chunk, options=balls or {})
+    done = journal.done if journal is not None else {}
+    journal_keys = set(done)  # chunks read back from the journal (record() adds the fresh ones to done)
+    missing = [j for j in jobs if (j.lo, j.hi) not in done]
+    n_done = len(jobs) - len(missing)
+    if runner is None:
+        runner = shards.ProcessRunner(workers) if workers > 1 else shards.InProcessRunner()
+    bar = None
+    if progress if progress is not None else sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=plan.n_eval, unit="pt", desc=f"verify {task.name} (softmax)", leave=False, file=sys.stderr)
+    fresh = runner.run(spec, missing)
+    results = shards.in_order(jobs, done, fresh, journal.record if journal is not None else None)
+    try:
+        merged = shards.merge_balls(results, (lambda r: bar.update(r.checked)) if bar is not None else None)
+    finally:
+        results.close()
+        fresh.close()
+        if bar is not None:
+            bar.close()
+    checked, low, high, unknown, bad_index, n_undecided, undecided_index = merged
+    local = BallRun(model, class_rows, tokens, force_exact, **(balls or {}))
+    summary = _BallSummary()
+    summary.low, summary.high, summary.unknown, summary.n_undecided = low, high, unknown, n_undecided
+    journalled = {key for key in done if key in journal_keys} if journal is not None else set()
+    re_decided = 0
+    for index, slot, what in ((bad_index, "wrong", "counterexample"), (undecided_index, "undecided", "undecided point")):
+        if index < 0:
+            continue
+        key = next(((j.lo, j.hi) for j in jobs if _chunk_has(plan, j, index)), None)
+        if key in journalled:  # a point a journal line names: decided again, it must be what the line says
+            one, _, _ = local.run(task.batches_of([index]))
+            journal.check_decided(key, what, index, getattr(one, slot) is not None)
+            re_decided += 1
+        setattr(summary, slot, (index, local.decide_one(task, index)))
+    notes, use = (), None
+    if journal is not None:
+        from depthcert.checkers.journal import JournalUse
+
+        use = JournalUse(journal_path, len(jobs), n_done, re_decided)
+        notes = (use.note(),)
+    where = runner.describe()
+    path = "certified float64 intervals, arb balls and exact ties, in chunks" + (f"; {where}" if where else "")
+    v = _ball_verdict(model, task, plan, summary, checked, path, t0, notes)
+    return replace(v, journal=use) if use is not None else v
+
+
+def _chunk_has(plan, job, index: int) -> bool:
+    """Does the chunk job.lo..job.hi-1 of the plan hold dataset point `index`?"""
+    if plan.indices is None:
+        return job.lo <= index < job.hi
+    return bool(np.any(np.asarray(plan.indices[job.lo:job.hi]) == index))
+
+
+def _ball_path(decider, intervals) -> str:
+    """How the softmax points were decided, e.g. "float64 intervals (10795 points); certified
+    balls (arb, 64-128 bits: 5 points)"."""
+    parts = []
+    if intervals is not None and intervals.decided:
+        parts.append(f"certified float64 intervals ({_points(intervals.decided)})")
+    bits = sorted(decider.precisions_used)
+    if bits:
+        count = sum(decider.precisions_used.values())
+        parts.append(f"certified balls (arb, {bits[0]}" + (f"-{bits[-1]}" if len(bits) > 1 else "") + f" bits: {_points(count)})")
+    if decider.exact_decisions:
+        parts.append(f"exact tie decision ({_points(decider.exact_decisions)})")
+    return "; ".join(parts) or "certified balls (arb)"
+
+
+def _points(n: int) -> str:
+    return f"{n} point" if n == 1 else f"{n} points"
+
+
+LOOSE_ENCLOSURE = 2.0 ** -10  # a float64-interval margin enclosure wider than this fraction of the
+# margin is re-decided in balls (tight enclosures for tiny margins; per point, so independent of batching)
+
+
+def _refined(decider, H, den, labels, lo: float, hi: float):
+    """A point the float64 intervals certified correct, re-decided in balls for a tighter margin
+    enclosure (the intersection of both; not counted as a ball-decided point)."""
+    from depthcert.checkers.softmax_balls import PointDecision
+
+    used = dict(decider.precisions_used)
+    d = decider.decide(H, den, labels)
+    decider.precisions_used = used
+    lo_q, hi_q = Fraction(float(lo)), Fraction(float(hi))
+    if d.status != "correct" or d.margin is None:  # balls that do not separate add nothing
+        return PointDecision("correct", (lo_q, hi_q), d.position, -1, (), 53)
+    return PointDecision("correct", (max(lo_q, d.margin[0]), min(hi_q, d.margin[1])), d.position, d.other, (),
+                         d.precision)
+
+
+def _interval_decisions(intervals, Hnum, den, labels, class_rows, n):
+    """(status, lo, hi, position) per point of a batch from the certified float64 intervals
+    (checkers/softmax_intervals.py): status 1 = certified correct with its margin in [lo, hi];
+    every other point (0 = unsure, -1 = wrong) is decided in balls."""
+    B = Hnum.shape[0]
+    if intervals is None or not intervals.usable:
+        return np.zeros(B, dtype=np.int8), None, None, None
+    if labels.ndim == 1:
+        rows = np.full((B, n), -1, dtype=np.int64)
+        rows[:, n - 1] = class_rows[labels]
+    else:
+        rows = np.where(labels >= 0, class_rows[np.maximum(labels, 0)], -1)
+    return intervals.decide(Hnum, den, rows)
 
 
 def _margin_only(d):
@@ -605,6 +796,15 @@ class _BallSummary:
         self.undecided = None
         self.n_undecided = 0
         self.wrong = None
+
+    def add_correct(self, lows, highs, one_class: bool = False) -> None:
+        """Points certified correct by the float64 intervals, their margins in [lows, highs]
+        (float64 ends, exact as dyadic rationals)."""
+        if one_class or len(lows) == 0:
+            return
+        lo, hi = Fraction(float(np.min(lows))), Fraction(float(np.min(highs)))
+        self.low = lo if self.low is None else min(self.low, lo)
+        self.high = hi if self.high is None else min(self.high, hi)
 
     def add(self, index: int, d) -> None:
         if d.margin is None:

@@ -338,7 +338,7 @@ def _verify_balls(model, tf: TeacherForced, rows, tokens, causal, batch_size, pr
         pos = P + s - 2
         other = model.classes[d.other] if d.other >= 0 else "unknown (an argmax after a softmax layer)"
         undec = UndecidedPoint(i, tuple(tf.vocab[t] for t in ids_b[: pos + 1]), tf.classes[int(steps_b[s - 1])], pos,
-                               other, d.margin, d.precision, d.logits, tuple(model.classes))
+                               other, d.margin, d.precision, d.logits, tuple(model.classes), d.limit)
     bits = sorted(decider.precisions_used)
     path = (f"certified balls (arb, {bits[0]}" + (f"-{bits[-1]}" if len(bits) > 1 else "") + " bits)") if bits \
         else "certified balls (arb)"

@@ -4,6 +4,11 @@
      "points": N, "chunk": C}                                              line 1: what the run is
     {"run": R, "lo": 0, "hi": 65536, "checked": 65536, "min_num": "0x3", "min_index": 17,
      "bad_index": -1, "batches": [32, 0], "sum": S}                       one line a chunk
+    {"run": R, "lo": 0, "hi": 65536, "checked": 65536, "low": "p/q", "high": "p/q", "unknown": false,
+     "bad_index": -1, "undecided": 0, "undecided_index": -1, "sum": S}     softmax models: the margin enclosure
+
+A softmax run's header also carries "options", the fingerprint of its ball precisions (they change
+what "undecided" means).
 
 R is the SHA-256 of the header line's canonical JSON (so every chunk line names the model, task,
 plan and chunking it was computed for), S the SHA-256 of the chunk line's canonical JSON without
@@ -17,10 +22,14 @@ its checksum (edited by hand), names a chunk that is not one of this run's, repe
 other results, or whose counts do not add up (a chunk without failure checked every one of its
 points and has a positive margin; a failing chunk checked its points up to and including the
 failing one, whose margin is the chunk's minimum and is <= 0; the minimum-margin point lies among
-the checked ones) is refused with one line naming the journal line (BadInput: exit 2).  Beyond
+the checked ones; a softmax chunk without failure or undecided point has an enclosure of positive margins (its
+lower end rounded outward may be 0), a
+failing one an enclosure reaching 0 or below, its undecided count at most its checked points and
+its first undecided point among them) is refused with one line naming the journal line (BadInput: exit 2).  Beyond
 that, the verifier (checkers/exhaustive.py) re-evaluates, before printing anything, the recorded
 minimum-margin point of every chunk it takes from the journal and the recorded counterexample:
-each must have exactly the recorded margin (`Journal.check_point`).
+each must have exactly the recorded margin (`Journal.check_point`).  A softmax run re-decides the
+recorded counterexample and first undecided point, which must be wrong and undecided again.
 
 Limit.  A journal whose lines were rewritten with recomputed checksums and a recorded minimum
 that a real point of the chunk attains can still claim that chunk's other points pass: the
@@ -35,6 +44,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from fractions import Fraction
+
 import numpy as np
 
 from depthcert.checkers.errors import BadInput
@@ -43,6 +54,9 @@ FORMAT = "depthcert.journal"
 VERSION = 2
 _HEX = re.compile(r"^-?0x[0-9a-f]+$")  # margins in hexadecimal: no limit on digits, linear time
 _CHUNK_KEYS = ("run", "lo", "hi", "checked", "min_num", "min_index", "bad_index", "batches", "sum")
+_BALL_KEYS = ("run", "lo", "hi", "checked", "low", "high", "unknown", "bad_index", "undecided", "undecided_index",
+              "sum")
+_RATIONAL = re.compile(r"^-?[0-9]{1,5000}(/[0-9]{1,5000})?$")  # an enclosure end: exact dyadic text
 
 
 def _sha(parts) -> str:
@@ -118,7 +132,7 @@ class Journal:
     header); `record(result)` appends one.  `indices` is the plan's index list (None: every
     index); `single_class`: the model has one class, so no chunk has a margin."""
 
-    def __init__(self, path: str, model, task, indices, n_points: int, chunk: int):
+    def __init__(self, path: str, model, task, indices, n_points: int, chunk: int, options: dict | None = None):
         self.path = path
         self.indices = None if indices is None else np.asarray(indices, dtype=np.int64)
         self.n_points, self.chunk = int(n_points), int(chunk)
@@ -126,6 +140,8 @@ class Journal:
         self.header = {"format": FORMAT, "version": VERSION, "model": model_fingerprint(model),
                        "task": task_fingerprint(task), "plan": plan_fingerprint(indices),
                        "points": self.n_points, "chunk": self.chunk}
+        if options:  # softmax runs: the ball precisions change what "undecided" means
+            self.header["options"] = _sha(sorted(options.items()))
         self.run_id = hashlib.sha256(_canonical(self.header)).hexdigest()
         self.done: dict = {}
         self.line_of: dict = {}
@@ -180,8 +196,8 @@ class Journal:
             raise BadInput(f"journal {path} line 1: version {head.get('version')!r}; this depthcert reads version "
                            f"{VERSION} only (version 1 chunk lines carry no fingerprint or checksum): start a new "
                            "journal file")
-        for key in ("model", "task", "plan", "points", "chunk"):
-            if head.get(key) != self.header[key]:
+        for key in ("model", "task", "plan", "points", "chunk", "options"):
+            if head.get(key) != self.header.get(key):
                 raise BadInput(f"journal {path} was written for another {key} (its fingerprint differs); "
                                "use a new journal file for this run")
         if set(head) != set(self.header):
@@ -196,6 +212,8 @@ class Journal:
             r = json.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
             raise BadInput(f"{where}: not a JSON chunk line") from None
+        if isinstance(r, dict) and "low" in r:
+            return self._ball_line(r, where)
         if not isinstance(r, dict) or set(r) != set(_CHUNK_KEYS):
             raise BadInput(f"{where}: not a chunk line of journal version {VERSION} (fields "
                            f"{', '.join(_CHUNK_KEYS)})")
@@ -221,15 +239,59 @@ class Journal:
             raise BadInput(f"{where}: {problem}")
         return res
 
-    def inconsistency(self, res) -> str:
-        """What does not add up in a chunk result of this run ('' when nothing)."""
+    def _ball_line(self, r: dict, where: str):
+        """One softmax chunk line, validated, as a BallChunkResult."""
+        from depthcert.checkers.shards import BallChunkResult
+
+        if set(r) != set(_BALL_KEYS):
+            raise BadInput(f"{where}: not a softmax chunk line of journal version {VERSION} (fields "
+                           f"{', '.join(_BALL_KEYS)})")
+        if r["run"] != self.run_id:
+            raise BadInput(f"{where}: the line belongs to another run (its fingerprint differs from the header's): "
+                           "spliced from another journal")
+        if r["sum"] != line_checksum(r):
+            raise BadInput(f"{where}: checksum mismatch: the line was edited or corrupted")
+        ints = ("lo", "hi", "checked", "bad_index", "undecided", "undecided_index")
+        if not all(type(r[k]) is int for k in ints) or type(r["unknown"]) is not bool:
+            raise BadInput(f"{where}: {', '.join(ints)} must be integers and unknown true or false")
+        ends = []
+        for k in ("low", "high"):
+            if r[k] is not None and not (isinstance(r[k], str) and _RATIONAL.match(r[k])):
+                raise BadInput(f"{where}: {k} must be an exact rational (\"-3/8\") or null")
+            ends.append(None if r[k] is None else Fraction(r[k]))
+        if (ends[0] is None) != (ends[1] is None) or (ends[0] is not None and ends[0] > ends[1]):
+            raise BadInput(f"{where}: low and high must both be given, low <= high, or both null")
+        res = BallChunkResult(r["lo"], r["hi"], r["checked"], ends[0], ends[1], r["unknown"], r["bad_index"],
+                              r["undecided"], r["undecided_index"])
+        problem = self._counts(res) or self._ball_consistency(res)
+        if problem:
+            raise BadInput(f"{where}: {problem}")
+        return res
+
+    def _ball_consistency(self, res) -> str:
+        checked = self._plan(res.lo, res.lo + res.checked)
+        if not 0 <= res.n_undecided <= res.checked - (res.bad_index >= 0):
+            return f"{res.n_undecided} undecided points recorded for {res.checked} points checked"
+        if (res.n_undecided > 0) != (res.undecided_index >= 0) or (
+                res.undecided_index >= 0 and not _contains(checked, res.undecided_index)):
+            return f"the first undecided point {res.undecided_index} does not match the undecided count or chunk"
+        if self.single_class or res.low is None:
+            return ""
+        if res.bad_index < 0 and res.n_undecided == 0 and not res.unknown and (res.low < 0 or res.high <= 0):
+            return (f"a chunk without failure must have a positive margin enclosure; the line records "
+                    f"[{res.low}, {res.high}]")
+        if res.bad_index >= 0 and res.low > 0:
+            return f"a failing chunk's margin enclosure must reach 0 or below; the line records low {res.low}"
+        return ""
+
+    def _counts(self, res) -> str:
+        """The chunk grid and the checked count (every chunk result)."""
         lo, hi, chunk = res.lo, res.hi, self.chunk
         if not (0 <= lo < self.n_points and lo % chunk == 0 and hi == min(self.n_points, lo + chunk)):
             return f"chunk {lo}..{hi - 1} is not a chunk of this run ({self.n_points} points in chunks of {chunk})"
         if not 1 <= res.checked <= hi - lo:
             return f"chunk {lo}..{hi - 1} of {hi - lo} points records {res.checked} points checked"
-        checked = self._plan(lo, lo + res.checked)
-        last = int(checked[-1])
+        last = int(self._plan(lo + res.checked - 1, lo + res.checked)[0])
         if res.bad_index < -1:
             return f"bad_index {res.bad_index} is neither -1 (no failure) nor a point index"
         if res.bad_index == -1 and res.checked != hi - lo:
@@ -237,6 +299,20 @@ class Journal:
         if res.bad_index >= 0 and res.bad_index != last:
             return (f"chunk {lo}..{hi - 1} records point {res.bad_index} as its first failure but checked "
                     f"{res.checked} points, the last of which is point {last}")
+        return ""
+
+    def check_decided(self, key, what: str, index: int, ok: bool) -> None:
+        """A journal-sourced softmax point decided again: `ok` says it is what the line records."""
+        if not ok:
+            raise BadInput(f"journal {self.path} line {self.line_of[key]}: {what} {index} decided again is not "
+                           "what the journal records: the line is not this run's result")
+
+    def inconsistency(self, res) -> str:
+        """What does not add up in a chunk result of this run ('' when nothing)."""
+        problem = self._counts(res)
+        if problem:
+            return problem
+        checked = self._plan(res.lo, res.lo + res.checked)
         if self.single_class:
             if res.min_num is not None or res.min_index != -1 or res.bad_index != -1:
                 return "a model with one class has no margins and no failures, but the line records some"
@@ -265,6 +341,15 @@ class Journal:
     # ---------------------------------------------------------------- writing
 
     def record(self, res) -> None:
+        if hasattr(res, "n_undecided"):  # a softmax chunk
+            q = (lambda x: None if x is None else str(x))
+            obj = {"run": self.run_id, "lo": res.lo, "hi": res.hi, "checked": res.checked, "low": q(res.low),
+                   "high": q(res.high), "unknown": bool(res.unknown), "bad_index": res.bad_index,
+                   "undecided": res.n_undecided, "undecided_index": res.undecided_index}
+            obj["sum"] = line_checksum(obj)
+            self._append(obj)
+            self.done[(res.lo, res.hi)] = res
+            return
         obj = {"run": self.run_id, "lo": res.lo, "hi": res.hi, "checked": res.checked,
                "min_num": None if res.min_num is None else hex(res.min_num), "min_index": res.min_index,
                "bad_index": res.bad_index, "batches": list(res.batches)}

@@ -58,6 +58,24 @@ class Spec:
     class_rows: np.ndarray
     force_exact: bool
     indices: np.ndarray | None  # the plan's index list (symmetry), or None for every index
+    balls: dict | None = None  # softmax models: start_precision / max_precision
+
+
+@dataclass(frozen=True)
+class BallChunkResult:
+    """A softmax chunk: points checked (up to and including its first wrong point), the margin
+    enclosure over them (exact dyadic ends; None when no margin is known), whether some point's
+    margin is unknown, the first wrong index, the undecided count and the first undecided index."""
+
+    lo: int
+    hi: int
+    checked: int
+    low: object  # Fraction | None
+    high: object
+    unknown: bool
+    bad_index: int
+    n_undecided: int
+    undecided_index: int
 
 
 _CACHE: dict = {}
@@ -77,9 +95,55 @@ def _evaluator(spec: Spec):
     return _CACHE["ev"], _CACHE["tokens"]
 
 
-def run_chunk(spec: Spec, job: Job) -> ChunkResult:
+def _ball_runner(spec: Spec):
+    """One BallRun per worker process and spec (as _evaluator)."""
+    from depthcert.checkers.exhaustive import BallRun, token_rows
+
+    if _CACHE.get("spec") is not spec:
+        _CACHE.clear()
+        _CACHE.update(spec=spec, balls=BallRun(spec.model, spec.class_rows, token_rows(spec.model, spec.task),
+                                               spec.force_exact, **(spec.balls or {})))
+    return _CACHE["balls"]
+
+
+def run_ball_chunk(spec: Spec, job: Job) -> BallChunkResult:
+    """Decide points lo..hi-1 of a softmax model's plan in index order, stopping at the first wrong one."""
+    run = _ball_runner(spec)
+    task = spec.task
+    batches = (task.batches(job.batch_size, job.lo, job.hi) if spec.indices is None
+               else task.batches_of(spec.indices[job.lo:job.hi], job.batch_size))
+    summary, checked, first_wrong = run.run(batches)
+    return BallChunkResult(job.lo, job.hi, checked, summary.low, summary.high, summary.unknown,
+                           -1 if first_wrong is None else first_wrong, summary.n_undecided,
+                           -1 if summary.undecided is None else summary.undecided[0])
+
+
+def merge_balls(results: Iterable[BallChunkResult], on_result=None) -> tuple:
+    """(checked, low, high, unknown, first wrong index or -1, undecided count, first undecided
+    index or -1) from softmax chunk results in index order; stops at the first wrong chunk."""
+    checked, low, high, unknown, n_undecided, undecided_index = 0, None, None, False, 0, -1
+    for res in results:
+        if on_result is not None:
+            on_result(res)
+        checked += res.checked
+        if res.low is not None:
+            low = res.low if low is None else min(low, res.low)
+            high = res.high if high is None else min(high, res.high)
+        unknown = unknown or res.unknown
+        n_undecided += res.n_undecided
+        if undecided_index < 0 and res.undecided_index >= 0:
+            undecided_index = res.undecided_index
+        if res.bad_index >= 0:
+            return checked, low, high, unknown, res.bad_index, n_undecided, undecided_index
+    return checked, low, high, unknown, -1, n_undecided, undecided_index
+
+
+def run_chunk(spec: Spec, job: Job):
     """Check points lo..hi-1 of the plan in index order, stopping at the first failure."""
     from depthcert.checkers.exhaustive import check_batch
+
+    if spec.model.has_softmax:
+        return run_ball_chunk(spec, job)
 
     ev, tokens = _evaluator(spec)
     before = (ev.batches["checked"], ev.batches["exact"])

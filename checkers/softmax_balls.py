@@ -32,6 +32,9 @@ from depthcert.checkers.model import Model
 
 START_PRECISION = 64  # bits of the first attempt
 MAX_PRECISION = 4096  # cap: still overlapping balls at this precision -> undecided
+EXACT_AFTER = 256  # balls still overlapping at this precision: the exact tie decision (softmax_ties) runs
+BOUND_BITS = 1 << 13  # reported endpoints are rounded outward to multiples of 2^-BOUND_BITS (never a
+# 2^(10^13)-sized integer for exp(-10^13)); decisions compare the balls themselves, never these ends
 
 
 def _flint():
@@ -52,20 +55,40 @@ class PointDecision:
     # or exactly tied with it); -1 when unknown
     logits: tuple[tuple[Fraction, Fraction], ...]  # wrong/undecided: every class's logit enclosure at `position`
     precision: int  # bits of the attempt that decided (or the cap)
-    tie: bool = False  # wrong because the difference is exactly 0 (a radius-0 ball at 0)
+    tie: bool = False  # wrong because the difference is exactly 0 (a radius-0 ball at 0, or proven
+    # zero by the exact tie decision, checkers/softmax_ties.py)
+    limit: str = ""  # undecided: which limit was reached (precision cap, term limit, outside the
+    # exact decision's model shapes); decided: "" ("proven tie" notes come with tie=True)
 
 
 class Undecidable(Exception):
     """Raised inside one attempt when a hardmax argmax cannot be settled at this precision."""
 
 
+class NonFinite(Exception):
+    """A ball overflowed (inf/NaN) at this precision: the attempt is retried at a higher one."""
+
+
 def ball_bounds(x) -> tuple[Fraction, Fraction]:
-    """Exact dyadic endpoints [lower, upper] of an arb ball."""
+    """Exact dyadic endpoints [lower, upper] enclosing an arb ball, rounded outward to multiples
+    of 2^-BOUND_BITS (so exp(-10^13) gives [0, 2^-8192], never a 2^(10^13) denominator).
+    Raises NonFinite for an infinite or NaN ball, and for endpoints above 2^BOUND_BITS."""
+    if not x.is_finite():
+        raise NonFinite
     out = []
-    for end in (x.lower(), x.upper()):
+    for end, upward in ((x.lower(), False), (x.upper(), True)):
         man, exp = end.mid().man_exp()
         man, exp = int(man), int(exp)
-        out.append(Fraction(man * 2**exp) if exp >= 0 else Fraction(man, 2**-exp))
+        if exp >= 0:
+            if exp + man.bit_length() > BOUND_BITS:
+                raise NonFinite
+            out.append(Fraction(man << exp))
+        elif exp >= -BOUND_BITS:
+            out.append(Fraction(man, 1 << -exp))
+        else:  # round outward to the grid 2^-BOUND_BITS without building 2^-exp
+            shift = -exp - BOUND_BITS
+            q = -((-man) >> shift) if upward else man >> shift  # ceil / floor of man / 2^shift
+            out.append(Fraction(q, 1 << BOUND_BITS))
     return out[0], out[1]
 
 
@@ -75,6 +98,11 @@ def _relu(x, zero):
     if x >= 0:
         return x
     return x.nonnegative_part()  # straddles 0: relu lies in [0, upper]
+
+
+def _fmpq_mat(M):
+    flint = _flint()
+    return flint.fmpq_mat([[flint.fmpq(Fraction(v).numerator, Fraction(v).denominator) for v in row] for row in M])
 
 
 class _Weights:
@@ -104,6 +132,7 @@ class _Weights:
                 inv_m = arb(fmpq(1, len(layer))) if len(layer) else None
                 self.layers.append((heads, layer.causal, mlp, inv_m))
             self.W_O = model.W_O
+            self.first_qk = [_fmpq_mat(h.W_QK) for h in model.layers[first]] if first < len(model.layers) else []
             self._diff = {}
             self._mat = mat
         finally:
@@ -121,15 +150,19 @@ class _Weights:
 class SoftmaxDecider:
     """decide(exact residual stream entering the first softmax layer, labels) -> PointDecision."""
 
-    def __init__(self, model: Model, start_precision: int = START_PRECISION, max_precision: int = MAX_PRECISION):
+    def __init__(self, model: Model, start_precision: int = START_PRECISION, max_precision: int = MAX_PRECISION,
+                 exact_after: int = EXACT_AFTER):
         if start_precision < 2 or max_precision < start_precision:
             raise ValueError("need 2 <= start_precision <= max_precision")
         self.model = model
         self.first = next((i for i, L in enumerate(model.layers) if any(h.attention == "softmax" for h in L)),
                           len(model.layers))
         self.start, self.cap = start_precision, max_precision
+        self.exact_after = min(max(exact_after, start_precision), max_precision)
         self._weights = lru_cache(maxsize=8)(lambda prec: _Weights(model, self.first, prec))
+        self._ties = None
         self.precisions_used: dict[int, int] = {}
+        self.exact_decisions = 0  # points decided by the exact tie decision (softmax_ties)
 
     def prefix_model(self) -> Model:
         """The rational layers before the first softmax layer, reading out the whole residual
@@ -144,24 +177,50 @@ class SoftmaxDecider:
 
     def decide(self, H: np.ndarray, den: int, labels: list[tuple[int, int]], logits: bool = False) -> PointDecision:
         """H: (n, d') integer numerators of the exact stream (columns = positions), over `den`;
-        labels: [(position, class row)] to check.  Raises the precision until decided or capped.
-        Wrong and undecided decisions carry every class's logit enclosure; correct ones only
-        when `logits` is set."""
+        labels: [(position, class row)] to check.  Raises the precision; balls still overlapping
+        at `exact_after` bits go to the exact decision (checkers/softmax_ties.py): a difference
+        proven exactly 0 is a tie (wrong), one proven non-zero is separated at a rising
+        precision up to the cap.  Wrong and undecided decisions carry every class's logit
+        enclosure; correct ones only when `logits` is set."""
         prec = self.start
+        d = None
+        why = ""  # why the exact decision did not decide (outside its model shapes, a limit)
+        tried = False
+        exact_d = None  # the exact decision, when it decided (counted apart from the balls)
         while True:
             try:
                 d = self._attempt(H, den, labels, prec, logits)
-            except Undecidable:
+            except (Undecidable, NonFinite):
                 d = None
             if d is not None and d.status != "undecided":
                 break
+            if prec >= self.exact_after and not tried:
+                tried = True
+                exact = self._exact(H, den, labels, logits)
+                if exact is not None and exact.status != "undecided":
+                    d = exact_d = exact
+                    self.exact_decisions += 1
+                    break
+                if exact is not None:
+                    why = exact.limit
             if prec >= self.cap:
+                limit = f"precision cap ({self.cap} bits)" + (f"; {why}" if why else "")
                 if d is None:  # an argmax after a softmax layer stayed unsettled: nothing is known
-                    d = PointDecision("undecided", None, labels[0][0], -1, (), prec)
+                    d = PointDecision("undecided", None, labels[0][0], -1, (), prec, limit=limit)
+                else:
+                    d = replace(d, limit=limit)
                 break
             prec = min(2 * prec, self.cap)
-        self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
+        if d is not exact_d:  # points the exact decision settled are counted by exact_decisions
+            self.precisions_used[d.precision] = self.precisions_used.get(d.precision, 0) + 1
         return d
+
+    def _exact(self, H, den, labels, logits) -> PointDecision | None:
+        from depthcert.checkers.softmax_ties import TieDecider
+
+        if self._ties is None:
+            self._ties = TieDecider(self.model, self.first, self.cap)
+        return self._ties.decide(H, den, labels, logits)
 
     def _attempt(self, Hnum: np.ndarray, den: int, labels, prec: int, logits: bool = False) -> PointDecision:
         flint = _flint()
@@ -171,7 +230,8 @@ class SoftmaxDecider:
         try:
             W = self._weights(prec)
             n, dim = Hnum.shape
-            H = arb_mat([[arb(fmpq(int(Hnum[k, r]), den)) for k in range(n)] for r in range(dim)])  # (d', n)
+            Hq = flint.fmpq_mat([[fmpq(int(Hnum[k, r]), den) for k in range(n)] for r in range(dim)])  # exact (d', n)
+            H = arb_mat(Hq)
             zero = arb(0)
             # only the last column reaches the classifier when the last position is all that is checked
             last_only = all(pos == n - 1 for pos, _ in labels)
@@ -180,9 +240,15 @@ class SoftmaxDecider:
                 Q = H if len(queries) == n else arb_mat([[H[r, n - 1]] for r in range(dim)])  # (d', q)
                 if heads:
                     upd = None
-                    for W_QK, W_V, kind, scale in heads:
-                        S = H.transpose() * (W_QK * Q)  # (n, q): key j, query queries[k]
-                        A = _attention(S, kind, scale, causal, queries, arb, arb_mat, zero)
+                    for hi, (W_QK, W_V, kind, scale) in enumerate(heads):
+                        exact = None
+                        if li == 0:  # the first softmax layer reads the exact stream: exact scores
+                            Qq = Hq if len(queries) == n else flint.fmpq_mat([[Hq[r, n - 1]] for r in range(dim)])
+                            exact = Hq.transpose() * (W.first_qk[hi] * Qq)
+                            S = arb_mat(exact)
+                        else:
+                            S = H.transpose() * (W_QK * Q)  # (n, q): key j, query queries[k]
+                        A = _attention(S, kind, scale, causal, queries, arb, arb_mat, zero, exact)
                         term = (W_V * H) * A
                         upd = term if upd is None else upd + term
                     Q = Q + upd * inv_m
@@ -203,9 +269,12 @@ class SoftmaxDecider:
             flint.ctx.prec = old
 
 
-def _attention(S, kind, scale, causal, queries, arb, arb_mat, zero):
+def _attention(S, kind, scale, causal, queries, arb, arb_mat, zero, exact=None):
     """Weights A (n_key, len(queries)) from the score balls S (key j, query queries[k]), per
-    checkers/model.py."""
+    checkers/model.py.  `exact`: the same scores as an exact fmpq_mat (the first softmax layer):
+    softmax then shifts by the exact maximum, so every exponent c (s_j - max) is an exact
+    rational times the scale ball (exp(-10^13) is a tiny ball, exp(0) exactly 1, and a scale of
+    10^30 cannot turn rounding into an infinite ball), and hardmax compares exactly."""
     n = S.nrows()
     A = [[zero] * len(queries) for _ in range(n)]
     for k, q in enumerate(queries):
@@ -214,18 +283,31 @@ def _attention(S, kind, scale, causal, queries, arb, arb_mat, zero):
             for j in keys:
                 A[j][k] = _relu(S[j, k], zero)
         elif kind == "softmax":
-            x = [S[j, k] * scale for j in keys]
-            shift = arb(max(v.mid() for v in x))  # any exact shift gives the same weights
-            e = [(v - shift).exp() for v in x]
+            if exact is not None:
+                top = max(exact[j, k] for j in keys)
+                e = [(arb(exact[j, k] - top) * scale).exp() if exact[j, k] != top else arb(1) for j in keys]
+            else:
+                x = [S[j, k] * scale for j in keys]
+                if not all(v.is_finite() for v in x):
+                    raise NonFinite
+                shift = arb(max(v.mid() for v in x))  # any exact shift gives the same weights
+                e = [(v - shift).exp() for v in x]
             Z = sum(e[1:], e[0])
             for j, ej in zip(keys, e):
                 A[j][k] = ej / Z
+        elif exact is not None:  # hardmax on exact scores: the exact argmax
+            top = max(exact[j, k] for j in keys)
+            cand = [j for j in keys if exact[j, k] == top]
+            w = arb(1) / len(cand)
+            for j in cand:
+                A[j][k] = w
         else:  # hardmax: the argmax set must be certain
             s = [S[j, k] for j in keys]
-            bounds = [ball_bounds(v) for v in s]
-            best_low = max(lo for lo, _ in bounds)
-            cand = [i for i, (_, hi) in enumerate(bounds) if hi >= best_low]
-            if len(cand) > 1 and not all(bounds[i][0] == bounds[i][1] == best_low for i in cand):
+            if not all(v.is_finite() for v in s):
+                raise NonFinite
+            best = max(range(len(s)), key=lambda i: s[i].lower())
+            cand = [i for i in range(len(s)) if not (s[i] < s[best])]
+            if len(cand) > 1 and not all(s[i].is_exact() and s[i] == s[best] for i in cand):
                 raise Undecidable  # several keys may reach the maximum and the balls cannot say which
             w = arb(1) / len(cand)
             for i in cand:
@@ -237,11 +319,12 @@ def _decide_logits(W: _Weights, H, labels, model: Model, prec: int, logits: bool
     """Compare the label with every other class at every labelled position.
 
     At a position the margin m = min_{c != y} (o[y] - o[c]) lies in [min lo_c, min hi_c] of the
-    difference balls.  The position is wrong when that interval is below 0 (some class certainly
-    beats the label) or when some difference is exactly [0 +- 0] (m <= 0 for sure), correct when
-    it is above 0, else undecided.  The point is wrong at its first wrong position, else
-    undecided at its first undecided position, else correct; its margin interval is the minimum
-    over all its labelled positions, as for the exact evaluator."""
+    difference balls.  The position is wrong when some difference ball is certainly below 0 or is
+    exactly [0 +- 0] (m <= 0 for sure), correct when every difference ball is certainly above 0,
+    else undecided.  The decisions compare the balls (arb), the reported ends are ball_bounds.
+    The point is wrong at its first wrong position, else undecided at its first undecided
+    position, else correct; its margin interval is the minimum over all its labelled positions,
+    as for the exact evaluator.  An infinite or NaN ball raises NonFinite (retry higher)."""
     C = len(model.classes)
     if C == 1:  # a single class: nothing to compare
         return PointDecision("correct", None, labels[0][0], -1, (), prec)
@@ -252,19 +335,18 @@ def _decide_logits(W: _Weights, H, labels, model: Model, prec: int, logits: bool
     first = {}  # status -> (position, class, column, tie) of its first position
     for pos, y in labels:
         hcol = arb_mat([[cols[pos, r]] for r in range(H.nrows())])
-        diffs = []
-        for c in range(C):
-            if c != y:
-                diffs.append((ball_bounds((W.diff_row(y, c) * hcol)[0, 0]), c))  # label minus class c
+        balls = [((W.diff_row(y, c) * hcol)[0, 0], c) for c in range(C) if c != y]  # label minus class c
+        diffs = [(ball_bounds(b), c) for b, c in balls]
         p_lo = min(lo for (lo, _), _ in diffs)
         p_hi = min(hi for (_, hi), _ in diffs)
-        (lo_c, hi_c), c_min = min(diffs, key=lambda d: (d[0][1], d[0][0]))  # the class most surely above
-        zero = next((c for (lo, hi), c in diffs if lo == hi == 0), None)
-        if p_hi < 0:
-            first.setdefault("wrong", (pos, c_min, hcol, False))
-        elif zero is not None:
-            first.setdefault("wrong", (pos, zero, hcol, p_lo == 0))  # a certified tie when m is exactly 0
-        elif p_lo <= 0:
+        below = [c for b, c in balls if b < 0]
+        zero = next((c for b, c in balls if b.is_exact() and b.is_zero()), None)
+        c_min = min(diffs, key=lambda d: (d[0][1], d[0][0]))[1]  # the class most surely above
+        if below:
+            first.setdefault("wrong", (pos, c_min if c_min in below else below[0], hcol, False))
+        elif zero is not None:  # class `zero` ties the label exactly: wrong, whatever the others do
+            first.setdefault("wrong", (pos, zero, hcol, True))
+        elif not all(b > 0 for b, _ in balls):
             first.setdefault("undecided", (pos, c_min, hcol, False))
         low = p_lo if low is None else min(low, p_lo)
         high = p_hi if high is None else min(high, p_hi)

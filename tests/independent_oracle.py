@@ -75,6 +75,7 @@ class _Head:
     W_V: list
     attention: str
     scale: Fraction
+    sqrt_divisor: Fraction = Fraction(1)  # softmax weights exp(scale / sqrt(sqrt_divisor) * score)
 
 
 @dataclass
@@ -99,7 +100,7 @@ class Oracle:
         for layer in model.layers:
             heads = [
                 _Head(_sparse_rows(h.W_QK), _sparse_rows(h.W_V), getattr(h, "attention", "relu"),
-                      Fraction(getattr(h, "scale", 1)))
+                      Fraction(getattr(h, "scale", 1)), Fraction(getattr(h, "scale_sqrt_divisor", 1)))
                 for h in layer
             ]
             mlp = getattr(layer, "mlp", None)
@@ -223,6 +224,7 @@ class Oracle:
         if head.attention == "softmax":
             mp = _mp()
             c = mp.mpf(head.scale.numerator) / head.scale.denominator
+            c /= mp.sqrt(mp.mpf(head.sqrt_divisor.numerator) / head.sqrt_divisor.denominator)
             x = [c * s for s in scores]
             top = max(x)
             e = [mp.exp(v - top) for v in x]

@@ -313,6 +313,26 @@ def composition_index(tokens, N: int) -> int:
     return base_value([int(t) for t in tokens], N)
 
 
+# ---- Max-of-K (Gross et al.): all V^K sequences of K tokens "0".."V-1"; label: the largest
+# token (as a number).  Index: the base-V numeral, the first token most significant.
+
+
+def max_of_k_points(V: int, K: int) -> dict:
+    out = {}
+    for seq in itertools.product(range(V), repeat=K):
+        toks = tuple(str(v) for v in seq)
+        out[toks] = max_of_k_label(toks)
+    return out
+
+
+def max_of_k_label(tokens) -> str:
+    return str(max(int(t) for t in tokens))
+
+
+def max_of_k_index(tokens, V: int) -> int:
+    return base_value([int(t) for t in tokens], V)
+
+
 # ---- the log-depth tasks (docs/logdepth.md): parity, mod-count, word problems, reachability
 #
 # parity / mod-count: all 2^n strings over "0", "1"; label: the number of 1s mod 2 / mod p.

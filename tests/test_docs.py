@@ -16,6 +16,7 @@ import subprocess
 import sys
 from fractions import Fraction
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,6 +54,7 @@ def _commands(body):
 def _mask(text: str) -> str:
     text = re.sub(r"(wall time\s+)\d+\.\d+ s in all, \d+\.\d+ s evaluating", r"\1<t>", text)
     text = re.sub(r"^time: \d+\.\d+ s$", "time: <t> s", text, flags=re.M)
+    text = re.sub(r"^(time {11})\d+\.\d+ s", r"\1<t> s", text, flags=re.M)
     return re.sub(r'"(total_)?seconds": [0-9.]+', r'"\1seconds": <t>', text)
 
 
@@ -75,6 +77,35 @@ def test_documented_command_prints_what_the_docs_say(path, line, cmd, expected):
     r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == exit_code, (cmd, r.returncode, r.stderr)
     assert _mask(r.stdout.rstrip("\n")) == _mask("\n".join(expected)), f"{path}:{line}: `{cmd}` prints\n{r.stdout}"
+
+
+LAYERNORM_EXAMPLE = "layernorm-tiny.safetensors"
+
+
+def layernorm_example() -> tuple[dict, dict]:
+    """docs/examples/layernorm-tiny.safetensors: a one-layer attention-only TransformerLens config
+    with LayerNorm (which verify-model refuses), seeded float32 weights of the right shapes."""
+    cfg = {"act_fn": None, "attention_dir": "causal", "attn_only": True, "d_head": 8, "d_model": 8, "d_vocab": 4,
+           "d_vocab_out": 4, "model_name": "layernorm-example", "n_ctx": 3, "n_heads": 1, "n_layers": 1,
+           "normalization_type": "LN"}
+    shapes = {"blocks.0.attn.W_K": (1, 8, 8), "blocks.0.attn.W_O": (1, 8, 8), "blocks.0.attn.W_Q": (1, 8, 8),
+              "blocks.0.attn.W_V": (1, 8, 8), "blocks.0.attn.b_K": (1, 8), "blocks.0.attn.b_O": (8,),
+              "blocks.0.attn.b_Q": (1, 8), "blocks.0.attn.b_V": (1, 8), "embed.W_E": (4, 8),
+              "pos_embed.W_pos": (3, 8), "unembed.W_U": (8, 4), "unembed.b_U": (4,)}
+    rng = np.random.default_rng(0)
+    sd = {k: rng.standard_normal(shape).astype(np.float32) for k, shape in shapes.items()}
+    sd.update({"blocks.0.ln1.w": np.ones(8, np.float32), "blocks.0.ln1.b": np.zeros(8, np.float32),
+               "ln_final.w": np.ones(8, np.float32), "ln_final.b": np.zeros(8, np.float32)})
+    return cfg, sd
+
+
+def _layernorm_example_matches(path: str) -> bool:
+    from depthcert.interop.checkpoint_files import read_safetensors
+
+    cfg, sd = layernorm_example()
+    tensors, meta = read_safetensors(path)
+    return (json.loads(meta["transformerlens_config"]) == cfg and set(tensors) == set(sd)
+            and all(np.array_equal(tensors[k], sd[k]) for k in sd))  # read back as float64, exactly
 
 
 def test_example_files_are_what_the_builders_make():
@@ -103,7 +134,8 @@ def test_example_files_are_what_the_builders_make():
             "sequences": [[tm.vocab[i] for i in tm.representative(c)] for c in range(len(tm.classes))],
             "labels": list(tm.classes)}
     have = sorted(os.listdir(os.path.join(ROOT, "docs", "examples")))
-    assert have == sorted(want)
+    assert have == sorted(list(want) + [LAYERNORM_EXAMPLE])
+    assert _layernorm_example_matches(os.path.join(ROOT, "docs", "examples", LAYERNORM_EXAMPLE))
     for name, obj in want.items():
         with open(os.path.join(ROOT, "docs", "examples", name)) as fh:
             assert json.load(fh) == json.loads(json.dumps(obj)), name

@@ -85,7 +85,7 @@ def test_the_schema_refuses(doc, why):
     (["--dataset", EX + "prev-token-data.json", "--weights", EX + "prev-token-softmax-20.json"], 0, "verified", None),
     (["--dataset", EX + "prev-token-data.json", "--weights", EX + "prev-token-softmax-1.json"], 1, "refuted", None),
     (["--dataset", EX + "softmax-tie-data.json", "--weights", EX + "softmax-tie-weights.json",
-      "--max-precision", "128"], 3, "undecided", None),
+      "--max-precision", "128"], 1, "refuted", None),  # an exact tie through exp: proven, a failure
 ])
 def test_verify_construction(argv, code, verdict, margin, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # docs/examples/ paths resolve from the package from any folder
@@ -100,7 +100,7 @@ def test_verify_construction(argv, code, verdict, margin, capsys, tmp_path, monk
     elif "softmax" in " ".join(argv):
         assert set(m) == {"lower", "upper", "decimal"}
         assert Fraction(m["lower"]) <= Fraction(m["decimal"]) <= Fraction(m["upper"])
-        assert (Fraction(m["upper"]) < 0) == (verdict == "refuted")
+        assert (Fraction(m["upper"]) <= 0) == (verdict == "refuted")  # a proven tie: [0, 0]
     else:
         assert set(m) == {"exact", "decimal"} and (Fraction(m["exact"]) > 0) == (verdict == "verified")
         assert abs(Fraction(m["decimal"]) - Fraction(m["exact"])) <= abs(Fraction(m["exact"])) / 10**9
@@ -211,3 +211,27 @@ def test_train(capsys):
 
 def test_the_examples_ship_with_the_package():
     assert os.path.isfile(os.path.join(EXAMPLES_DIR, "tm-one-substitution-l3.json"))
+
+
+def test_verify_construction_undecided(capsys, tmp_path):
+    """A softmax head after a softmax layer, tied exactly: outside the exact tie decision, so the
+    run ends undecided at the precision cap (exit 3) and the document says so."""
+    from depthcert.checkers.layout import BlockMatrix, Layout
+    from depthcert.checkers.model import Head, Model
+    from depthcert.checkers.weights_file import model_to_json
+
+    lay = Layout.of(("token", 2), ("position", 3), ("s", 1), ("A", 1), ("B", 1))
+    qk1 = BlockMatrix(lay, lay).entry("token", 0, "position", 2, 1).build()
+    v1 = BlockMatrix(lay, lay).entry("s", 0, "token", 0, 1).build()
+    qk2 = BlockMatrix(lay, lay).entry("s", 0, "position", 2, 1).build()
+    v2 = BlockMatrix(lay, lay).entry("A", 0, "token", 0, 1).entry("B", 0, "token", 0, 1).build()
+    out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "A", 0, 1).entry("class", 1, "B", 0, 1).build()
+    model = Model(("a", "b"), 3, ("x", "y"), lay, ((Head(qk1, v1, attention="softmax"),),
+                                                 (Head(qk2, v2, attention="softmax"),)), out)
+    weights, data = tmp_path / "w.json", tmp_path / "d.json"
+    weights.write_text(json.dumps(model_to_json(model)))
+    data.write_text(json.dumps({"format": "depthcert.dataset", "version": 1, "name": "after-softmax",
+                                "sequences": [["a", "b", "b"]], "labels": ["x"]}))
+    code, doc = run_json("verify-construction", ["--dataset", str(data), "--weights", str(weights),
+                                                 "--max-precision", "256"], capsys)
+    assert (code, doc["verdict"]) == (3, "undecided"), doc

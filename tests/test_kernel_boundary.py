@@ -148,6 +148,11 @@ def test_kernel_list_names_exactly_the_files_of_checkers():
     listed = kernel_modules()
     assert {"model.py", "evaluate.py", "softmax_balls.py", "symmetry.py", "exhaustive.py", "certificate.py",
             "tasks/base.py"} <= set(listed)
+    # kernel by reason: softmax verdicts rest on the certified float64 intervals, the exact tie
+    # decision and the one-layer attention tables; accuracy counts (verify-model) are verdicts on
+    # every point, and their journal resumes them; Max-of-K is a dataset an accuracy is about
+    assert {"softmax_intervals.py", "softmax_ties.py", "attention_tables.py", "accuracy.py", "accuracy_journal.py",
+            "tasks/max_of_k.py"} <= set(listed)
     on_disk = {os.path.relpath(p, CHECKERS).replace(os.sep, "/") for p in python_files("checkers")} - {"__init__.py"}
     assert set(listed) == on_disk, (sorted(on_disk - set(listed)), sorted(set(listed) - on_disk))
 

@@ -413,29 +413,27 @@ def test_softmax_certified_wrong_point_is_refuted_at_its_index():
 def test_softmax_exact_tie_is_never_verified():
     """(1) A symmetric construction: on "a b c" the last query scores tokens a and b equally
     (1) and c lower (0), so copy_a = copy_b exactly, but through exp: the balls of x - y keep a
-    positive radius at every precision, and the point stays undecided.  (2) Two identical W_O
+    positive radius at every precision; the exact tie decision (Lindemann-Weierstrass, collected
+    coefficients all 0) proves the tie, and the point is refuted as one.  (2) Two identical W_O
     rows: the difference is exactly 0 (a radius-0 ball), a certified tie, which fails."""
     sym = _copy_model(1, [{("copy", 0): 1}, {("copy", 1): 1}, {("copy", 2): 1}],
                       qk_entries=(("token", 0, "position", 2, 1), ("token", 1, "position", 2, 1)))
     data = DatasetTask([["c", "c", "c"], ["a", "b", "c"], ["b", "c", "c"]], ["z", "x", "y"])
     v = verify(sym, data, progress=False, balls=BALLS)
-    assert v.verdict == "undecided", v
-    assert v.counterexample is None
-    u = v.undecided
-    assert (u.index, u.expected, u.other) == (1, "x", "y")
-    assert u.margin[0] <= 0 <= u.margin[1]
-    assert u.precision == BALLS["max_precision"]
-    assert v.undecided_count == 1
+    assert v.verdict == "refuted", v
+    ce = v.counterexample
+    assert (ce.index, ce.expected, ce.predicted, ce.tie) == (1, "x", "y", True)
+    assert v.undecided is None and v.undecided_count == 0
+    assert "exact tie decision (1 points)" in v.path
+    lo, hi = v.margin_enclosure
+    assert lo <= 0 <= hi
     assert softmax_cross_check(sym, data, v, balls=BALLS) == []
 
     same = _copy_model(1, [{("copy", 0): 1}, {("copy", 0): 1}])
     data = DatasetTask([["a", "b"]], ["x"])
     v = verify(same, data, progress=False, balls=BALLS)
-    assert v.verdict != "verified"
-    if v.verdict == "refuted":
-        assert v.counterexample.tie and v.counterexample.index == 0
-    else:
-        assert v.undecided.index == 0
+    assert v.verdict == "refuted", v
+    assert v.counterexample.tie and v.counterexample.index == 0
     assert softmax_cross_check(same, data, v, balls=BALLS) == []
 
 
@@ -653,12 +651,12 @@ def test_softmax_margin_enclosure_of_a_wrong_point_covers_its_best_other_class()
     assert lo <= -5 <= hi, (lo, hi)
 
 
-def test_undecided_hardmax_after_softmax_reports_an_unknown_margin():
+def test_hardmax_after_softmax_with_tied_scores_is_decided():
     """Layer 1 (softmax) writes the same non-exact value s into every column of "a a b"; layer 2
-    (hardmax) scores every key by its s: three equal scores whose balls overlap, so the argmax
-    is undecidable (fine: the point is undecided).  The truth: uniform weights, t = 1/3, logit
-    x = 30 t = 10, margin 10.  The point's margin is unknown, and so is the enclosure (it used to
-    be a made-up [-1, 1], which missed 10)."""
+    (hardmax) scores every key by its s: three equal scores whose balls overlap at every
+    precision.  The exact decision proves the three scores equal (their differences collect to
+    0), so the argmax is all three keys: uniform weights, t = 1/3, logit x = 30 t = 10, margin 10
+    (it used to stay undecided with an unknown margin)."""
     lay = Layout.of(("token", 2), ("position", 3), ("s", 1), ("t", 1))
     qk1 = BlockMatrix(lay, lay).set("token", "position", [[1, 1, 1], [0, 0, 0]]).build()
     v1 = BlockMatrix(lay, lay).entry("s", 0, "token", 0, 1).build()
@@ -670,6 +668,7 @@ def test_undecided_hardmax_after_softmax_reports_an_unknown_margin():
     data = DatasetTask([["a", "a", "b"]], ["x"])
     assert float(Oracle(model).margin(("a", "a", "b"), "x")[0]) == pytest.approx(10)
     v = verify(model, data, progress=False, balls=BALLS)
-    assert v.verdict == "undecided" and v.undecided.index == 0
-    assert v.undecided.margin is None and v.margin_enclosure is None
-    assert v.undecided.other.startswith("unknown")
+    assert v.verdict == "verified", v
+    assert v.margin_enclosure == (10, 10)  # the margin is the rational 30 * 1/3 exactly
+    assert "exact tie decision (1 points)" in v.path
+    assert softmax_cross_check(model, data, v, balls=BALLS) == []

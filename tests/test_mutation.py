@@ -186,7 +186,7 @@ def test_parallel_chunks_agree_with_oracle(label, task, construction, monkeypatc
 # ---- models outside the paper's class
 
 WIDER = wider_models()
-BALLS = {"max_precision": 256}  # a tie stays undecided at any precision: keep the cap low
+BALLS = {"max_precision": 256}  # a near-tie that needs more bits stops at the cap: keep it low
 
 
 def _verify_quad(model, task, batch_size=2048, **kw):

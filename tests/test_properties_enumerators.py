@@ -1,8 +1,8 @@
 """Properties of the dataset enumerators (checkers/tasks/: base.py, icqa.py, classification.py, template.py, multihop.py,
-composition.py, logdepth.py).
+composition.py, logdepth.py, max_of_k.py).
 
 For every task make_task knows (sc, icqa, tm, ictm, multihop, composition, parity, mod-count,
-word-problem, reachability; a task whose module is absent from the build is left out), at random
+word-problem, reachability, max-of-k; a task whose module is absent from the build is left out), at random
 small sizes:
 
   index -> sequence -> index is the identity (the inverse is written in tests/task_reference.py
@@ -38,7 +38,8 @@ from depthcert.checkers.tasks.template import count_templates
 from proptools import prop
 
 # tasks with a reference in tests/task_reference.py (those present in this build: KNOWN below)
-KNOWN = ("sc", "icqa", "tm", "ictm", "multihop", "composition", "parity", "mod-count", "word-problem", "reachability")
+KNOWN = ("sc", "icqa", "tm", "ictm", "multihop", "composition", "parity", "mod-count", "word-problem", "reachability",
+         "max-of-k")
 OTHERS = tuple(t for t in dict.fromkeys(TASK_ALIASES.values()) if t not in KNOWN)  # no reference yet
 MAX_POINTS = 3000  # brute force over the definition and the inverse of every index
 
@@ -84,6 +85,11 @@ def _composition(draw):
     L = draw(st.integers(1, 3))
     N = draw(st.integers(2, {1: 4, 2: 3, 3: 2}[L]))
     return ("composition", (("n_functions", L), ("domain", N)))
+
+
+def _max_of_k(draw):
+    K = draw(st.integers(1, 4))
+    return ("max-of-k", (("vocab", draw(st.integers(2, {1: 9, 2: 9, 3: 7, 4: 5}[K]))), ("k", K)))
 
 
 def _parity(draw):
@@ -138,7 +144,7 @@ def configs(draw, names=KNOWN):
         return draw(st.sampled_from(_ictm_configs()))
     return {"sc": _sc, "icqa": _icqa, "tm": _tm, "multihop": _multihop, "composition": _composition,
             "parity": _parity, "mod-count": _mod_count, "word-problem": _word_problem,
-            "reachability": _reachability}[name](draw)
+            "reachability": _reachability, "max-of-k": _max_of_k}[name](draw)
 
 
 @lru_cache(maxsize=256)
@@ -164,6 +170,8 @@ def reference_points(name, o) -> dict | None:
         return ref.composition_points(o["n_functions"], o["domain"])
     if name in ("parity", "mod-count"):
         return ref.count_points(o["n"], o.get("modulus", 2))
+    if name == "max-of-k":
+        return ref.max_of_k_points(o["vocab"], o["k"])
     if name == "word-problem":
         return None  # no closed form of the words: labels by the reference product (below)
     if name == "reachability":
@@ -184,6 +192,8 @@ def reference_label(name, o, tokens):
         return ref.composition_label(tokens, o["n_functions"], o["domain"])
     if name in ("parity", "mod-count"):
         return str(tokens.count("1") % o.get("modulus", 2))
+    if name == "max-of-k":
+        return ref.max_of_k_label(tokens)
     if name == "word-problem":
         return ref.word_label(tokens, o["group"])
     if name == "reachability":
@@ -210,6 +220,8 @@ def reference_index(name, o, task, tokens) -> int:
         return ref.composition_index(tokens, o["domain"])
     if name in ("parity", "mod-count"):
         return ref.base_value([int(t) for t in tokens], 2)
+    if name == "max-of-k":
+        return ref.max_of_k_index(tokens, o["vocab"])
     if name == "word-problem":
         return ref.base_value([task.vocab.index(t) for t in tokens], len(task.vocab))
     if name == "reachability":
@@ -248,6 +260,8 @@ def reference_size(name, o) -> int:
         return o["domain"] ** (o["n_functions"] * o["domain"] + 1)
     if name in ("parity", "mod-count"):
         return 2 ** o["n"]
+    if name == "max-of-k":
+        return o["vocab"] ** o["k"]
     if name == "word-problem":
         k = int(o["group"][1:])
         return (k if o["group"][0] == "c" else 2) ** o["n"]
@@ -306,7 +320,7 @@ def test_index_to_sequence_to_index_is_the_identity(cfg, data):
 
 @prop(150)
 @given(configs(names=("icqa", "tm", "ictm", "multihop", "composition", "parity", "mod-count", "word-problem",
-                      "reachability")), st.data())
+                      "reachability", "max-of-k")), st.data())
 def test_sequence_to_index_to_sequence_is_the_identity(cfg, data):
     """A sequence generated from the definition (random choices, not from the enumerator) has an
     index in range, and that index decodes back to it, with the definition's label."""
@@ -334,6 +348,8 @@ def test_sequence_to_index_to_sequence_is_the_identity(cfg, data):
         toks = [str(draw(st.integers(0, N - 1))) for _ in range(L * N + 1)]
     elif name in ("parity", "mod-count"):
         toks = [draw(st.sampled_from("01")) for _ in range(o["n"])]
+    elif name == "max-of-k":
+        toks = [str(draw(st.integers(0, o["vocab"] - 1))) for _ in range(o["k"])]
     elif name == "word-problem":
         toks = [draw(st.sampled_from(generators(o["group"]))) for _ in range(o["n"])]
     elif name == "reachability":

@@ -240,3 +240,28 @@ def test_reproduce_heads_figure_tiny(tmp_path):
     assert (out / "figure5.png").stat().st_size > 0
     text = doc.read_text()
     assert "## Figure 5" in text and "| [1,4] |" in text
+
+
+def test_cli_exact_check_decides_the_float32_weights_as_trained(capsys):
+    """--exact-check without BITS: every weight the exact rational its float32 value is, no rounding."""
+    rc = train_main(["icqa", "--k", "2", "--n-questions", "2", "--n-answers", "3", "--steps", "2",
+                     "--eval-size", "10", "--json", "--exact-check"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    chk = out["exact_check"]
+    assert chk["bits"] is None and "float32 weights" in chk["status"]
+    assert chk["points"] == make_task("icqa", k=2, n_questions=2, n_answers=3).size
+
+
+def test_to_exact_keeps_every_float32_weight_exactly():
+    from fractions import Fraction
+
+    from depthcert.training.export import to_exact
+
+    task = make_task("icqa", k=2, n_questions=3, n_answers=3)
+    tm = from_exact(registry.build(task, "copy-matching", as_printed=False).model)
+    with torch.no_grad():
+        tm.W_O.add_(torch.full_like(tm.W_O, 1e-3))
+    exact = to_exact(tm, task)
+    w = tm.W_O.detach().double().numpy()
+    assert all(exact.W_O[i, j] == Fraction(float(w[i, j])) for i in range(w.shape[0]) for j in range(w.shape[1]))

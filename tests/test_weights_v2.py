@@ -113,23 +113,57 @@ def undecided_model() -> Model:
     return Model(("x", "y"), 3, ("a", "b"), lay, (Layer((Head(qk, v, attention="softmax"),)),), out)
 
 
-def test_cli_exit_3_for_an_undecided_point(tmp_path, capsys):
+def near_tie_model() -> Model:
+    """One softmax head on "x y": the last query scores key x with 1, key y with 0, so class a
+    reads x's weight e / (e + 1); class b reads the constant q = e / (e + 1) - 10^-60 (to 80
+    digits).  a beats b by about 10^-60, which no ball of 128 bits separates from 0 (the exact
+    decision knows the difference is not 0; about 200 bits separate it): undecided at a 128-bit
+    cap, verified at the default cap."""
+    import mpmath
+
+    with mpmath.workdps(90):
+        w = mpmath.e / (mpmath.e + 1)
+        q = Fraction(mpmath.nstr(w, 80, strip_zeros=False)) - Fraction(1, 10**60)
+    lay = Layout.of(("token", 2), ("position", 3), ("A", 1))
+    qk = BlockMatrix(lay, lay).entry("token", 0, "position", 1, 1).build()
+    v = BlockMatrix(lay, lay).entry("A", 0, "token", 0, 1).build()
+    out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "A", 0, 1).entry("class", 1, "position", 1, q).build()
+    return Model(("x", "y"), 3, ("a", "b"), lay, (Layer((Head(qk, v, attention="softmax"),)),), out)
+
+
+def test_undecided_model_is_a_proven_tie(tmp_path, capsys):
+    """Equal weights 1/3 through exp into two blocks read by two classes: the exact tie
+    decision proves the difference 0 (Lindemann-Weierstrass), a tie, which fails."""
     data = write(tmp_path, "d.json", {"format": "depthcert.dataset", "version": 1,
                                       "sequences": [["x", "y", "y"]], "labels": ["a"]})
     w = write(tmp_path, "w.json", model_to_json(undecided_model()))
+    code, out, err = run(_verify_construction, ["--dataset", data, "--weights", w], capsys)
+    assert code == 1, (out, err)
+    assert "verdict     REFUTED" in out and "(tie with the expected label: exact tie, proven)" in out
+
+
+def test_cli_exit_3_for_an_undecided_point(tmp_path, capsys):
+    """Only a limit leaves a point undecided: here the precision cap (a difference of about 10^-60)."""
+    data = write(tmp_path, "d.json", {"format": "depthcert.dataset", "version": 1,
+                                      "sequences": [["x", "y"]], "labels": ["a"]})
+    w = write(tmp_path, "w.json", model_to_json(near_tie_model()))
     code, out, err = run(_verify_construction, ["--dataset", data, "--weights", w, "--max-precision", "128"], capsys)
     assert code == 3, (out, err)
     assert "verdict     UNDECIDED" in out and "not separated from b at 128 bits" in out
+    assert "limit      precision cap (128 bits)" in out
     code, out, _ = run(_verify_construction, ["--dataset", data, "--weights", w, "--max-precision", "128", "--json"],
                        capsys)
     info = json.loads(out)
     assert code == 3 and info["verdict"] == "undecided" and info["undecided"]["index"] == 0
     assert info["undecided_points"] == 1 and info["undecided"]["precision_bits"] == 128
+    assert info["undecided"]["limit"] == "precision cap (128 bits)"
     lo, hi = (Fraction(info["undecided"]["margin"][x]) for x in ("lower", "upper"))
     assert lo < 0 < hi
     code, out, _ = run(_verify_construction, ["--dataset", data, "--weights", w, "--max-precision", "128",
                                               "--point", "0"], capsys)
     assert code == 3 and "UNDECIDED" in out
+    code, out, _ = run(_verify_construction, ["--dataset", data, "--weights", w], capsys)  # cap 4096: separated
+    assert code == 0 and "verdict     VERIFIED" in out
 
 
 def test_exact_zero_difference_is_a_certified_tie(tmp_path, capsys):

@@ -238,8 +238,9 @@ def train_copy(config: CopyConfig, progress: bool = False):
     return result, model
 
 
-def exact_check_copy(model, config: CopyConfig, bits: int) -> dict:
-    """Round an attention-only copy model to multiples of 2^-bits; depthcert.verify on every clean input."""
+def exact_check_copy(model, config: CopyConfig, bits: int | None) -> dict:
+    """An attention-only copy model as exact rationals (its float32 weights, or rounded to multiples
+    of 2^-bits); depthcert.verify on every clean input."""
     from depthcert.training.copy_exact import verify_weights
     from depthcert.training.export import to_exact
 
@@ -253,7 +254,8 @@ def exact_check_copy(model, config: CopyConfig, bits: int) -> dict:
     v = verify_weights(exact, config.length, config.alphabet)
     ce = v.counterexample
     return {
-        "status": "EXACT for these rounded weights (depthcert.verify), every clean input of the copy task",
+        "status": "EXACT for " + ("the trained float32 weights" if bits is None else "these rounded weights")
+                  + " (depthcert.verify), every clean input of the copy task",
         "bits": bits, "verdict": v.verdict, "points": v.points_total, "checked": v.points_checked,
         "min_margin": str(v.min_margin) if v.min_margin is not None else None,
         "counterexample": None if ce is None else {"tokens": list(ce.tokens), "position": ce.position,

@@ -1,9 +1,11 @@
-"""Round a trained model to exact rationals and check it with the exact evaluator.
+"""A trained model as exact rationals, and its accuracy decided on every point.
 
-A trained network is OBSERVED to work on sampled points; rounding every weight to a multiple of
-1/2^bits gives a `checkers.model.Model` whose accuracy on *every* point of a finite dataset the
-exact evaluator decides.  That turns "the trained model looks right" into an exact statement
-about one specific (rounded) network, not about training in general.
+A trained network is OBSERVED to work on sampled points.  Its float32 weights are dyadic
+rationals (Fraction(float) is exact), so `to_exact(model, task)` is the very network that was
+trained, as a `checkers.model.Model`, and `exact_accuracy` decides its accuracy on *every* point
+of a finite dataset (checkers/accuracy.py): an exact statement about the trained network itself,
+not about training in general.  `bits=B` instead rounds every weight to a multiple of 2^-B (the
+older, smaller-denominator check of a nearby network).
 """
 from __future__ import annotations
 
@@ -20,18 +22,27 @@ from depthcert.checkers.tasks import Task
 MAX_EXACT_POINTS = 200_000
 
 
-def _rounded(M, bits: int) -> np.ndarray:
-    q = 1 << bits
-    A = np.rint(np.asarray(M, dtype=np.float64) * q).astype(np.int64)
-    out = np.empty(A.shape, dtype=object)
-    for idx, v in np.ndenumerate(A):
-        out[idx] = Fraction(int(v), q)
+def _rounded(M, bits: int | None) -> np.ndarray:
+    """bits None: every float weight as the exact rational it is; else rounded to a multiple of 2^-bits."""
+    M = np.asarray(M, dtype=np.float64)
+    out = np.empty(M.shape, dtype=object)
+    if bits is None:
+        if not np.isfinite(M).all():
+            raise BadInput("the trained weights have a NaN or infinite entry")
+        for idx, v in np.ndenumerate(M):
+            out[idx] = Fraction(float(v))
+    else:
+        q = 1 << bits
+        A = np.rint(M * q).astype(np.int64)
+        for idx, v in np.ndenumerate(A):
+            out[idx] = Fraction(int(v), q)
     out.flags.writeable = False
     return out
 
 
-def to_exact(model, task, bits: int = 12) -> Model:
-    """The trained ReLU model with every weight rounded to the nearest multiple of 2^-bits.
+def to_exact(model, task, bits: int | None = None) -> Model:
+    """The trained ReLU model with exact weights: its float32 weights as they are (bits None),
+    or every weight rounded to the nearest multiple of 2^-bits.
 
     `task` needs vocab, classes and a sequence length (`length`, or `seq_len` for the copy task);
     a model with outputs "all" or a causal mask becomes the checker's widened class."""
@@ -62,32 +73,20 @@ class ExactCheck:
     points: int
     correct: int
     path: str  # evaluator path (float64 proven exact, or big integers)
-    bits: int
+    bits: int | None  # None: the float32 weights as trained
+    wrong: tuple[int, ...] = ()  # indices of the wrong points (ties count as wrong)
 
     @property
     def accuracy(self) -> float:
         return self.correct / self.points
 
 
-def exact_accuracy(exact: Model, task: Task, batch: int = 2048, bits: int = 12) -> ExactCheck:
-    """Exact accuracy of a rounded model on every point of the task (a point counts as correct only
-    if its label's logit is strictly larger than every other logit)."""
-    from depthcert.checkers.evaluate import Evaluator
+def exact_accuracy(exact: Model, task: Task, batch: int = 2048, bits: int | None = None) -> ExactCheck:
+    """Exact accuracy of the exact model on every point of the task (a point counts as correct only
+    if its label's logit is strictly larger than every other logit), by checkers.accuracy."""
+    from depthcert.checkers.accuracy import decide_all
 
     if task.size > MAX_EXACT_POINTS:
         raise BadInput(f"task has {task.size} points; exact checking is limited to {MAX_EXACT_POINTS}")
-    ev = Evaluator(exact)
-    correct = 0
-    for b in task.batches(batch):
-        num, _ = ev.logits(b.ids)
-        num = np.asarray(num)
-        rows = np.arange(len(b.labels))
-        own = num[rows, b.labels]
-        other = num.copy()
-        other[rows, b.labels] = num.min(axis=1) - 1 if num.dtype != object else None
-        if num.dtype == object:
-            ok = [all(num[r, c] < own[r] for c in range(num.shape[1]) if c != b.labels[r]) for r in rows]
-            correct += int(sum(ok))
-        else:
-            correct += int((own > other.max(axis=1)).sum())
-    return ExactCheck(task.size, correct, ev.path, bits)
+    v = decide_all(exact, task, batch_size=batch)
+    return ExactCheck(task.size, v.correct, v.path, bits, tuple(int(i) for i in v.wrong))

@@ -7,6 +7,7 @@
     multihop.py        multi-hop reasoning (multihop)
     logdepth.py        parity, mod-count, word-problem, reachability
     composition.py     function composition (composition)
+    max_of_k.py        Max-of-K, the largest of K tokens (max-of-k; Gross et al.)
     dataset_file.py    a user's dataset file (format, reader, writer) as a task
 
 This module holds the task names (aliases included) and `make_task`, which builds a task by name
@@ -15,7 +16,7 @@ through plain imports of the family modules.
 from __future__ import annotations
 
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.tasks import composition, logdepth, multihop, template
+from depthcert.checkers.tasks import composition, logdepth, max_of_k, multihop, template
 from depthcert.checkers.tasks.base import CLS, RESPONSE, UNLABELLED, Batch, Point, Task
 from depthcert.checkers.tasks.classification import SequenceClassification
 from depthcert.checkers.tasks.icqa import ICQA
@@ -47,6 +48,9 @@ TASK_ALIASES = {
     "connectivity": "reachability",
     "composition": "composition",
     "compose": "composition",
+    "max-of-k": "max-of-k",
+    "maxofk": "max-of-k",
+    "max": "max-of-k",
 }
 def canonical_task(name: str) -> str:
     key = str(name).strip().lower()
@@ -79,4 +83,6 @@ def make_task(name: str, **options) -> Task:
         return logdepth.make(key, take)
     if key == "composition":
         return composition.make(key, take)
+    if key == "max-of-k":
+        return max_of_k.make(key, take)
     raise BadInput(f"unknown task {name!r}")

@@ -7,6 +7,9 @@
     check_certificate.py    check-certificate (re-check a certificate file)
     show_construction.py    show-construction (pictures of a construction's weights and attention)
     verify_tracr.py         verify-tracr (compile a RASP program with tracr, check it exactly)
+    verify_model.py         verify-model (certified accuracy of a trained checkpoint on every point)
+    export_transformerlens.py  export-transformerlens (a softmax model as a TransformerLens checkpoint)
+    train_max_of_k.py       python -m depthcert.cli.train_max_of_k (the shipped Max-of-K checkpoint; "train" extra)
     train.py                train and reproduce (OBSERVED training runs; the "train" extra)
     cluster.py              verify-construction --cluster (a Dask runner for shards)
     common.py               what every command shares: parsing, budget options, number formatting

@@ -99,7 +99,7 @@ def margin_json(exact=None, enclosure=None) -> dict | None:
 
 
 TASK_OPTIONS = (
-    ("k", "number of (question, answer) pairs in the context (icqa, ictm)"),
+    ("k", "number of (question, answer) pairs in the context (icqa, ictm); sequence length (max-of-k)"),
     ("l", "template length (tm, ictm); --len is the same"),
     ("n_questions", "question tokens (icqa; default k+2)"),
     ("n_answers", "answer tokens (icqa, ictm; default k+2)"),
@@ -115,6 +115,7 @@ TASK_OPTIONS = (
     ("vertices", "number of vertices (reachability)"),
     ("n_functions", "number of composed functions L (composition); --L is the same"),
     ("domain", "domain size N of each function (composition); --N is the same"),
+    ("vocab", "vocabulary size (max-of-k)"),
     ("query", "ictm: the query's substitution: any (default; its context question's included) or new"),
 )
 # extra flag spellings and non-integer options of TASK_OPTIONS
@@ -238,6 +239,7 @@ def _undecided_json(u) -> dict:
         "not_separated_from": u.other,
         "margin": margin_json(enclosure=u.margin),
         "precision_bits": u.precision,
+        "limit": u.limit,
         "logits": {c: enclosure_text(b) for c, b in zip(u.classes, u.logit_bounds)},
     }
 

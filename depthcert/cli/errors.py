@@ -37,7 +37,7 @@ EXIT_CODES = {
         EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL + ", e.g. a certificate the independent checker rejects"},
     "check-certificate": {EXIT_OK: "valid", EXIT_REFUTED: "invalid, or not about the given dataset",
                           EXIT_BAD_INPUT: "malformed or unreadable, or " + _BAD, EXIT_INTERNAL: _INTERNAL},
-    "verify-tracr": {EXIT_OK: "verified (numerical programs without --tolerance: the error reported)",
+    "verify-tracr": {EXIT_OK: "verified (numerical programs: every error certified below --tolerance, default 1/1000)",
                      EXIT_REFUTED: "refuted", EXIT_BAD_INPUT: _BAD + ", or the tracr extra missing",
                      EXIT_UNDECIDED: "undecided", EXIT_INTERNAL: _INTERNAL},
     "show-construction": {EXIT_OK: "pictures written", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
@@ -45,6 +45,12 @@ EXIT_CODES = {
                         EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
     "train": {EXIT_OK: "done", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
     "reproduce": {EXIT_OK: "done", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+    "verify-model": {EXIT_OK: "every point decided (the certified accuracy printed)",
+                     EXIT_REFUTED: "some point wrong, with --require-all", EXIT_BAD_INPUT: _BAD,
+                     EXIT_UNDECIDED: "points left undecided at the precision limit (listed)", EXIT_INTERNAL: _INTERNAL},
+    "export-transformerlens": {EXIT_OK: "checkpoint written",
+                               EXIT_BAD_INPUT: _BAD + ", or a model TransformerLens cannot hold (relu or hardmax attention)",
+                               EXIT_INTERNAL: _INTERNAL},
 }
 
 

@@ -85,12 +85,36 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-size", type=int, default=1000)
     for flag, dest, typ in TASK_OPTIONS:
         p.add_argument(flag, dest=dest, type=typ, default=None)
-    p.add_argument("--exact-check", type=int, default=None, metavar="BITS",
-                   help="round the trained weights to multiples of 2^-BITS and decide their accuracy on every "
-                        "point with the exact evaluator (finite tasks up to 200000 points)")
+    p.add_argument("--exact-check", type=_exact_check_arg, nargs="?", const=FLOAT_WEIGHTS, default=None,
+                   metavar="BITS", help="decide the trained model's accuracy on every point exactly, from its float32 "
+                   "weights as they are (with BITS: rounded to multiples of 2^-BITS); finite tasks up to 200000 points")
     p.add_argument("--log", default=None, help="write the per-step JSON log here (atomically)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, no progress bar")
     return p
+
+
+FLOAT_WEIGHTS = "float32"
+
+
+def _exact_check_arg(text: str):
+    """--exact-check [BITS]: no value = the float32 weights as they are; BITS in 1..30 = rounded."""
+    if text == FLOAT_WEIGHTS:
+        return FLOAT_WEIGHTS
+    try:
+        bits = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bits") from None
+    if not 1 <= bits <= 30:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 30 bits, got {bits}")
+    return bits
+
+
+def _bits(value):
+    return None if value == FLOAT_WEIGHTS else value
+
+
+def _weights_text(bits) -> str:
+    return "float32 weights as trained" if bits is None else f"weights rounded to 2^-{bits}"
 
 
 def config_from_args(args) -> "TrainConfig":
@@ -141,8 +165,9 @@ def copy_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--eval-every", type=int, default=50)
-    p.add_argument("--exact-check", type=int, default=None, metavar="BITS",
-                   help="attention-only: round the weights to multiples of 2^-BITS and verify every clean input")
+    p.add_argument("--exact-check", type=_exact_check_arg, nargs="?", const=FLOAT_WEIGHTS, default=None,
+                   metavar="BITS", help="attention-only: verify every clean input exactly, from the float32 weights "
+                   "as they are (with BITS: rounded to multiples of 2^-BITS)")
     p.add_argument("--log", default=None, help="write the JSON log here (atomically)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, no progress output")
     return p
@@ -156,8 +181,6 @@ def copy_main(argv) -> int:
 
     task = CopyTask(args.length, args.alphabet, args.noise)  # bad sizes fail before torch is imported
     if args.exact_check is not None:
-        if not 1 <= args.exact_check <= 30:
-            raise BadInput(f"--exact-check must be between 1 and 30 bits, got {args.exact_check}")
         if args.arch != "attention-only":
             raise BadInput("--exact-check needs --arch attention-only: the standard transformer has LayerNorm and "
                            "GELU, which depthcert's exact checker does not support")
@@ -173,7 +196,7 @@ def copy_main(argv) -> int:
                         batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every)
     result, model = train_copy(config, progress=not args.json)
     if args.exact_check is not None:
-        result.exact_check = exact_check_copy(model, config, args.exact_check)
+        result.exact_check = exact_check_copy(model, config, _bits(args.exact_check))
     log = _clean(result.to_json())
     if args.log is not None:
         write_json_atomic(args.log, log)
@@ -191,7 +214,7 @@ def copy_main(argv) -> int:
               f"largest single-head drop {r['max_single_drop']:.3f}")
     if result.exact_check:
         c = result.exact_check
-        print(f"EXACT (weights rounded to 2^-{c['bits']}): {c['verdict']} on {c['checked']} of {c['points']} inputs"
+        print(f"EXACT ({_weights_text(c['bits'])}): {c['verdict']} on {c['checked']} of {c['points']} inputs"
               + (f", min margin {c['min_margin']}" if c["verdict"] == "verified" else
                  (f"; counterexample {c['counterexample']}" if c["counterexample"] else "")))
     return 0
@@ -228,8 +251,6 @@ def _train(argv) -> int:
         config = config_from_args(args)
         canonical_task(config.task)
         _check_log_folder(args.log)
-        if args.exact_check is not None and not 1 <= args.exact_check <= 30:
-            raise BadInput(f"--exact-check must be between 1 and 30 bits, got {args.exact_check}")
         if args.exact_check is not None and config.attention != "relu":
             raise BadInput("--exact-check needs --attention relu (the verifier's model class)")
         result, model = train(config, progress=not args.json)
@@ -239,9 +260,11 @@ def _train(argv) -> int:
             from depthcert.training.train import build_task
 
             task = build_task(config)
-            chk = exact_accuracy(to_exact(model, task, args.exact_check), task, bits=args.exact_check)
+            bits = _bits(args.exact_check)
+            chk = exact_accuracy(to_exact(model, task, bits), task, bits=bits)
             log["exact_check"] = {
-                "status": "EXACT for these rounded weights (checkers.evaluate), every point of the task",
+                "status": "EXACT for " + ("the trained float32 weights" if bits is None else "these rounded weights")
+                          + " (checkers.accuracy), every point of the task",
                 "bits": chk.bits, "points": chk.points, "correct": chk.correct, "accuracy": chk.accuracy,
                 "evaluator": chk.path,
             }
@@ -262,7 +285,7 @@ def _train(argv) -> int:
             )
             if "exact_check" in log:
                 c = log["exact_check"]
-                print(f"EXACT (weights rounded to 2^-{c['bits']}): {c['correct']}/{c['points']} points correct "
+                print(f"EXACT ({_weights_text(c['bits'])}): {c['correct']}/{c['points']} points correct "
                       f"({c['evaluator']})")
         return 0
     except BadInput as exc:

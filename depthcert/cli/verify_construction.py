@@ -181,8 +181,6 @@ def _verify_construction_guarded(args, t_start: float) -> int:
             f"{task.describe()} needs {plan.n_eval} points evaluated ({plan.note}), above the limit "
             f"{args.max_points}; raise it with --max-points {plan.n_eval}"
         )
-    if (args.dask or args.journal) and model.has_softmax:
-        raise BadInput("--dask and --journal apply to exact models; softmax models are decided in one process")
     export()
     runner = None
     if args.dask:
@@ -274,7 +272,8 @@ def _print_human(info: dict, task, v, description: str) -> None:
         if ce.position is not None:
             print(f"  position   {ce.position}  (token {ce.tokens[ce.position]})")
         print(f"  expected   {ce.expected}")
-        print(f"  predicted  {ce.predicted}" + ("  (tie with the expected label)" if ce.tie else ""))
+        print(f"  predicted  {ce.predicted}" + (("  (tie with the expected label" + (": exact tie, proven)" if ce.logit_bounds
+                                                                               else ")")) if ce.tie else ""))
         print(logits_line(ce))
     u = v.undecided
     if u is not None:
@@ -284,11 +283,12 @@ def _print_human(info: dict, task, v, description: str) -> None:
         if u.position is not None:
             print(f"  position   {u.position}")
         print(f"  expected   {u.expected}, not separated from {u.other} at {u.precision} bits")
+        print(f"  limit      {u.limit}")
         if u.margin is None:
             print("  margin     unknown: a hardmax argmax after a softmax layer could not be settled")
         else:
             lo, hi = enclosure_text(u.margin)
-            print(f"  margin     in [{lo}, {hi}]: the balls still contain 0 (an exact tie never separates)")
+            print(f"  margin     in [{lo}, {hi}]: the balls still contain 0")
 
 
 def _show_point(args, task, model, theorem, balls=None) -> int:

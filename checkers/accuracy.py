@@ -1,0 +1,280 @@
+"""Certified accuracy: every point of a dataset decided, for models that need not be correct.
+
+Claim.  `decide_all` reports, for every point, whether the model is certainly correct (the
+label's logit strictly above every other logit at every labelled position), certainly wrong (some
+other logit >= the label's; a tie is wrong), or undecided (softmax models only: certified balls
+still overlap at the precision cap).  `correct + wrong + undecided = points`, every wrong and
+undecided point is listed by index, and the smallest margin over the correct points lies in the
+reported enclosure (exact, lo == hi, for rational models).
+
+How each point is decided:
+  rational models (relu, hardmax, MLP; no softmax)  exact integers (checkers.evaluate), every margin
+  one-layer attention-only softmax models           certified float64 tables (checkers.attention_tables);
+                                                     the points within the error bound tau of a tie in arb
+  other softmax models                               certified float64 intervals over the batch
+                                                     (checkers.softmax_intervals), the points they leave
+                                                     unsure in arb balls (checkers.softmax_balls)
+`method` forces one way for softmax models: "tables", "intervals" or "balls" (arb for every point);
+"auto" takes the first that applies.
+
+Points split into index ranges (chunks) that are independent: any process may decide any chunk,
+and merging the chunks (counts added, lists joined in index order, margin enclosures' minima)
+gives the single-process result exactly.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.model import Model
+
+
+METHODS = ("auto", "tables", "intervals", "balls")
+
+
+@dataclass(frozen=True)
+class ChunkAccuracy:
+    """The decisions of points lo..hi-1."""
+
+    lo: int
+    hi: int
+    correct: int
+    wrong: np.ndarray  # dataset indices (int64, increasing)
+    undecided: np.ndarray
+    margin: tuple[Fraction, Fraction] | None  # encloses the minimum margin over the correct points
+    by_tables: int = 0  # points decided by the certified float64 tables or intervals
+    by_balls: int = 0  # points decided (or left undecided) in arb
+
+    def to_json(self) -> dict:
+        return {"lo": self.lo, "hi": self.hi, "correct": self.correct, "wrong": [int(i) for i in self.wrong],
+                "undecided": [int(i) for i in self.undecided],
+                "margin": None if self.margin is None else [str(self.margin[0]), str(self.margin[1])],
+                "by_tables": self.by_tables, "by_balls": self.by_balls}
+
+    @classmethod
+    def from_json(cls, r: dict) -> "ChunkAccuracy":
+        m = r["margin"]
+        return cls(int(r["lo"]), int(r["hi"]), int(r["correct"]), _indices(r["wrong"]), _indices(r["undecided"]), None if m is None else (Fraction(m[0]), Fraction(m[1])),
+                   int(r.get("by_tables", 0)), int(r.get("by_balls", 0)))
+
+
+@dataclass(frozen=True)
+class AccuracyVerdict:
+    task: str
+    points: int
+    correct: int
+    wrong: np.ndarray  # dataset indices, increasing
+    undecided: np.ndarray
+    margin: tuple[Fraction, Fraction] | None  # min margin over correct points lies in [lo, hi]
+    path: str
+    seconds: float
+    by_tables: int = 0
+    by_balls: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def decided(self) -> bool:
+        return len(self.undecided) == 0
+
+    @property
+    def verdict(self) -> str:
+        """verified (every point correct), refuted (some point certainly wrong), or undecided."""
+        if len(self.wrong):
+            return "refuted"
+        return "verified" if self.decided and self.correct == self.points else "undecided"
+
+
+def _indices(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+def _min_enclosure(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return (min(a[0], b[0]), min(a[1], b[1]))
+
+
+class PointDecider:
+    """Decides index ranges of one (model, task); built once per process."""
+
+    def __init__(self, model: Model, task, start_precision: int | None = None, max_precision: int | None = None,
+                 force_exact: bool = False, method: str = "auto"):
+        from depthcert.checkers import softmax_balls as sb
+        from depthcert.checkers.exhaustive import check_compatible, token_rows
+
+        class_map = check_compatible(model, task)
+        self.model, self.task = model, task
+        self.class_rows = np.array([class_map[i] for i in range(len(task.classes))], dtype=np.int64)
+        self.tokens = token_rows(model, task)
+        self.force_exact = force_exact
+        self._tables: dict[int, object] = {}
+        self.table_reason = None
+        if model.has_softmax:
+            from depthcert.checkers.attention_tables import reason_not_applicable
+            from depthcert.checkers.evaluate import Evaluator
+
+            self.decider = sb.SoftmaxDecider(model, start_precision or sb.START_PRECISION,
+                                             max_precision or sb.MAX_PRECISION)
+            self.prefix = Evaluator(self.decider.prefix_model(), force_exact=force_exact)
+            if method not in METHODS:
+                raise BadInput(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+            why = reason_not_applicable(model) if method in ("auto", "tables") else f"method {method}"
+            if why is None and task.outputs != "last":
+                why = "a task labelling every position"
+            if why is not None and method == "tables":
+                raise BadInput(f"certified tables do not apply to this model: {why}")
+            self.table_reason = why
+            self.method = method
+            self.intervals = None
+            if why is not None and method in ("auto", "intervals"):
+                self._interval_forward()
+            self.path = ("certified float64 tables + arb" if why is None else
+                         "certified float64 intervals + arb" if self.intervals is not None else "certified balls (arb)")
+        else:
+            from depthcert.checkers.evaluate import Evaluator
+
+            self.ev = Evaluator(model, force_exact=force_exact)
+            self.path = f"exact ({self.ev.path})"
+
+    def _interval_forward(self):
+        """The batch interval forward (auto: also where a table cannot be built), or None."""
+        if self.intervals is None and self.method in ("auto", "intervals"):
+            from depthcert.checkers.softmax_intervals import IntervalForward
+
+            self.intervals = IntervalForward(self.model, self.decider.first)
+        return self.intervals
+
+    def _table(self, n: int):
+        if n not in self._tables:
+            from depthcert.checkers.attention_tables import OneLayerTables
+
+            try:
+                self._tables[n] = OneLayerTables(self.model, n)
+            except (OverflowError, ArithmeticError):
+                self._tables[n] = None  # scores too far apart for float64: arb decides
+        return self._tables[n]
+
+    def chunk(self, lo: int, hi: int, batch_size: int = 8192) -> ChunkAccuracy:
+        correct, wrong, undecided, margin = 0, [], [], None
+        by_tables = by_balls = 0
+        for batch in self.task.batches(batch_size, lo, hi):
+            ids = batch.ids if self.tokens is None else self.tokens[batch.ids]
+            if not self.model.has_softmax:
+                c, w, m = self._exact_batch(batch, ids)
+                correct += c
+                wrong.extend(w)
+                margin = _min_enclosure(margin, m)
+                continue
+            todo = np.arange(len(batch.index))
+            tab = self._table(ids.shape[1]) if self.table_reason is None else None
+            if tab is not None:
+                status, mhat = tab.decide(ids, self.class_rows[batch.labels])
+                ok = status == 1
+                correct += int(ok.sum())
+                wrong.extend(int(i) for i in batch.index[status == 0])
+                by_tables += int((status >= 0).sum())
+                if ok.any():
+                    low = float(mhat[ok].min())
+                    # low -/+ tau rounded outward (one rounding, then one float further out)
+                    margin = _min_enclosure(margin, (Fraction(float(np.nextafter(low - tab.tau, -np.inf))),
+                                                     Fraction(float(np.nextafter(low + tab.tau, np.inf)))))
+                todo = np.nonzero(status < 0)[0]
+            elif self._interval_forward() is not None:
+                Hnum, den = self.prefix.logits_all(ids)
+                n = ids.shape[1]
+                if batch.labels.ndim == 1:
+                    lab = np.full((len(ids), n), -1, dtype=np.int64)
+                    lab[:, n - 1] = self.class_rows[batch.labels]
+                else:
+                    lab = np.where(batch.labels >= 0, self.class_rows[np.maximum(batch.labels, 0)], -1)
+                status, lo_m, hi_m, _ = self._interval_forward().decide(Hnum, den, lab)
+                ok = status == 1
+                correct += int(ok.sum())
+                wrong.extend(int(i) for i in batch.index[status == -1])
+                by_tables += int((status != 0).sum())
+                if ok.any():
+                    margin = _min_enclosure(margin, (Fraction(float(lo_m[ok].min())), Fraction(float(hi_m[ok].min()))))
+                todo = np.nonzero(status == 0)[0]
+            if len(todo):
+                c, w, u, m = self._ball_points(batch, ids, todo)
+                correct += c
+                wrong.extend(w)
+                undecided.extend(u)
+                by_balls += len(todo)
+                margin = _min_enclosure(margin, m)
+        return ChunkAccuracy(lo, hi, correct, _indices(sorted(wrong)), _indices(sorted(undecided)), margin,
+                             by_tables, by_balls)
+
+    def _exact_batch(self, batch, ids):
+        from depthcert.checkers.exhaustive import check_batch
+        from depthcert.checkers.tasks import Batch
+
+        margins, den, _, _, _ = check_batch(self.ev, Batch(batch.index, ids, batch.labels), self.class_rows,
+                                            None, need_logits=False)
+        if len(margins) and margins[0] is None:  # a single class: every point correct, no margin
+            return len(margins), [], None
+        bad = np.array([m <= 0 for m in margins], dtype=bool)
+        good = [m for m, b in zip(margins, bad) if not b]
+        m = None
+        if good:
+            low = Fraction(int(min(good)), den)
+            m = (low, low)
+        return int((~bad).sum()), [int(i) for i in batch.index[bad]], m
+
+    def _ball_points(self, batch, ids, rows):
+        from depthcert.checkers.exhaustive import _ball_labels
+
+        Hnum, den = self.prefix.logits_all(ids[rows])
+        n = ids.shape[1]
+        correct, wrong, undecided, margin = 0, [], [], None
+        for k, i in enumerate(rows):
+            d = self.decider.decide(Hnum[k], den, _ball_labels(batch.labels[i], self.class_rows, n))
+            if d.status == "correct":
+                correct += 1
+                if d.margin is not None:
+                    margin = _min_enclosure(margin, d.margin)
+            elif d.status == "wrong":
+                wrong.append(int(batch.index[i]))
+            else:
+                undecided.append(int(batch.index[i]))
+        return correct, wrong, undecided, margin
+
+
+def merge(task, results, path: str, seconds: float, notes=()) -> AccuracyVerdict:
+    """Chunk results covering 0..size-1 exactly once -> the verdict (order-independent)."""
+    results = sorted(results, key=lambda r: r.lo)
+    at = 0
+    for r in results:
+        if r.lo != at:
+            raise BadInput(f"chunks do not cover the dataset: a gap or overlap at point {at}")
+        at = r.hi
+    if at != task.size:
+        raise BadInput(f"chunks cover {at} of {task.size} points")
+    margin = None
+    for r in results:
+        margin = _min_enclosure(margin, r.margin)
+    wrong = np.concatenate([_indices([])] + [r.wrong for r in results])
+    undecided = np.concatenate([_indices([])] + [r.undecided for r in results])
+    correct = sum(r.correct for r in results)
+    if correct + len(wrong) + len(undecided) != task.size:
+        raise BadInput("chunk counts do not add up to the dataset size")
+    return AccuracyVerdict(task.name, task.size, correct, wrong, undecided, margin, path, seconds,
+                           sum(r.by_tables for r in results), sum(r.by_balls for r in results), tuple(notes))
+
+
+def chunks(size: int, chunk: int) -> list[tuple[int, int]]:
+    return [(lo, min(size, lo + chunk)) for lo in range(0, size, chunk)]
+
+
+def decide_all(model: Model, task, chunk_points: int = 65536, batch_size: int = 8192, **opts) -> AccuracyVerdict:
+    """Every point in this process (the reference the sharded runs must equal)."""
+    t0 = time.perf_counter()
+    dec = PointDecider(model, task, **opts)
+    results = [dec.chunk(lo, hi, batch_size) for lo, hi in chunks(task.size, chunk_points)]
+    return merge(task, results, dec.path, time.perf_counter() - t0)

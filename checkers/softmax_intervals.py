@@ -1,0 +1,598 @@
+"""Certified float64 intervals for softmax models, over whole batches (docs/softmax.md, "Float
+intervals", is the line-by-line error analysis).
+
+Claim.  For every point of a batch, `IntervalForward.decide` returns intervals [lo, hi] of
+float64 numbers that contain every exact logit difference (label minus class) of the model
+from its first softmax layer on, given the exact rational stream entering that layer.  A point
+is `correct` when every difference at every labelled position has lo > 0, `wrong` when some
+difference has hi < 0, and `unsure` otherwise (overlap, a hardmax argmax the intervals cannot
+settle, any inf/NaN, an exponent outside exp's checked range): unsure points go to arb balls
+(checkers/softmax_balls.py), and so do wrong ones (for their certified details).
+
+How every operation is bounded (u = 2^-53, eta = 2^-1074, gamma_k = k u / (1 - k u)):
+  * values are midpoint-radius pairs <m, r> of float64 arrays: the exact value x has |x - m| <= r;
+  * a single IEEE operation (numpy's +, -, *, / on float64 are correctly rounded) is followed by
+    `_up` / `_dn` (the next float up / down) where an upper / lower bound of the exact result is
+    needed;
+  * a dot product of length k in any order, with or without FMA, errs by at most
+    gamma_k sum |x_i y_i| + k eta (Higham, Accuracy and Stability of Numerical Algorithms, 2nd
+    ed., eq. 3.5, plus eta per product for underflow); a product of non-negative matrices is
+    bounded above by `_mm_up`;
+  * sums of non-negative terms (np.sum, any order) err by at most gamma_n times the sum;
+  * exp: numpy's exp is assumed accurate to EXP_REL (2^-50, i.e. 4 ulp) relative error for
+    arguments in [EXP_LOW, 0 + small]; the test suite checks that assumption against arb on
+    random and extreme arguments of the whole range used (tests/test_softmax_intervals.py).
+    Below EXP_LOW = -700 the result is replaced by the interval [0, 2^-1000] without calling exp
+    (exp(-700) < 2^-1000), so subnormal results never need an accuracy claim.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from depthcert.checkers.model import Model
+
+U = 2.0 ** -53
+ETA = 2.0 ** -1074
+EXP_REL = 2.0 ** -50  # assumed relative accuracy of np.exp on [EXP_LOW, 1] (checked by tests)
+EXP_LOW = -700.0
+EXP_TINY = 2.0 ** -1000  # >= exp(x) for every x <= EXP_LOW
+INF = np.inf
+
+
+def _nudge(z):
+    """|z| 2^-51 + 2 eta: the amount _hi/_lo move a value by."""
+    a = np.abs(z)
+    a *= 2.0 ** -51
+    a += 2 * ETA
+    return a
+
+
+def _hi(z):
+    """For z the correctly rounded result of one operation (exact value t): a float >= t.
+    |t - z| <= u |z| (or <= eta/2 where the result is tiny); z + (|z| 2^-51 + 2 eta), rounded,
+    is >= z + 3u |z| - eta/2 - rounding >= z + u |z| for |z| >= 2^-1021, and below that every
+    operation involved is exact up to eta, leaving >= z + eta >= t."""
+    return z + _nudge(z)
+
+
+def _lo(z):
+    """The mirror image of _hi: a float <= the exact result z was rounded from."""
+    return z - _nudge(z)
+
+
+UP = 1.0 + 4 * U  # exactly representable
+
+
+def _up1(x):
+    """For x >= 0 the correctly rounded result of one operation on exact non-negative reals
+    (true value t <= x (1 + u) + eta/2): a float >= t.  Normal x >= 2^-1021: fl(x UP) >=
+    x (1 + 4u)(1 - u) >= x (1 + 2u) and fl(y + eta) >= y, so the result >= x (1 + u) + u x >= t.
+    Smaller x: fl(x UP) >= x - eta/2 and the addition of eta is exact there: >= x + eta/2 >= t."""
+    x = x * UP
+    x += ETA
+    return x
+
+
+def _float_up(q: Fraction) -> float:
+    """The smallest float >= q (q a finite Fraction of moderate size)."""
+    f = float(q)
+    while Fraction(f) < q:
+        f = float(np.nextafter(f, INF))
+    return f
+
+
+def _float_dn(q: Fraction) -> float:
+    f = float(q)
+    while Fraction(f) > q:
+        f = float(np.nextafter(f, -INF))
+    return f
+
+
+def gamma(k: int) -> Fraction:
+    k = max(k, 2)
+    return Fraction(k, 2**53 - k)  # k u / (1 - k u) with u = 2^-53
+
+
+_FACTORS: dict = {}
+
+
+def _factor(k: int) -> float:
+    """F_k: a float >= (1 + 2^-50) / (1 - gamma_k)."""
+    if k not in _FACTORS:
+        _FACTORS[k] = _float_up((1 + Fraction(1, 2**50)) / (1 - gamma(k)))
+    return _FACTORS[k]
+
+
+def _bound(R, k: int, extra: int = 0):
+    """An upper bound of a non-negative quantity t whose float evaluation R (a sum of at most k
+    products of non-negative floats, in any order, FMA or not) satisfies
+    t <= (R + k eta) / (1 - gamma_k) + extra eta  (Higham eq. 3.5 plus eta per product for
+    underflow, plus `extra` eta added by the caller's own error terms).  Returns
+    fl(fl(R F_k) + 2 (k + extra + 2) eta): fl(R F_k) >= R (1 + 2u) / (1 - gamma_k) - eta/2, and the
+    final addition loses at most u of the sum (or nothing, in the subnormal range).  In place."""
+    R *= _factor(k)
+    R += 2 * (k + extra + 2) * ETA
+    return R
+
+
+class Interval:
+    """<m, r>: the exact values x satisfy |x - m| <= r, elementwise (r None: exactly m; r may
+    have shape (B, 1, d), one radius for every row of a point, broadcast)."""
+
+    __slots__ = ("m", "r")
+
+    def __init__(self, m, r):
+        self.m, self.r = m, r
+
+    def bounds(self):
+        """Floats lo <= x <= hi."""
+        if self.r is None:
+            return self.m, self.m
+        return _lo(self.m - self.r), _hi(self.m + self.r)
+
+    @staticmethod
+    def from_bounds(lo, hi) -> "Interval":
+        """<m, r> enclosing [lo, hi]: m any float, r >= max(hi - m, m - lo) (one rounding each)."""
+        m = 0.5 * (lo + hi)
+        return Interval(m, _hi(np.maximum(hi - m, m - lo)))
+
+
+def _is_dyadic(q: Fraction) -> bool:
+    """q is a float64 exactly (a numerator of <= 53 bits over a power of 2, in the normal range)."""
+    d = q.denominator
+    return d & (d - 1) == 0 and abs(q.numerator).bit_length() <= 53 and d.bit_length() <= 1000
+
+
+class ExactMatrix:
+    """A rational weight matrix W as floats: Wm = fl(W), Wr >= |W - Wm|, and the derived
+    non-negative matrices a product needs (|Wm| + Wr, Wr + gamma_k |Wm|, transposed)."""
+
+    def __init__(self, M):
+        M = np.asarray(M, dtype=object)
+        self.shape = M.shape
+        flat = [v if type(v) is Fraction else Fraction(v) for v in M.ravel()]
+        m = np.empty(len(flat))
+        r = np.zeros(len(flat))
+        for i, v in enumerate(flat):
+            try:
+                m[i] = v.numerator / v.denominator  # int / int: correctly rounded
+            except OverflowError:
+                m[i], r[i] = INF, INF
+                continue
+            d = v.denominator
+            if d & (d - 1) or abs(v.numerator).bit_length() > 53 or d.bit_length() > 1000:
+                r[i] = _float_up(abs(v - Fraction(m[i]))) if np.isfinite(m[i]) else INF  # the exact error
+        self.m = m.reshape(M.shape)
+        self.r = r.reshape(M.shape)
+        self.finite = bool(np.isfinite(self.m).all() and np.isfinite(self.r).all())
+
+    def right(self):
+        """For X @ W.T (a contraction of length k = W's columns): (Wm^T, A^T = (|Wm| + Wr)^T
+        rounded up, and per row i of W upper bounds cs_i >= sum_j (Wr + gamma_k |Wm|)_ij and
+        as_i >= sum_j A_ij)."""
+        g = _float_up(gamma(self.shape[1]))
+        absm = np.abs(self.m)
+        C = _up1(self.r + _up1(g * absm))
+        A = _up1(absm + self.r)
+        cs = _bound(C.sum(axis=1), self.shape[1])  # a sum of k non-negative floats (products by 1)
+        as_ = _bound(A.sum(axis=1), self.shape[1])
+        return np.ascontiguousarray(self.m.T), np.ascontiguousarray(A.T), cs, as_
+
+
+def _rowmax(A):
+    """An upper bound of max_j A[..., j] for every row: the maximum over each point's whole array
+    (one contiguous reduction per point, much faster than numpy's short-row reductions; a
+    maximum over more entries is still an upper bound)."""
+    B = A.shape[0]
+    return A.reshape(B, -1).max(axis=1).reshape((B,) + (1,) * (A.ndim - 1))
+
+
+def _absmax(A):
+    """Per point (first axis), max |A| over everything else, shaped to broadcast; exact."""
+    B = A.shape[0]
+    flat = A.reshape(B, -1)
+    out = np.maximum(flat.max(axis=1), -flat.min(axis=1))
+    return out.reshape((B,) + (1,) * (A.ndim - 1))
+
+
+def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = False) -> Interval:
+    """X @ W^T for an exact matrix W given as ExactMatrix.right() = (Wm^T, A^T, cs):
+    |exact - fl(Xm Wm^T)|_i <= gamma_k sum_j |x_j||W_ij| + k eta + sum_j |x_j| Wr_ij
+                               + sum_j xr_j (|W_ij| + Wr_ij)
+                            <= max_j |x_j| cs_i + max_j xr_j as_i + k eta       (Holder)
+    or, with radius_product, the last sum as the product (Xr A^T)_i itself (the read-out: a
+    large radius of one row does not leak into a logit that does not read it); fl of these is
+    a float sum of at most k + 1 non-negative products (_bound).
+    bias <bm, br>: m = fl(fl(Xm Wm^T) + bm) adds br + u |m| (two more terms of the sum)."""
+    Wm_T, A_T, cs, as_ = W
+    k = Wm_T.shape[0]
+    m = X.m @ Wm_T
+    if radius_product:
+        R = np.empty_like(m)
+        np.multiply(_absmax(X.m), cs, out=R)
+        if X.r is not None:
+            R += X.r @ A_T
+    else:  # the same bound for every row of a point: a radius array of shape (B, 1, d_out)
+        R = _absmax(X.m) * cs
+        if X.r is not None:  # Holder again: sum_j xr_j A_ij <= max_j xr_j as_i, one more product
+            R += _rowmax(X.r) * as_
+    if bias is None:
+        return Interval(m, _bound(R, k + 1, extra=k))
+    m += bias.m
+    R = R + _absmax(m) * U  # u |fl(m)| <= u max |fl(m)| over the point
+    R += bias.r
+    return Interval(m, _bound(R, k + 3, extra=k + 1))
+
+
+def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
+    """X @ Y (batched), both intervals, contraction length k:
+    |exact - fl(Xm Ym)|_ki <= gamma_k sum_j |x_kj||y_ji| + k eta + sum_j |x_kj| yr_ji
+                              + sum_j xr_kj (|y_ji| + yr_ji)
+                           <= ||x_k||_1 max_j (yr_ji + gamma_k |y_ji|) + ||xr_k||_1 max_j (|y_ji| + yr_ji) + k eta
+                           <= ||x_k||_1 (max_j yr_ji + gamma_k max_j |y_ji|) + ||xr_k||_1 (max_j |y_ji| + max_j yr_ji) + k eta
+    (Holder, then the maxima of each column taken apart), the l1 norms and maxima taken of floats
+    rounded up (_bound, _up1); fl of the
+    two products and their sum is a float sum of 2 non-negative products (_bound).
+    radius_product: the second term as the product Xr (|Ym| + Yr) itself (tighter where a few
+    large radii of X meet small entries of Y: attention weights times values)."""
+    k = X.m.shape[-1]
+    g = _float_up(gamma(k))
+    absY = np.abs(Y.m)
+    m = X.m @ Y.m
+    # per column i: max_j (yr_ji + gamma_k |y_ji|) <= max_j yr_ji + gamma_k max_j |y_ji| (equal when
+    # the radius is shared by every row j); _up1, + and * by g >= 0 are monotone, so rounding the
+    # maxima up bounds the maximum of the rounded terms
+    ymax = absY.max(axis=-2, keepdims=True)
+    rmax = None if Y.r is None else (Y.r if Y.r.shape[-2] == 1 else Y.r.max(axis=-2, keepdims=True))
+    cmax = _up1(g * ymax) if rmax is None else _up1(rmax + _up1(g * ymax))
+    R = _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k) * cmax
+    if X.r is not None:
+        if radius_product:  # sum_j xr_kj (|y_ji| + yr_ji) itself: k more products in the float sum
+            ay = absY if Y.r is None else _up1(absY + Y.r)
+            R += X.r @ ay
+            return Interval(m, _bound(R, k + 1, extra=k))
+        aymax = ymax if rmax is None else _up1(ymax + rmax)  # >= max_j (|y_ji| + yr_ji), rounded up
+        R += _bound(X.r.sum(axis=-1, keepdims=True), k) * aymax
+    return Interval(m, _bound(R, 2, extra=k))
+
+
+def add(X: Interval, Y: Interval) -> Interval:
+    """X + Y: |x + y - fl(xm + ym)| <= xr + yr + u |fl(xm + ym)| (additions do not underflow);
+    that sum of three non-negative terms is bounded by _bound."""
+    m = X.m + Y.m
+    R = np.abs(m)
+    R *= U
+    if X.r is not None:
+        R += X.r
+    if Y.r is not None:
+        R += Y.r
+    return Interval(m, _bound(R, 3, extra=1))
+
+
+def scale(X: Interval, c: tuple[float, float]) -> Interval:
+    """c X for a real c enclosed by <cm, cr>: |cx - fl(cm xm)| <= |cm| xr + cr (|xm| + xr)
+    + u |fl(cm xm)| + eta/2, a sum of at most 4 products of non-negative floats (_bound)."""
+    cm, cr = c
+    if cm == 1.0 and cr == 0.0:
+        return X
+    m = cm * X.m
+    R = np.abs(m)
+    R *= U
+    if X.r is not None:
+        R += abs(cm) * X.r
+    if cr:
+        R += cr * (np.abs(X.m) if X.r is None else np.abs(X.m) + X.r)
+    return Interval(m, _bound(R, 6, extra=1))
+
+
+def relu(X: Interval) -> Interval:
+    """relu elementwise: unchanged where m >= r (x >= 0 surely), 0 where m <= -r (x <= 0
+    surely; both exact float comparisons), else <h/2, h/2 + eta> with h >= m + r (covers [0, h])."""
+    if X.r is None:
+        return Interval(np.maximum(X.m, 0.0), None)
+    pos = X.m >= X.r
+    mixed = X.m > -X.r
+    mixed &= ~pos
+    # not mixed: m where x >= 0 surely (m >= r >= 0, so max(m, 0) = m), else 0 (m <= -r <= 0)
+    m = np.maximum(X.m, 0.0)
+    r = np.where(pos, X.r, 0.0)
+    if mixed.any():  # the straddling entries only (usually few)
+        idx = np.nonzero(mixed)
+        half = _hi(X.m[idx] + np.broadcast_to(X.r, X.m.shape)[idx]) * 0.5
+        m[idx] = half
+        r[idx] = half + ETA
+    return Interval(m, r)
+
+
+EXP_LO_FACTOR = 1.0 - 2 * EXP_REL  # fl(e * this) <= exp(x) when |e - exp(x)| <= EXP_REL exp(x)
+EXP_HI_FACTOR = 1.0 + 2 * EXP_REL
+
+
+def exp_bounds(lo, hi):
+    """Floats E_lo <= exp(t) <= E_hi for every real t in [lo, hi] (hi at most a few): below
+    EXP_LOW the result is [0, EXP_TINY]; elsewhere np.exp's value e (relative error <= EXP_REL,
+    results >= 1e-304 are normal) times (1 -+ 2 EXP_REL): e (1 - 2E)(1 + u) <= exp(t)(1 + E)(1 - 2E)
+    (1 + u) < exp(t), and the mirror inequality above."""
+    el = np.exp(np.maximum(lo, EXP_LOW))
+    eh = np.exp(np.maximum(hi, EXP_LOW))
+    E_lo = np.where(lo < EXP_LOW, 0.0, el * EXP_LO_FACTOR)
+    E_hi = np.where(hi < EXP_LOW, EXP_TINY, eh * EXP_HI_FACTOR)
+    return E_lo, E_hi
+
+
+def softmax(T: Interval, mask) -> Interval:
+    """Weights over the last axis (keys) of scaled scores T (..., q, j); mask: keys allowed
+    (broadcastable) or None.  With any shift s (the largest midpoint; softmax is shift-invariant
+    in real arithmetic), E_j in [exp(lo_j - s), exp(hi_j - s)], Z = sum E_j, and the weight
+    E_j / Z in [E_lo_j / Z_hi, E_hi_j / Z_lo] (clipped to [0, 1])."""
+    lo, hi = T.bounds()
+    mid = T.m if mask is None else np.where(mask, T.m, -INF)
+    s = mid.max(axis=-1, keepdims=True)
+    E_lo, E_hi = exp_bounds(_lo(lo - s), _hi(hi - s))
+    if mask is not None:
+        E_lo = np.where(mask, E_lo, 0.0)
+        E_hi = np.where(mask, E_hi, 0.0)
+    n = T.m.shape[-1]
+    g = gamma(n)
+    # |fl(sum) - sum| <= gamma_n sum for non-negative terms: sum >= fl (1 - gamma), <= fl / (1 - gamma)
+    Z_lo = E_lo.sum(axis=-1, keepdims=True) * _float_dn(1 - 2 * g)  # (1 - 2g)(1 + u) <= 1 - g
+    Z_hi = E_hi.sum(axis=-1, keepdims=True) * _factor(n)  # F_n (1 - u) >= 1 / (1 - g)
+    A_lo = np.maximum(_lo(E_lo / Z_hi), 0.0)
+    A_hi = np.minimum(_hi(E_hi / Z_lo), 1.0)
+    A_lo = np.where(np.isnan(A_lo), 0.0, A_lo)
+    A_hi = np.where(np.isnan(A_hi), 1.0, A_hi)
+    return Interval.from_bounds(A_lo, A_hi)
+
+
+def hardmax(S: Interval, mask):
+    """(weights, settled): keys certainly at the maximum, equal weights 1/count; `settled` is
+    False (per batch row and query) where some key may or may not reach it."""
+    lo, hi = S.bounds()
+    if mask is not None:
+        lo = np.where(mask, lo, -INF)
+        hi = np.where(mask, hi, -INF)
+    best_lo = lo.max(axis=-1, keepdims=True)
+    cand = hi >= best_lo
+    if mask is not None:
+        cand &= mask
+    count = cand.sum(axis=-1, keepdims=True)
+    settled = (count == 1).all(axis=-1)
+    w = np.where(cand, 1.0 / np.maximum(count, 1), 0.0)
+    return Interval(w, _up1(U * w)), settled  # 1/count is correctly rounded: error <= u |w|
+
+
+class IntervalForward:
+    """The model from its first softmax layer on, over batches, in certified float64 intervals."""
+
+    def __init__(self, model: Model, first: int):
+        self.model, self.first = model, first
+        self.layers = []
+        ok = True
+        for layer in model.layers[first:]:
+            heads = []
+            for h in layer:
+                qk, v = ExactMatrix(h.W_QK), ExactMatrix(h.W_V)
+                ok &= qk.finite and v.finite
+                c = None
+                if h.attention == "softmax":
+                    c = _scale_interval(h.scale, h.scale_sqrt_divisor)
+                heads.append((qk.right(), v.right(), h.attention, c))
+            mlp = None
+            if layer.mlp is not None:
+                W1, W2 = ExactMatrix(layer.mlp.W1), ExactMatrix(layer.mlp.W2)
+                b1, b2 = ExactMatrix(np.asarray(layer.mlp.b1).reshape(1, -1)), ExactMatrix(np.asarray(layer.mlp.b2).reshape(1, -1))
+                ok &= W1.finite and W2.finite and b1.finite and b2.finite
+                mlp = (W1.right(), Interval(b1.m[0], b1.r[0]), W2.right(), Interval(b2.m[0], b2.r[0]))
+            inv_m = _const_interval(Fraction(1, len(layer))) if len(layer) else None
+            self.layers.append((heads, layer.causal, mlp, inv_m))
+        self.first_int = [_integer_form(h.W_QK) for h in model.layers[first]] if first < len(model.layers) else []
+        WO = ExactMatrix(model.W_O)
+        ok &= WO.finite
+        self.W_O = WO.right()
+        self.usable = ok
+        self.decided = 0  # points certified correct so far (read by the verdict's path line)
+
+    def _exact_scores(self, li: int, hi: int, Hnum: np.ndarray, den: int, q: int) -> Interval | None:
+        """The first softmax layer's scores from the exact stream: W_QK = W_int 2^-e with integer
+        W_int, so s = h_j^T W_int h_k 2^-e / den^2 with integer numerators Hnum.  When
+        max|Hnum|^2 sum|W_int| < 2^53 every partial sum of the float64 products is an integer
+        below 2^53, hence exact; the scaling by 2^-e is exact and the one division by den^2 is
+        correctly rounded (error <= u |s| + eta/2).  None when the form or the bound fails."""
+        form = self.first_int[hi]
+        if form is None or Hnum.dtype == object or den * den >= 2**53:
+            return None
+        W_int, e, total = form
+        M = float(np.abs(Hnum).max()) if Hnum.size else 0.0
+        if M * M * total >= 2.0 ** 53:
+            return None
+        Hf = Hnum.astype(np.float64)
+        Qf = Hf[:, Hf.shape[1] - q:]
+        S = (Qf @ W_int.T) @ Hf.transpose(0, 2, 1)  # exact integers (B, q, j)
+        S *= 2.0 ** -e
+        if den != 1:
+            S /= float(den * den)
+            R = np.abs(S)
+            R *= U
+            R += ETA
+            return Interval(S, R)
+        return Interval(S, None) if 2.0 ** -e >= 2.0 ** -1000 else None
+
+    CHUNK = 512  # points per pass: every bound is per point, and arrays this small stay in cache
+
+    def decide(self, Hnum: np.ndarray, den: int, labels: np.ndarray):
+        with np.errstate(all="ignore"):  # inf/NaN make a point unsure; numpy need not warn
+            B = Hnum.shape[0]
+            if B <= self.CHUNK:
+                return self._decide(Hnum, den, labels)
+            parts = [self._decide(Hnum[i:i + self.CHUNK], den, labels[i:i + self.CHUNK])
+                     for i in range(0, B, self.CHUNK)]
+            return tuple(np.concatenate([p[j] for p in parts]) for j in range(4))
+
+    def _decide(self, Hnum: np.ndarray, den: int, labels: np.ndarray):
+        """Hnum (B, n, d') integer numerators over den of the exact stream entering the first
+        softmax layer; labels (B, n) model class rows per position, -1 where unlabelled.
+        Returns (status (B,) int8: 1 correct, -1 wrong, 0 unsure; lo, hi (B,) float64: the
+        margin (minimum over labelled positions and other classes) lies in [lo, hi] for
+        correct points; position (B,) of the smallest lower end)."""
+        B, n, d = Hnum.shape
+        status = np.zeros(B, dtype=np.int8)
+        lo_out = np.full(B, np.nan)
+        hi_out = np.full(B, np.nan)
+        pos_out = np.full(B, n - 1, dtype=np.int64)
+        if not self.usable or B == 0:
+            return status, lo_out, hi_out, pos_out
+        if Hnum.dtype == object and max((abs(int(v)) for v in Hnum.flat), default=0) < 2**53:
+            Hnum = Hnum.astype(np.int64)  # the big-integer prefix's numbers, as the float64 prefix gives them
+        X = _stream(Hnum, den)
+        if X is None:
+            return status, lo_out, hi_out, pos_out
+        ok = np.ones(B, dtype=bool)
+        labelled = labels >= 0
+        last_only = not labelled[:, : n - 1].any()
+        causal_mask = np.tril(np.ones((n, n), dtype=bool))  # [query k, key j]: j <= k
+        for li, (heads, causal, mlp, inv_m) in enumerate(self.layers):
+            last = li == len(self.layers) - 1
+            Q = X if not (last_only and last) else Interval(X.m[:, n - 1:], _last_rows(X.r, n))
+            q0 = n - Q.m.shape[1]
+            mask = causal_mask[q0:] if causal else None
+            if heads:
+                upd = None
+                for hi_, (qk, v, kind, c) in enumerate(heads):
+                    S = self._exact_scores(li, hi_, Hnum, den, Q.m.shape[1]) if li == 0 else None
+                    if S is None:
+                        Wq = lin(Q, qk)  # rows: queries k, (W_QK h_k)^T
+                        S = mul(Wq, _transpose(X))  # (B, q, j): score of key j for query k
+                    if kind == "softmax":
+                        A = softmax(scale(S, c), mask)
+                    elif kind == "relu":
+                        A = relu(S)
+                        if mask is not None:
+                            A = Interval(np.where(mask, A.m, 0.0), None if A.r is None else np.where(mask, A.r, 0.0))
+                    else:
+                        A, settled = hardmax(S, mask)
+                        ok &= settled.all(axis=-1)
+                    term = mul(A, lin(X, v), radius_product=True)  # (B, q, d')
+                    upd = term if upd is None else add(upd, term)
+                Q = add(Q, scale(upd, inv_m))
+            if mlp is not None:
+                W1, b1, W2, b2 = mlp
+                P = relu(lin(Q, W1, b1))
+                Q = add(Q, lin(P, W2, b2))
+            X = Q
+            ok &= _finite_points(X.m) & (X.r is None or _finite_points(X.r))
+        L = lin(X, self.W_O, radius_product=True)  # (B, q, C) logits: radii kept apart per row
+        q0 = n - L.m.shape[1]
+        lab = labels[:, q0:]
+        y = np.maximum(lab, 0)
+        Ly = Interval(np.take_along_axis(L.m, y[..., None], axis=-1), np.take_along_axis(L.r, y[..., None], axis=-1))  # lin gives r
+        D = add(Ly, Interval(-L.m, L.r))  # label minus every class (the label's own entry is 0)
+        C = L.m.shape[-1]
+        own = np.arange(C)[None, None, :] == y[..., None]
+        use = lab >= 0
+        ok &= (np.isfinite(D.m) & np.isfinite(D.r)).all(axis=(1, 2))
+        if C == 1:
+            status[ok] = 1
+            return status, lo_out, hi_out, pos_out
+        # x > 0 surely iff m - r > 0 iff m > r, and x < 0 surely iff m < -r: exact float comparisons
+        pos_correct = np.where(own, True, D.m > D.r).all(axis=-1)
+        pos_wrong = np.where(own, False, D.m < -D.r).any(axis=-1)
+        correct = ok & np.where(use, pos_correct, True).all(axis=1)
+        wrong = ok & np.where(use, pos_wrong, False).any(axis=1)
+        status[correct] = 1
+        status[wrong & ~correct] = -1
+        d_lo, d_hi = D.bounds()
+        p_lo = np.where(own, INF, d_lo).min(axis=-1)
+        p_hi = np.where(own, INF, d_hi).min(axis=-1)
+        lo_all = np.where(use, p_lo, INF)
+        lo_out = lo_all.min(axis=1)
+        hi_out = np.where(use, p_hi, INF).min(axis=1)
+        pos_out = q0 + lo_all.argmin(axis=1)
+        return status, lo_out, hi_out, pos_out
+
+
+def _integer_form(M):
+    """(W_int as float64, e, sum |W_int|) with M = W_int 2^-e, W_int integers below 2^53, or None."""
+    vals = [v if type(v) is Fraction else Fraction(v) for v in np.asarray(M, dtype=object).ravel()]
+    e = 0
+    for v in vals:
+        d = v.denominator
+        if d & (d - 1):
+            return None
+        e = max(e, d.bit_length() - 1)
+    if e > 900:
+        return None
+    ints = [int(v * (1 << e)) for v in vals]
+    if any(abs(x) >= 2**53 for x in ints):
+        return None
+    total = sum(abs(x) for x in ints)
+    return np.array(ints, dtype=np.float64).reshape(np.shape(M)), e, float(total)
+
+
+def _finite_points(A):
+    """Per point (first axis): every entry finite.  One reduction: a sum over finite floats is
+    finite or overflows to inf; an inf or NaN entry makes it inf or NaN.  An overflowing sum
+    only marks the point unsure (sound)."""
+    return np.isfinite(A.reshape(A.shape[0], -1).sum(axis=1))
+
+
+def _last_rows(r, n):
+    """The radius of the last position (radii may be shared by every row: shape (B, 1, d))."""
+    if r is None or r.shape[1] == 1:
+        return r
+    return r[:, n - 1:]
+
+
+def _transpose(X: Interval) -> Interval:
+    return Interval(np.swapaxes(X.m, -1, -2), None if X.r is None else np.swapaxes(X.r, -1, -2))
+
+
+def _broadcast(b: Interval, shape) -> Interval:
+    return Interval(np.broadcast_to(b.m, shape + b.m.shape), np.broadcast_to(b.r, shape + b.r.shape))
+
+
+def _stream(Hnum: np.ndarray, den: int) -> Interval | None:
+    """The exact stream Hnum / den as an interval (None when it does not fit float64 safely).
+    Integer numerators below 2^53 (numpy int64 or Python ints) go through the same division, so
+    the float64 and big-integer prefixes give the same interval."""
+    if Hnum.dtype == object:
+        big = max((abs(int(v)) for v in Hnum.flat), default=0)
+        if big < 2**53:
+            Hnum = Hnum.astype(np.int64)
+    if Hnum.dtype == object or abs(den) >= 2**53:
+        try:
+            M = np.vectorize(lambda v: float(Fraction(int(v), den)), otypes=[np.float64])(Hnum)
+        except OverflowError:
+            return None
+    else:
+        if Hnum.size and np.abs(Hnum).max() >= 2**53:
+            return None
+        M = Hnum.astype(np.float64) / float(den)  # one correctly rounded division per entry
+    if not np.isfinite(M).all():
+        return None
+    if den == 1 and Hnum.dtype != object:
+        return Interval(M, None)  # integers below 2^53: exact
+    # a correctly rounded quotient errs by at most u |M| (at most eta/2 if it is subnormal); U |M|
+    # is exact unless it is subnormal (then it loses at most eta/2): U |M| + eta covers both
+    R = np.abs(M)
+    R *= U
+    R += ETA
+    return Interval(M, R)
+
+
+def _const_interval(q: Fraction) -> tuple[float, float]:
+    m = float(q)
+    return m, _float_up(abs(q - Fraction(m)))
+
+
+def _scale_interval(scale: Fraction, divisor: Fraction) -> tuple[float, float]:
+    """<cm, cr> enclosing c = scale / sqrt(divisor): exact comparisons of squares."""
+    c2 = scale * scale / divisor  # c^2, c > 0
+    cm = float(scale) / float(np.sqrt(float(divisor)))
+    lo, hi = cm, cm
+    while lo > 0 and Fraction(lo) ** 2 > c2:
+        lo = float(np.nextafter(lo, 0.0))
+    while Fraction(hi) ** 2 < c2:
+        hi = float(np.nextafter(hi, INF))
+    return cm, _float_up(max(Fraction(hi) - Fraction(cm), Fraction(cm) - Fraction(lo)))

@@ -1,0 +1,383 @@
+"""Softmax decided completely and fast (issue 25) and its hostile inputs (issue 22, part 6).
+
+  * checkers/softmax_intervals.py: np.exp within EXP_REL of arb over the range used; interval
+    decisions never contradict arb at 512 bits on random models with huge and tiny scores, and
+    every certified margin enclosure contains the arb margin;
+  * checkers/softmax_ties.py: ties reached through exp are proven (exact cancellation of two
+    heads, three equal logits of a tracr program), a hardmax after softmax with tied scores is
+    decided, and a model outside the Lindemann-Weierstrass normal form stays undecided saying so;
+  * scales of 10^30 and scores of -10^8 / -10^13 get the right verdict within seconds, and a
+    counterexample with exp(-10^13) prints without building a 2^(10^13) integer.
+"""
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from depthcert.checkers import softmax_intervals as si
+from depthcert.checkers.tasks.dataset_file import DatasetTask
+from depthcert.checkers.evaluate import Evaluator
+from depthcert.checkers.exhaustive import verify
+from depthcert.checkers.layout import BlockMatrix, Layout
+from depthcert.checkers.model import Head, Layer, Model
+from depthcert.checkers.softmax_balls import SoftmaxDecider, ball_bounds
+from independent_oracle import softmax_cross_check
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _arb(prec=256):
+    import flint
+
+    flint.ctx.prec = prec
+    return flint
+
+
+# ---- exp: the one accuracy assumption of the float path, checked against arb
+
+
+def _exp_points(rng) -> np.ndarray:
+    """Arguments over the whole range exp_bounds calls np.exp on ([EXP_LOW, a few]): uniform,
+    log-spaced towards 0 from both sides, the ends, and neighbours of integers."""
+    xs = [rng.uniform(si.EXP_LOW, 5.0, 4000), -np.logspace(-300, np.log10(-si.EXP_LOW), 2000),
+          np.logspace(-300, 0.7, 500), np.array([0.0, -0.0, si.EXP_LOW, 5.0, -1e-310, 1e-310])]
+    ints = np.arange(int(si.EXP_LOW), 6, dtype=np.float64)
+    xs += [ints, np.nextafter(ints, np.inf), np.nextafter(ints, -np.inf)]
+    return np.concatenate(xs)
+
+
+def test_numpy_exp_is_within_exp_rel_of_arb():
+    """EXP_REL (2^-50, 4 ulp) bounds np.exp's relative error on every argument tried; and the
+    widened bounds exp_bounds returns enclose arb's exp (the claim the float path rests on)."""
+    flint = _arb(200)
+    x = _exp_points(np.random.default_rng(25))
+    e = np.exp(x)
+    lo, hi = si.exp_bounds(x, x)
+    worst = 0.0
+    for xi, ei, l, h in zip(x, e, lo, hi):
+        t = flint.arb(float(xi)).exp()
+        assert l <= t and t <= h, (xi, l, t, h)  # arb compares exactly against the floats
+        rel = abs((flint.arb(float(ei)) - t) / t)
+        worst = max(worst, float(rel.upper().mid()))
+    assert worst <= si.EXP_REL, worst
+    assert worst < si.EXP_REL / 2  # np.exp is in fact within 2 ulp here: the assumption has slack
+
+
+def test_exp_below_range_and_overflow():
+    with np.errstate(over="ignore"):
+            lo, hi = si.exp_bounds(np.array([-1e4, -701.0, 800.0]), np.array([-1e4, -700.5, 800.0]))
+    assert list(lo[:2]) == [0.0, 0.0] and list(hi[:2]) == [si.EXP_TINY] * 2
+    assert hi[2] == np.inf  # overflow makes the point unsure, never a wrong bound
+
+
+# ---- intervals against arb on random one- and two-layer models, huge and tiny scores
+
+
+def _random_model(rng, n_layers, V=3, n=3, C=3, extra=2, big=False):
+    lay = Layout.of(("token", V), ("position", n), ("x", extra))
+    d = lay.dim
+    vals = [Fraction(v) for v in (1, -1, 2, -3)] + [Fraction(1, 3), Fraction(-5, 7)]
+    if big:
+        vals += [Fraction(10**6), Fraction(-10**6), Fraction(1, 10**6)]
+
+    def mat(r, c, density=0.3):
+        M = np.array([[Fraction(0)] * c for _ in range(r)], dtype=object)
+        for i in range(r):
+            for j in range(c):
+                if rng.random() < density:
+                    M[i, j] = vals[rng.integers(len(vals))]
+        return M
+
+    layers = []
+    for _ in range(n_layers):
+        kinds = rng.choice(["softmax", "softmax", "relu", "hardmax"], size=rng.integers(1, 3))
+        if "softmax" not in kinds:
+            kinds[0] = "softmax"
+        scales = [Fraction(1), Fraction(64), Fraction(1, 3)] + ([Fraction(10**6)] if big else [])
+        heads = tuple(Head(mat(d, d), mat(d, d), attention=k,
+                           scale=scales[rng.integers(len(scales))] if k == "softmax" else Fraction(1),
+                           scale_sqrt_divisor=Fraction(int(rng.choice([1, 2, 16]))) if k == "softmax" else Fraction(1))
+                      for k in kinds)
+        layers.append(Layer(heads, causal=bool(rng.random() < 0.3)))
+    return Model(tuple("abc"[:V]), n, tuple("pqr"[:C]), lay, tuple(layers), mat(C, d, 0.6), outputs="all")
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(seed=st.integers(0, 2**32 - 1), n_layers=st.integers(1, 2), big=st.booleans())
+def test_intervals_never_contradict_arb(seed, n_layers, big):
+    """Every point of every length-3 sequence: interval `correct` => arb (512 bits) margin > 0
+    and inside [lo, hi]; interval `wrong` => arb margin <= 0 (never a certified-correct point)."""
+    rng = np.random.default_rng(seed)
+    model = _random_model(rng, n_layers, big=big)
+    dec = SoftmaxDecider(model, 512, 512, exact_after=512)
+    fwd = si.IntervalForward(model, dec.first)
+    fwd.CHUNK = 5  # decide() splits the 27 points into chunks and joins the answers
+    ids = np.array([[a, b, c] for a in range(3) for b in range(3) for c in range(3)], dtype=np.int64)
+    H, den = Evaluator(dec.prefix_model()).logits_all(ids)
+    labels = rng.integers(-1, 3, size=ids.shape)
+    labels[:, 2] = rng.integers(0, 3, size=len(ids))
+    status, lo, hi, _ = fwd.decide(H, den, labels)
+    for i in range(len(ids)):
+        lab = [(k, int(y)) for k, y in enumerate(labels[i]) if y >= 0]
+        d = dec._attempt(H[i], den, lab, 512) if status[i] else None
+        if status[i] == 1:
+            assert d.status != "wrong", (seed, i)
+            if d.status == "correct":
+                assert Fraction(float(lo[i])) <= d.margin[0] and d.margin[1] <= Fraction(float(hi[i])), (seed, i)
+        elif status[i] == -1:
+            assert d.status != "correct", (seed, i)
+
+
+def test_interval_bounds_hold_for_huge_and_tiny_scores():
+    """Scores of +-10^6 at scale 10^6 (exponents of 10^12), next to scores of 10^-6: the float
+    path either decides a point correctly or leaves it to the balls; verify agrees with arb."""
+    lay = Layout.of(("token", 2), ("position", 3), ("A", 1))
+    for score in (Fraction(10**6), Fraction(-10**6), Fraction(1, 10**6), Fraction(-1, 10**6)):
+        qk = BlockMatrix(lay, lay).entry("token", 0, "position", 2, score).build()
+        v = BlockMatrix(lay, lay).entry("A", 0, "token", 0, 1).build()
+        out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "A", 0, 1) \
+            .entry("class", 1, "position", 2, Fraction(1, 2)).build()
+        model = Model(("a", "b"), 3, ("x", "y"), lay,
+                      (Layer((Head(qk, v, attention="softmax", scale=Fraction(10**6)),)),), out)
+        for seq in (["a", "b", "b"], ["a", "a", "b"], ["b", "b", "a"], ["b", "a", "a"]):
+            for label in ("x", "y"):
+                data = DatasetTask([seq], [label])
+                v_ = verify(model, data, progress=False)
+                assert v_.verdict != "undecided", (score, seq, v_)
+                assert softmax_cross_check(model, data, v_) == [], (score, seq, label)
+
+
+# ---- issue 22 part 6: huge scales and scores, each within 10 s
+
+
+def _attack_model(score, scale=1):
+    """Query 1 scores key token a with `score`, token b with 0; x reads a's weight, y reads 1/4."""
+    lay = Layout.of(("token", 2), ("position", 2), ("A", 1))
+    qk = BlockMatrix(lay, lay).entry("token", 0, "position", 1, score).build()
+    v = BlockMatrix(lay, lay).entry("A", 0, "token", 0, 1).build()
+    out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "A", 0, 1) \
+        .entry("class", 1, "position", 1, Fraction(1, 4)).build()
+    return Model(("a", "b"), 2, ("x", "y"), lay,
+                 (Layer((Head(qk, v, attention="softmax", scale=Fraction(scale)),)),), out)
+
+
+ATTACK_DATA = (["a", "b"], ["b", "b"])
+
+
+@pytest.mark.parametrize("score, scale, verdict, index", [
+    (1, 10**30, "refuted", 1),  # a gets weight 1 - tiny (x > 1/4); "b b" has x = 0 < 1/4
+    (-1, 10**30, "refuted", 0),  # a gets weight ~ e^(-10^30): x ~ 0 < 1/4 at point 0
+    (-10**8, 1, "refuted", 0),  # the -1e9-style masks of compiled models
+    (-10**13, 1, "refuted", 0),
+    (10**13, 10**30, "refuted", 1),
+])
+def test_huge_scores_and_scales_decide_within_seconds(score, scale, verdict, index):
+    model = _attack_model(Fraction(score), scale)
+    t0 = time.perf_counter()
+    v = verify(model, DatasetTask(list(ATTACK_DATA), ["x", "x"]), progress=False)
+    assert time.perf_counter() - t0 < 10
+    assert v.verdict == verdict and v.counterexample.index == index and not v.counterexample.tie
+    for lo, hi in v.counterexample.logit_bounds:  # small numbers: printable
+        assert lo <= hi and lo.denominator.bit_length() <= 8193 and abs(hi) <= 2
+
+
+def test_huge_scale_is_verified_when_right():
+    """At scale 10^30 the 64-bit balls used to overflow (ValueError, exit 1); now verified."""
+    model = _attack_model(Fraction(1), 10**30)
+    v = verify(model, DatasetTask([["a", "b"]], ["x"]), progress=False)
+    assert v.verdict == "verified", v
+    lo, hi = v.margin_enclosure
+    assert lo <= Fraction(3, 4) <= hi and hi - lo < Fraction(1, 10**12)
+
+
+def test_cli_prints_a_minus_1e13_counterexample_quickly(tmp_path, capsys):
+    from depthcert.checkers.weights_file import model_to_json
+    from depthcert.cli.common import run_main
+    from depthcert.cli.verify_construction import _verify_construction
+    import json
+
+    w, d = tmp_path / "w.json", tmp_path / "d.json"
+    w.write_text(json.dumps(model_to_json(_attack_model(Fraction(-10**13)))))
+    d.write_text(json.dumps({"format": "depthcert.dataset", "version": 1, "sequences": list(ATTACK_DATA),
+                             "labels": ["x", "x"]}))
+    t0 = time.perf_counter()
+    for extra in ([], ["--json"], ["--point", "0"]):
+        assert run_main(_verify_construction, ["--dataset", str(d), "--weights", str(w)] + extra) == 1
+    out = capsys.readouterr().out
+    assert time.perf_counter() - t0 < 10
+    assert "REFUTED" in out and "x in [0, " in out
+
+
+def test_ball_bounds_round_tiny_ends_outward():
+    flint = _arb(64)
+    x = flint.arb(-10**13).exp()
+    lo, hi = ball_bounds(x)
+    assert lo == 0 < hi <= Fraction(1, 2**8192)
+    lo, hi = ball_bounds(-x)
+    assert -Fraction(1, 2**8192) <= lo < 0 == hi
+
+
+# ---- exact ties through exp (Lindemann-Weierstrass)
+
+
+def _two_heads(scale2: Fraction) -> Model:
+    """Two softmax heads on "a b b", query 2: both score key a with 1 (key b: 0), with scales
+    7/(3 sqrt 2) and scale2 / sqrt 8.  Head 1 writes a's weight into A and b's into B, head 2 the
+    other way round; class x reads 3 (A - B) = 3 (w1_a - w2_a) (the heads' a-weights), y reads 0."""
+    lay = Layout.of(("token", 2), ("position", 3), ("A", 1), ("B", 1))
+    qk = BlockMatrix(lay, lay).entry("token", 0, "position", 2, 1).build()
+    v1 = BlockMatrix(lay, lay).entry("A", 0, "token", 0, 1).entry("B", 0, "token", 1, 1).build()
+    v2 = BlockMatrix(lay, lay).entry("B", 0, "token", 0, 1).entry("A", 0, "token", 1, 1).build()
+    out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "A", 0, 3).entry("class", 0, "B", 0, -3).build()
+    return Model(("a", "b"), 3, ("x", "y"), lay,
+                 (Layer((Head(qk, v1, attention="softmax", scale=Fraction(7, 3), scale_sqrt_divisor=Fraction(2)),
+                         Head(qk, v2, attention="softmax", scale=scale2, scale_sqrt_divisor=Fraction(8)))),), out)
+
+
+def test_two_heads_cancelling_through_exp_are_a_proven_tie():
+    """scale2 = 14/3: 14/(3 sqrt 8) = 7/(3 sqrt 2), the same weights, so x - y = 0 exactly through
+    exp: the balls never separate it, the collected coefficients (exponents in Q sqrt 2) are all
+    0: a proven tie, refuted.  scale2 = 7/3: head 2 is flatter, w1_a > w2_a, verified."""
+    from independent_oracle import Oracle
+
+    data = DatasetTask([["a", "b", "b"]], ["x"])
+    tied = _two_heads(Fraction(14, 3))
+    v = verify(tied, data, progress=False)
+    assert v.verdict == "refuted", v
+    ce = v.counterexample
+    assert (ce.index, ce.expected, ce.predicted, ce.tie) == (0, "x", "y", True)
+    assert "exact tie decision (1 points)" in v.path
+    assert abs(float(Oracle(tied).margin(("a", "b", "b"), "x")[0])) < 1e-60
+    apart = _two_heads(Fraction(7, 3))
+    v = verify(apart, data, progress=False)
+    assert v.verdict == "verified", v
+    lo, hi = v.margin_enclosure
+    m = Oracle(apart).margin(("a", "b", "b"), "x")[0]
+    assert 0 < lo and float(lo) <= float(m) <= float(hi)
+
+
+def test_softmax_after_softmax_outside_the_normal_form_stays_undecided():
+    """Layer 2's softmax scores read values written through layer 1's exp: its exponents are
+    transcendental and Lindemann-Weierstrass says nothing; with an exact tie there the point stays
+    undecided, and the verdict names why (not the precision cap)."""
+    lay = Layout.of(("token", 2), ("position", 3), ("s", 1), ("A", 1), ("B", 1))
+    qk1 = BlockMatrix(lay, lay).entry("token", 0, "position", 2, 1).build()
+    v1 = BlockMatrix(lay, lay).entry("s", 0, "token", 0, 1).build()  # s_k = weight of a at query k
+    qk2 = BlockMatrix(lay, lay).entry("s", 0, "position", 2, 1).build()  # layer 2: keys scored by s
+    v2 = BlockMatrix(lay, lay).entry("A", 0, "token", 0, 1).entry("B", 0, "token", 0, 1).build()
+    out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "A", 0, 1).entry("class", 1, "B", 0, 1).build()
+    model = Model(("a", "b"), 3, ("x", "y"), lay, ((Head(qk1, v1, attention="softmax"),),
+                                                 (Head(qk2, v2, attention="softmax"),)), out)
+    v = verify(model, DatasetTask([["a", "b", "b"]], ["x"]), progress=False, balls={"max_precision": 256})
+    assert v.verdict == "undecided", v
+    assert v.undecided.limit.startswith("precision cap (256 bits); exact tie decision not applicable: "
+                                        "a softmax head after a softmax layer")
+
+
+# ---- tracr: a program whose three output logits are exactly equal
+
+
+def test_tracr_mean_of_three_tokens_is_a_proven_three_way_tie(tmp_path, monkeypatch):
+    """Aggregate(Select(tokens, tokens, TRUE), tokens), categorical, on "1 2 3": every key gets
+    the same score, so the output is (1/3, 1/3, 1/3) over the classes 1, 2, 3 through exp; RASP
+    says 2 (the mean).  Three equal logits: a proven tie, refuted at that position."""
+    pytest.importorskip("jax")
+    pytest.importorskip("tracr.compiler.lib")
+    from depthcert.cli import verify_tracr as tracr_cli
+    from depthcert.interop.tracr_import import compile_program, import_tracr
+
+    (tmp_path / "meanprog.py").write_text(
+        "from tracr.rasp import rasp\n"
+        "def mean_token(sop):\n"
+        "    sel = rasp.Select(sop, sop, rasp.Comparison.TRUE)\n"
+        "    return rasp.categorical(rasp.Aggregate(sel, sop))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    program, _ = tracr_cli.resolve_program("meanprog:mean_token", (1, 2, 3), 3)
+    model = import_tracr(compile_program(program, (1, 2, 3), 3), name="tracr:mean_token").model
+    data = tracr_cli.make_dataset([(1, 2, 3)], [[None, None, None, "2"]], "mean", ("1", "2", "3"))
+    v = verify(model, data, progress=False)
+    assert v.verdict == "refuted", v
+    ce = v.counterexample
+    assert ce.tie and ce.position == 3 and ce.expected == "2"
+    assert "exact tie decision (1 points)" in v.path
+
+
+# ---- sharding and the journal apply to softmax runs
+
+
+def _icqa_softmax(scale):
+    from dataclasses import replace
+
+    from depthcert.checkers.tasks import ICQA
+    from depthcert.constructions import registry
+
+    task = ICQA(k=3, n_questions=3, n_answers=3)
+    base = registry.build(task).model
+    layers = list(base.layers)
+    layers[1] = Layer(tuple(replace(h, attention="softmax", scale=Fraction(scale)) for h in layers[1]))
+    return replace(base, layers=tuple(layers)), task
+
+
+def _same(v, w):
+    return (v.verdict, v.points_checked, v.points_covered, v.counterexample, v.undecided, v.undecided_count,
+            v.margin_enclosure) == (w.verdict, w.points_checked, w.points_covered, w.counterexample, w.undecided,
+                                    w.undecided_count, w.margin_enclosure)
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_sharded_and_journalled_softmax_runs_give_the_single_process_verdict(tmp_path, wrong):
+    """ICQA k=3, 3 questions and answers (108 points), layer 2 softmax at scale 64: verified; with
+    class a0's read-out biased through the last position row, refuted at point 1."""
+    from depthcert.checkers import shards
+
+    model, task = _icqa_softmax(64)
+    if wrong:
+        model = model.with_weight(("W_O", 0, len(model.vocab) + task.length - 1), Fraction(1, 2))
+    one = verify(model, task, progress=False)
+    assert one.verdict == ("refuted" if wrong else "verified"), one
+    j = str(tmp_path / "run.journal")
+    first = verify(model, task, progress=False, journal=j, chunk_points=17)
+    assert _same(first, one), (first, one)
+    again = verify(model, task, progress=False, journal=j, chunk_points=17)  # every chunk from the journal
+    n_journalled = 1 if wrong else 7  # a refuted run stops after its first (failing) chunk
+    assert _same(again, one) and f"{n_journalled} of 7 chunks came from the journal" in again.notes[-1]
+    assert again.journal.re_evaluated == (1 if wrong else 0)  # the journal's counterexample decided again
+    # forked workers (not after JAX was imported by the tracr tests: forking a multithreaded
+    # process may deadlock); otherwise the same chunks in this process
+    import sys
+
+    runner = shards.InProcessRunner() if "jax" in sys.modules else shards.ProcessRunner(2)
+    forked = verify(model, task, progress=False, runner=runner, chunk_points=13)
+    assert _same(forked, one)
+    with pytest.raises(Exception, match="another options"):
+        verify(model, task, progress=False, journal=j, chunk_points=17, balls={"max_precision": 128})
+
+
+def test_softmax_journal_lines_cannot_lie(tmp_path):
+    """A softmax run's journal: an edited line fails its checksum; a line rewritten with its
+    checksum recomputed that records a failure the model does not have is decided again and
+    refused (BadInput naming the line), never printed as REFUTED."""
+    import json
+
+    from depthcert.checkers.errors import BadInput
+    from depthcert.checkers.journal import line_checksum
+
+    model, task = _icqa_softmax(64)
+    j = tmp_path / "run.journal"
+    assert verify(model, task, progress=False, journal=str(j), chunk_points=17).verdict == "verified"
+    lines = j.read_text().splitlines()
+    first = json.loads(lines[1])
+    edited = dict(first, low="-1")
+    j.write_text("\n".join([lines[0], json.dumps(edited)] + lines[2:]) + "\n")
+    with pytest.raises(BadInput, match="line 2: checksum mismatch"):
+        verify(model, task, progress=False, journal=str(j), chunk_points=17)
+    forged = dict(first, bad_index=first["hi"] - 1, low="-1")
+    forged["sum"] = line_checksum(forged)
+    j.write_text("\n".join([lines[0], json.dumps(forged)] + lines[2:]) + "\n")
+    with pytest.raises(BadInput, match="line 2: counterexample 16 decided again is not what the journal records"):
+        verify(model, task, progress=False, journal=str(j), chunk_points=17)
