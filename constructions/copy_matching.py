@@ -17,7 +17,8 @@ from __future__ import annotations
 from depthcert.checkers.tasks import ICQA
 from depthcert.constructions.attention import position_map
 from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment,
-                                             SizeRange, SymbolicModel, SymbolicTask, is_symbolic)
+                                             SizeRange, SymbolicModel, SymbolicTask, finite_build,
+                                             is_symbolic)
 from depthcert.constructions.registry import Construction
 
 THEOREM = "Theorem 3 (two-layer copy-matching)"
@@ -26,8 +27,9 @@ ROLES = ("0", "1", "2")  # the (question, =, answer) positions of a triple
 FINAL = ("F0", "F1")  # the final (question, =) pair
 
 
-def symbolic_task() -> SymbolicTask:
-    return SymbolicTask("icqa", SIZES)
+def symbolic_task(point: dict | None = None) -> SymbolicTask:
+    """ICQA with symbolic k, n_q, n_a over the whole range, or held at one point (a finite build)."""
+    return SymbolicTask("icqa", SIZES if point is None else SIZES.at(point))
 
 
 def sizes_of(task: ICQA) -> dict:
@@ -68,11 +70,7 @@ def copy_attention(stream: IndexedLayout) -> IndexedMatrix:
 
 def build(task, as_printed: bool = False) -> Construction:
     if not is_symbolic(task):
-        sym = build(symbolic_task(), as_printed).symbolic
-        model = sym.instantiate(task, sizes_of(task))
-        return Construction("icqa", "copy-matching", THEOREM, model, as_printed,
-                            "layer 1 copies each (q, =, a) triple together; layer 2 matches the query question",
-                            symbolic=sym)
+        return finite_build(build, task, symbolic_task, sizes_of(task), as_printed)
     stream, positions, classes = layouts(task)
     layer1 = IndexedHead(copy_attention(stream), IndexedMatrix(stream, stream).identity())
     layer2 = IndexedHead(IndexedMatrix(stream, stream).same("tok:Q", "tok:Q", same=1),

@@ -82,8 +82,11 @@ class SizeParam:
 class SizeRange:
     """The parameter range a symbolic build is about: p = (after's value or 0) + base + t_p, t_p >= 0."""
 
-    def __init__(self, params: tuple[SizeParam, ...]):
+    def __init__(self, params: tuple[SizeParam, ...], point: dict | None = None):
         names = [p.name for p in params]
+        self.point = None if point is None else {n: int(point[n]) for n in names}
+        if self.point is not None and not self.contains(self.point):
+            raise BadInput(f"sizes {self.point} are outside the range {SizeRange(params).describe()}")
         for i, p in enumerate(params):
             if p.after is not None and p.after not in names[:i]:
                 raise ValueError(f"size parameter {p.name}: 'after' must name an earlier parameter")
@@ -101,6 +104,11 @@ class SizeRange:
             shifted.append(poly)
         self._shifted = shifted
 
+    def at(self, values: dict) -> "SizeRange":
+        """The same parameters held at one point: a finite build runs the builder over this range (the
+        same code, the same Size objects), so its tables are the symbolic ones evaluated there."""
+        return SizeRange(self.params, values)
+
     @classmethod
     def of(cls, *params) -> "SizeRange":
         """SizeRange.of(("k", 1), ("n_q", 0, "k"), ...)."""
@@ -112,9 +120,13 @@ class SizeRange:
                 for i, p in enumerate(self.params)}
 
     def describe(self) -> str:
+        if self.point is not None:
+            return ", ".join(f"{n} = {v}" for n, v in self.point.items())
         return ", ".join(p.describe() for p in self.params)
 
     def contains(self, values: dict) -> bool:
+        if self.point is not None:
+            return all(values[n] == v for n, v in self.point.items())
         return all(values[p.name] >= (values[p.after] if p.after else 0) + p.base for p in self.params)
 
     def sign(self, terms: dict) -> str | None:
@@ -123,6 +135,9 @@ class SizeRange:
         coefficients are all >= 0 is >= 0 (> 0 with a positive constant term)."""
         if not terms:
             return "zero"
+        if self.point is not None:
+            v = Size(terms, self).at(self.point)
+            return "pos" if v > 0 else "neg" if v < 0 else "zero"
         q: dict = {}
         for mono, c in terms.items():
             term = {(0,) * len(self.params): c}
@@ -245,7 +260,7 @@ class Size:
         s = self.range.sign(diff.terms)
         if s is None:
             raise SizeBranch(f"compares {self} {op} {_text(other)}, which the range {self.range.describe()} "
-                             "does not decide (the builder branches on a size)", _caller())
+                             "does not decide", _caller())
         return s
 
     def __lt__(self, other):
@@ -275,7 +290,7 @@ class Size:
         if s in table:
             return table[s]
         raise SizeBranch(f"compares {self} {op} {_text(other)}, which the range {self.range.describe()} "
-                         "does not decide (the builder branches on a size)", _caller())
+                         "does not decide", _caller())
 
     def __bool__(self):
         return self._decide(0, "!=", {"pos": True, "neg": True, "zero": False})
@@ -285,6 +300,8 @@ class Size:
 
     def __index__(self):
         c = self.constant()
+        if c is None and self.range.point is not None:
+            c = self.at(self.range.point)  # a finite build: the size at its point
         if c is None or c.denominator != 1:
             raise SizeBranch(f"uses the size {self} as a Python integer (range(), a shape, an index): not the "
                              "same construction for every size", _caller())
@@ -567,3 +584,16 @@ class SymbolicModel:
                            f"{task.length}")
         return Model(task.vocab, task.length, task.classes, self.stream.layout(values), layers,
                      self.W_O.instantiate(values), name=self.name)
+
+
+def finite_build(build, task, symbolic_task, sizes: dict, as_printed: bool = False):
+    """A finite build by the one route: `build` run on the symbolic task held at these sizes (the same
+    code and Size objects as the all-sizes run), its symbolic model instantiated at them.  Returns
+    the Construction with `model` set."""
+    from dataclasses import replace
+
+    c = build(symbolic_task(sizes), as_printed)
+    sym = getattr(c, "symbolic", None)
+    if not isinstance(sym, SymbolicModel):
+        raise TypeError("a set-indexed builder must return its SymbolicModel in Construction.symbolic")
+    return replace(c, model=sym.instantiate(task, sizes))

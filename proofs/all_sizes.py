@@ -122,6 +122,10 @@ class LumpedPlan:
     coverage: Callable  # [(key, used counts)] -> [Step lines], ok
     method: str
     group_note: str
+    # the one-source route: a symbolic task (sizes over the whole range) and the builder the
+    # finite check calls (task -> Construction); the weights then come from the builder itself
+    symbolic: Callable | None = None
+    construct: Callable | None = None
 
 
 def _task(name: str, options: dict):
@@ -143,10 +147,24 @@ def _registry_builder(task_name: str, variant: str | None, as_printed: bool):
     return build
 
 
-def icqa_plan(builder=None, as_printed: bool = False, variant: str | None = None) -> LumpedPlan:
-    """Theorem 3: lumped in k, n_q and n_a (Sym(Q) x Sym(A) x Sym(T), one orbit)."""
+def _registry_construct(task_name: str, variant: str | None, as_printed: bool):
+    from depthcert.constructions import registry
+
+    def construct(task):
+        return registry.build(task, variant, as_printed)
+
+    return construct
+
+
+def icqa_plan(construct=None, as_printed: bool = False, variant: str | None = None) -> LumpedPlan:
+    """Theorem 3: lumped in k, n_q and n_a (Sym(Q) x Sym(A) x Sym(T), one orbit).  The weights are
+    the builder's own, run once with symbolic sizes (`construct`: task -> Construction, the
+    registry's by default; the finite checks call the same function)."""
+    from depthcert.constructions.copy_matching import symbolic_task
+
     params = (Param("k", 1), Param("n_q", 0, after="k"), Param("n_a", 0, after="k"))
-    extraction = tuple({"k": k, "n_q": q, "n_a": a} for k, q, a in ((2, 2, 2), (3, 3, 4), (3, 5, 5), (4, 6, 6)))
+    # sizes where the representative's H0 (the kernel's embedding of point 0) is read
+    extraction = tuple({"k": k, "n_q": q, "n_a": a} for k, q, a in ((2, 2, 2), (3, 3, 4), (3, 5, 5)))
     base = tuple({"k": k, "n_q": q, "n_a": a} for k, q, a in
                  ((1, 1, 1), (1, 2, 3), (2, 2, 2), (2, 3, 3), (2, 4, 3), (3, 3, 3), (3, 5, 5)))
 
@@ -166,13 +184,15 @@ def icqa_plan(builder=None, as_printed: bool = False, variant: str | None = None
 
     from depthcert.constructions.copy_matching import THEOREM
 
+    construct = construct or _registry_construct("icqa", variant, as_printed)
     return LumpedPlan(
         "icqa", variant or "copy-matching", THEOREM, params, {}, (),
         lambda v: {"k": v["k"], "n_questions": v["n_q"], "n_answers": v["n_a"]},
-        builder or _registry_builder("icqa", variant, as_printed), T.icqa_view, T.ICQA_SIZES, extraction, base,
+        lambda task: construct(task).model, T.icqa_view, T.ICQA_SIZES, extraction, base,
         points, lambda used: whole_region(params), coverage,
-        "lumped evaluation over Sym(Q) x Sym(A) x Sym(T), symbolic in k, n_q, n_a",
+        "the builder run with symbolic k, n_q, n_a, then lumped evaluation over Sym(Q) x Sym(A) x Sym(T)",
         "Q = questions (n_q), A = answers (n_a), T = (q, =, a) position triples (k)",
+        symbolic=symbolic_task, construct=construct,
     )
 
 
@@ -372,7 +392,9 @@ def prove_lumped(plan: LumpedPlan) -> Report:
             rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
             rep.seconds = time.perf_counter() - t0
             return rep
-    # 2. the family: read every matrix at every size built
+    # 2. the family: from the builder run with symbolic sizes (one source), or read at sizes built
+    if plan.symbolic is not None:
+        return _prove_symbolic(plan, rep, ring_, built, t0)
     try:
         for values in plan.extraction:
             built.setdefault(tuple(values.items()), _build(plan, values))
@@ -405,6 +427,55 @@ def prove_lumped(plan: LumpedPlan) -> Report:
         f"{n_entries} non-zero classes over {len(rows)} row families, heads per layer {fam.heads}",
         "so the model is equivariant under the product of the sets' symmetric groups at every size")))
 
+    return _after_family(plan, rep, ring_, fam, spaces, family_sizes, t0)
+
+
+def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0: float) -> Report:
+    """Step 2 of the one-source route: the builder run with symbolic sizes gives every table; the
+    finite models used by the proof are checked to be that object instantiated."""
+    from depthcert.proofs import all_sizes_symbolic as S
+
+    try:
+        sym = S.run_symbolic(plan.construct, plan.symbolic())
+        fam = S.tables(sym, ring_)
+        spaces = S.spaces(sym)
+        sizes = S.set_sizes(sym, ring_)
+    except S.NotSymbolic as exc:
+        return _not_proven(rep, str(exc), t0)
+    for s_, poly in plan.sort_polys.items():
+        if s_ not in sizes or sizes[s_] != ring_.parse(poly):
+            return _not_proven(rep, f"the builder's set {s_} has size "
+                                    f"{poly_text(sizes[s_]) if s_ in sizes else 'none'}, not {poly}", t0)
+    family_sizes = {}
+    for values in tuple(b.values for b in built.values()) + plan.extraction:
+        key = tuple(values.items())
+        b = built.get(key) or _build(plan, values)
+        task = b.task
+        b = _Built(values, task, b.model, S.concrete_view(sym, task, values))
+        built[key] = b
+        if sym.instantiate(task, values) != b.model:
+            return _not_proven(rep, f"the finite build at {_size_text(values)} is not the symbolic model "
+                                    "instantiated there (the builder does not go through one symbolic object)", t0)
+        if _in_region(plan.params, values):
+            family_sizes[key] = b
+    sized = S.non_constant(fam)
+    rep.steps.append(Step("family", (
+        f"sets: {plan.group_note}",
+        f"the builder the finite check calls, run once with symbolic {', '.join(p.name for p in plan.params)} over "
+        f"{', '.join(p.describe() for p in plan.params)}: every size comparison it makes is decided over that range "
+        "(none left to a sample size)",
+        f"its output is one set-indexed table per matrix: {S.table_count(fam)} non-zero classes over "
+        f"{len(spaces[0])} row families, heads per layer {fam.heads}; "
+        + (f"{len(sized)} entr{'y depends' if len(sized) == 1 else 'ies depend'} on the sizes: " + "; ".join(sized[:4])
+           + ("; ..." if len(sized) > 4 else "") if sized else "every entry is a constant"),
+        "a set-indexed table is invariant under the product of the sets' symmetric groups at every size",
+        f"the finite builds at the {len(built)} sizes used here equal that object instantiated (the finite check "
+        "builds by the same instantiation)")))
+    return _after_family(plan, rep, ring_, fam, spaces, family_sizes, t0)
+
+
+def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, family_sizes: dict, t0: float) -> Report:
+    rows, cols, classes = spaces
     # 3. representatives: H0 read at every size where they occur
     reps: dict = {}
     for key, b in family_sizes.items():
