@@ -549,7 +549,7 @@ def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, famil
                     bad = first_failure(ring_, poly, region, conds)
                     if bad is not None:
                         failures.append((tuple(bad[p.name] for p in plan.params), bad, rkey, other, poly))
-            cert_points.append(_cert_point(rkey, lm, pv, tree, ring_))
+            cert_points.append(_cert_point(rkey, lm, pv, tree, ring_, _model_sets(pv, rows, classes, plan, ring_)))
     except Undecided as exc:
         return _not_proven(rep, f"a sign is not decided: {exc}", t0)
     except NotAFamily as exc:
@@ -586,7 +586,7 @@ def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, famil
     rep.certificate = {"format": "depthcert.all-sizes", "version": 1, "task": plan.task, "variant": plan.variant,
                        "fixed": plan.fixed,
                        "params": [{"name": p.name, "base": p.base, "after": p.after} for p in plan.params],
-                       "points": cert_points}
+                       "claim": rep.claim, "margin": closed, "points": cert_points}
     if failures:
         failures.sort(key=lambda f: f[0])
         _, bad, rkey, other, poly = failures[0]
@@ -805,7 +805,23 @@ def _confirm(plan: LumpedPlan, bad: dict) -> dict:
     return out
 
 
-def _cert_point(rkey, lm: LumpedModel, pv: PointView, tree: dict, ring_: Ring) -> dict:
+def _model_sets(pv: PointView, rows, classes, plan: LumpedPlan, ring_: Ring) -> dict:
+    """Every model set with its size and the point parts it splits into (for the re-checker's
+    orbit identity): a part is ('fixed', label) (one element) or ('sort', point set)."""
+    sort_of = {f.name: f.sort for f in rows.families + classes.families}
+    out: dict = {}
+    for f in pv.rows + pv.classes:
+        S = sort_of.get(f.model)
+        if S is None:
+            continue
+        entry = out.setdefault(S, {"size": _terms(_parse(ring_, plan.sort_polys[S])), "parts": []})
+        part = [f.spec[0], f.spec[1]]
+        if part not in entry["parts"]:
+            entry["parts"].append(part)
+    return out
+
+
+def _cert_point(rkey, lm: LumpedModel, pv: PointView, tree: dict, ring_: Ring, model_sets: dict | None = None) -> dict:
     def mat(M: LMatrix):
         return [[r, c, p, _terms(v)] for (r, c, p), v in sorted(M.data.items())]
 
@@ -827,6 +843,7 @@ def _cert_point(rkey, lm: LumpedModel, pv: PointView, tree: dict, ring_: Ring) -
         "layers": [[{"W_QK": mat(h.W_QK), "W_V": mat(h.W_V)} for h in layer] for layer in lm.layers],
         "W_O": mat(lm.W_O), "H0": mat(lm.H0), "last": lm.last, "label": lm.label,
         "tree": node(tree),
+        **({"model_sets": model_sets} if model_sets else {}),
     }
 
 

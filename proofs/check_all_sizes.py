@@ -15,9 +15,17 @@ its sign the same way.  Exit 0: every margin is > 0 wherever its competitor exis
 construction's lumped tables are correct for every size); 1: some margin is not > 0 (the
 failing region is printed); 2: malformed or inconsistent certificate.
 
-What it takes on trust (checked by the producer, not here): that the tables are those of the
-construction at every size (read and merged from built models), and that the representatives'
-orbits cover the dataset (a sympy count identity).  See docs/all-sizes.md.
+It also re-derives, and refuses a certificate that disagrees: the orbit-size identity (|G| / |Stab|
+summed over the representatives equals the task's dataset size, as factorial ratios of linear
+forms, with the dataset size of the task known here, not read from the certificate); every set
+size (model sets and point sets) is >= 0 over the claimed range, the parts of every model set add
+up to it (so a set with a fixed member is non-empty), the model sets are the task's; the claimed
+range lies inside the task's; the top-level claim, range and margin equal what it derived.  A
+task it has no dataset formula for is refused (exit 2): it cannot re-derive that proof.
+
+What it takes on trust: that the tables are the construction's at every size (the producer ran
+the builder with symbolic sizes; docs/all-sizes.md), and that a representative's stabilizer is the
+product of the symmetric groups of its point sets (how its point sets are defined).
 """
 from __future__ import annotations
 
@@ -231,7 +239,7 @@ def conditions(fa, fb, pat, sizes, nv):
     return [sizes[s] - Poly.const(n, nv) for s, n in need.items()]
 
 
-def check_point(pt: dict, ctx: Ctx, log) -> list:
+def check_point(pt: dict, ctx: Ctx, log, margins_seen: list) -> list:
     nv = ctx.nv
     rows = [tuple(f) for f in pt["rows"]]
     cols = [tuple(f) for f in pt["cols"]]
@@ -317,6 +325,9 @@ def check_point(pt: dict, ctx: Ctx, log) -> list:
             if ctx.substitute(Poly.parse(want[name]["value"], nv), offsets, free) != ctx.substitute(poly, offsets, free):
                 raise Invalid(f"margin against {name} differs from the certificate's on {offsets}/{free}")
             s = ctx.sign(poly, offsets, free, conds)
+            if s != "absent":
+                sub = ctx.substitute(poly, offsets, free)
+                margins_seen.append(sub.const_term() if not sub.variables() else None)
             if s not in ("pos", "absent"):
                 failures.append((pt["representative"], name, list(offsets), list(free), want[name]["text"], s))
         log.append(1)
@@ -335,6 +346,152 @@ def check_point(pt: dict, ctx: Ctx, log) -> list:
     return failures
 
 
+# ----------------------------------------------------------------------------- re-derivations
+
+# What this checker knows about each task, independently of the certificate: the task's own
+# parameter range, its index sets' sizes, and its dataset size as a ratio of factorials of linear
+# forms times a polynomial (icqa: A(n_q, k) A(n_a, k) k = n_q! n_a! k! / ((n_q-k)! (n_a-k)! (k-1)!)).
+TASKS = {
+    "icqa": {
+        "range": [("k", 1, None), ("n_q", 0, "k"), ("n_a", 0, "k")],
+        "sets": {"Q": {"n_q": 1}, "A": {"n_a": 1}, "T": {"k": 1}},
+        "size_num": [{"n_q": 1}, {"n_a": 1}, {"k": 1}],
+        "size_den": [{"n_q": 1, "k": -1}, {"n_a": 1, "k": -1}, {"k": 1, "": -1}],
+    },
+}
+
+
+def _linear(form: dict, ctx: Ctx) -> Poly:
+    out = Poly({}, ctx.nv)
+    for name, c in form.items():
+        out = out + (Poly.const(c, ctx.nv) if name == "" else Poly.var(ctx.names.index(name), ctx.nv) * c)
+    return out
+
+
+def _factorial_ratio(num: list, den: list, ctx: Ctx):
+    """num!/den! (lists of linear Polys) as (polynomial numerator, polynomial denominator, the
+    remaining numerator forms, the remaining denominator forms), pairing forms that differ by a
+    constant c (x! / (x - c)! = x (x-1) ... (x-c+1))."""
+    for p in num + den:
+        if any(sum(m) > 1 for m in p.t):
+            raise Invalid("a set size is not linear in the parameters: no factorial identity re-derived")
+    num, den = list(num), list(den)
+    pn, pd = Poly.const(1, ctx.nv), Poly.const(1, ctx.nv)
+    changed = True
+    while changed:
+        changed = False
+        for i, x in enumerate(num):
+            for j, y in enumerate(den):
+                d = x - y
+                if d.variables():
+                    continue
+                c = d.const_term()
+                if c.denominator != 1:
+                    continue
+                c = int(c)
+                hi, n = (x, c) if c >= 0 else (y, -c)
+                prod = Poly.const(1, ctx.nv)
+                for t in range(n):
+                    prod = prod * (hi - Poly.const(t, ctx.nv))
+                if c >= 0:
+                    pn = pn * prod
+                else:
+                    pd = pd * prod
+                del num[i], den[j]
+                changed = True
+                break
+            if changed:
+                break
+    key = lambda p: sorted(p.t.items())  # noqa: E731
+    return pn, pd, sorted((key(p) for p in num)), sorted((key(p) for p in den))
+
+
+def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
+    """The orbit identity, the set sizes and the claim, re-derived; raises Invalid on any mismatch."""
+    task = cert.get("task")
+    if task not in TASKS:
+        raise Invalid(f"no dataset formula for task {task!r} here: the orbit identity cannot be re-derived")
+    info = TASKS[task]
+    if cert.get("fixed"):
+        raise Invalid("a proof at fixed structural sizes: this checker re-derives only proofs for every size")
+    own = {n: (b, a) for n, b, a in info["range"]}
+    for n, b, a in ctx.params:
+        if n not in own or own[n][1] != a or b < own[n][0]:
+            raise Invalid(f"the claimed range {_describe(n, b, a)} is not inside the task's range "
+                          f"({', '.join(_describe(*p) for p in info['range'])})")
+    if [n for n, _, _ in ctx.params] != [n for n, _, _ in info["range"]]:
+        raise Invalid("the parameters are not the task's")
+    zeros, free = [0] * ctx.nv, [True] * ctx.nv
+    total = None
+    for pt in cert["points"]:
+        sorts = {s_: Poly.parse(t, ctx.nv) for s_, t in pt["sorts"].items()}
+        msets = pt.get("model_sets")
+        if not isinstance(msets, dict) or set(msets) != set(info["sets"]):
+            raise Invalid(f"representative {pt['representative']}: model sets {sorted(msets or {})} are not the "
+                          f"task's {sorted(info['sets'])}")
+        for name, size in list(sorts.items()):
+            if not _nonneg(ctx, size, zeros, free):
+                raise Invalid(f"representative {pt['representative']}: point set {name} of size "
+                              f"{_text(size, ctx)} can be negative in the claimed range")
+        for S, entry in msets.items():
+            size = Poly.parse(entry["size"], ctx.nv)
+            if size != _linear(info["sets"][S], ctx):
+                raise Invalid(f"set {S} has size {_text(size, ctx)}, the task's is {_text(_linear(info['sets'][S], ctx), ctx)}")
+            parts = Poly({}, ctx.nv)
+            for kind, name in entry["parts"]:
+                if kind == "fixed":
+                    parts = parts + Poly.const(1, ctx.nv)
+                elif kind == "sort" and name in sorts:
+                    parts = parts + sorts[name]
+                else:
+                    raise Invalid(f"set {S}: unknown part {kind} {name}")
+            if parts != size:
+                raise Invalid(f"representative {pt['representative']}: the parts of {S} add up to "
+                              f"{_text(parts, ctx)}, not {_text(size, ctx)} (wrong orbit sizes)")
+            if not _nonneg(ctx, size, zeros, free) or size.is_zero():
+                raise Invalid(f"set {S} of size {_text(size, ctx)} can be negative in the claimed range")
+        # orbit size |G| / |Stab| = prod_S |S|! / prod_P |P|!
+        orbit = _factorial_ratio([Poly.parse(e["size"], ctx.nv) for e in msets.values()], list(sorts.values()), ctx)
+        if total is None:
+            total = orbit
+        elif orbit[2:] == total[2:]:
+            total = (total[0] * orbit[1] + orbit[0] * total[1], total[1] * orbit[1], total[2], total[3])
+        else:
+            raise Invalid("orbits of different factorial shapes: their sum is not re-derived here")
+    want = _factorial_ratio([_linear(f, ctx) for f in info["size_num"]], [_linear(f, ctx) for f in info["size_den"]], ctx)
+    if total is None or total[2:] != want[2:] or total[0] * want[1] != want[0] * total[1]:
+        raise Invalid("the orbits of the representatives do not add up to the task's dataset size (orbit identity)")
+    claim = "correct on every point for all " + ", ".join(_describe(*p) for p in ctx.params)
+    for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
+        if "claim" in obj and obj["claim"] != claim:
+            raise Invalid(f"the {where}'s claim {obj['claim']!r} is not the one re-derived: {claim!r}")
+    if data is not cert and "all_sizes" in data and data["all_sizes"] != [_describe(*p) for p in ctx.params]:
+        raise Invalid(f"the report's range {data['all_sizes']} is not the certificate's")
+    return {"claim": claim}
+
+
+def _nonneg(ctx: Ctx, p: Poly, offsets, free) -> bool:
+    """p >= 0 on the whole region by the coefficient test (False if the test does not settle it)."""
+    try:
+        return ctx.sign(p, offsets, free, []) in ("pos", "nonneg", "zero")
+    except Invalid:
+        return False
+
+
+def _describe(n, b, a) -> str:
+    if a is None:
+        return f"{n} >= {b}"
+    return f"{n} >= {a}" + (f" + {b}" if b else "")
+
+
+def _text(p: Poly, ctx: Ctx) -> str:
+    parts = []
+    for m, c in sorted(p.t.items(), reverse=True):
+        mono = "*".join(n if e == 1 else f"{n}^{e}" for n, e in zip(ctx.names, m) if e)
+        parts.append(f"{c}*{mono}" if mono and c != 1 else mono or str(c))
+    return " + ".join(parts) or "0"
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -348,9 +505,20 @@ def main(argv=None) -> int:
             raise Invalid("not a depthcert.all-sizes version 1 certificate")
         params = [(p["name"], int(p["base"]), p.get("after")) for p in cert["params"]]
         ctx = Ctx(params)
-        leaves, failures = [], []
+        leaves, failures, margins = [], [], []
+        derived = rederive(cert, ctx, data)
         for pt in cert["points"]:
-            failures += check_point(pt, ctx, leaves)
+            failures += check_point(pt, ctx, leaves, margins)
+        if any(m is None for m in margins):
+            margin = None  # a margin that depends on the sizes: no single number re-derived
+        else:
+            margin = str(min(margins)) if margins else None
+        for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
+            if "margin" in obj and not failures and obj["margin"] != margin:
+                raise Invalid(f"the {where}'s margin {obj['margin']!r} is not the one re-derived: "
+                              f"{margin if margin is not None else 'none (a margin depends on the sizes)'}")
+        if data is not cert and not failures and data.get("status") not in ("proven", None):
+            raise Invalid(f"the report's status {data.get('status')!r} does not match a valid proof")
     except (OSError, ValueError, KeyError, TypeError, IndexError, Invalid) as exc:
         print(f"invalid: {exc}", file=sys.stderr)
         return 2
@@ -361,8 +529,8 @@ def main(argv=None) -> int:
               f"({s}) on region offsets {off} free {fr}")
         return 1
     print(f"{head}: valid; {len(cert['points'])} representative(s), {len(leaves)} leaf region(s), every ReLU sign "
-          f"and every margin re-decided; every margin > 0 for all "
-          + ", ".join(f"{n} >= {a + (f' + {b}' if b else '') if a else b}" for n, b, a in params))
+          f"and every margin re-decided; orbit identity, set sizes and claim re-derived; every margin > 0 for all "
+          + ", ".join(_describe(*p) for p in params) + f"; minimum margin {margin}")
     return 0
 
 
