@@ -1,10 +1,13 @@
-"""verify-construction TASK --all-sizes: proofs for every size (issue 13).
+"""verify-construction TASK --all-sizes: proofs for every size (issues 13, 24).
 
-Theorem 3 (icqa) and Theorem 1 (sc) are proven for all sizes; their margin formulas are checked
-against the exact `verify` at every size enumerated here; a construction tampered to fail only
-at k = 10 (beyond every base case) is caught by the symbolic method at exactly k = 10; the
-as-printed Theorem 5 / 6 constructions get no proof; bad input exits 2 with one line; the
-standalone re-checker accepts the proofs and rejects a tampered certificate.
+Theorem 3 (icqa) is proven for all sizes from its builder run with symbolic sizes (one source);
+its margin formula is checked against the exact `verify` at every size enumerated here; tampers
+of the builder that act only at sizes never enumerated are refused (a size comparison, naming the
+line) or refuted at their smallest failing size, never proven; constructions whose builders are
+not set-indexed (sc, tm, ictm, multihop) are not proven for every size (exit 3); the as-printed
+Theorem 5 / 6 constructions fail at a base case; bad input exits 2 with one line; the standalone
+re-checker re-derives the orbit identity, set sizes, claim and margin and rejects edited
+certificates.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import pytest
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.tasks import make_task
 from depthcert.constructions import copy_matching, registry
+from depthcert.constructions.indexed import finite_build, is_symbolic
 from depthcert.proofs.all_sizes import icqa_plan, prove, prove_lumped, symbolic_margin
 from depthcert.proofs.all_sizes_lumped import (Family, LMatrix, Param, Region, Ring, Space, Split, decide, matmul,
                                                patterns, whole_region)
@@ -62,15 +66,35 @@ def test_icqa_proven_for_all_sizes_margin_3(capsys, tmp_path):
     rc, rout, rerr = recheck(tmp_path, info)
     assert rc == 0, rerr
     assert rout == ("icqa copy-matching: valid; 1 representative(s), 1 leaf region(s), every ReLU sign and every "
-                    "margin re-decided; every margin > 0 for all k >= 1, n_q >= k, n_a >= k\n")
+                    "margin re-decided; orbit identity, set sizes and claim re-derived; every margin > 0 for all "
+                    "k >= 1, n_q >= k, n_a >= k; minimum margin 3\n")
+    family = " ".join(info["steps"][0]["lines"])
+    assert "run once with symbolic k, n_q, n_a" in family and "read at" not in family
+    assert any("evaluated with symbolic sizes" in r for r in info["rests_on"])
 
 
-def test_icqa_instance_of_given_sizes(capsys):
+def test_icqa_instance_is_built_and_verified(capsys):
     code, out, _ = run(["icqa", "--k", "4", "--n-questions", "9", "--all-sizes"], capsys)
-    assert code == 0 and "instance    k=4, n_q=9, n_a=6: covered, margin 3" in out
+    assert code == 0 and ("instance    k=4, n_q=9, n_a=6: built, verify verified on 4354560 points (4 evaluated), "
+                          "margin 3 = the proof's margin there") in out
     assert "PROVEN FOR ALL SIZES" in out
+    code, out, _ = run(["icqa", "--k", "7", "--all-sizes"], capsys)
+    assert code == 0 and "instance    k=7, n_q=9, n_a=9: built, verify verified" in out
     code, out, _ = run(["icqa", "--k", "1", "--n-answers", "1", "--all-sizes"], capsys)
-    assert code == 0 and "instance    k=1, n_q=3, n_a=1: covered, margin none (a single class)" in out
+    assert code == 0 and ("instance    k=1, n_q=3, n_a=1: built, verify verified on 3 points (1 evaluated), margin "
+                          "none (a single class) = the proof's margin there") in out
+
+
+def test_finite_builds_instantiate_the_symbolic_model():
+    """One source: the finite model at a size is the builder's symbolic model instantiated there, and
+    the builder's entry point returns the symbolic model on a symbolic task."""
+    from depthcert.constructions.indexed import SymbolicModel
+
+    c = registry.build(copy_matching.symbolic_task())
+    assert isinstance(c.symbolic, SymbolicModel) and c.model is None
+    for k, nq, na in ((1, 1, 1), (2, 5, 3), (4, 4, 7)):
+        task = make_task("icqa", k=k, n_questions=nq, n_answers=na)
+        assert registry.build(task).model == c.symbolic.instantiate(task, {"k": k, "n_q": nq, "n_a": na})
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6])
@@ -98,16 +122,17 @@ def test_icqa_margin_at_the_readme_scale():
 # ----------------------------------------------------------------------------- Theorem 1
 
 
-def test_sc_proven_for_all_sizes(capsys):
+def test_sc_is_not_proven_for_every_size(capsys):
+    """Theorem 1's builder is not set-indexed (overlapping Lemma 4 slots, a Lemma 3 classifier fitted
+    point by point): its head-by-head reading at sample sizes is evidence, not a proof (exit 3)."""
     code, out, err = run(["sc", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
-    assert code == 0 and info["status"] == "proven" and info["all_sizes"] == ["L >= 1", "M >= 1"]
-    assert info["margin"] == "> 0" and "2^-((L-1)(M-1))" in info["margin_note"] and "not proven" in info["margin_note"]
+    assert code == 3 and info["status"] == "not-proven" and info["margin"] is None
+    assert "not written with set-indexed blocks" in info["reason"] and "Lemma 3" in info["reason"]
+    assert [f["parameter"] for f in info["finite_only"]] == ["L, M"]
     fitted = info["steps"][0]["lines"][1]
     for formula in ("a = 1", "j = h", "q = L", "s = L + 1", "o = M*h + h", "b = 1", "c = -L - 1"):
         assert formula in fitted
-    derivation = info["steps"][1]["lines"]
-    assert sum("holds" in line for line in derivation) == 8 and not any("FAILS" in line for line in derivation)
 
 
 def test_sc_changed_layer_is_not_proven_even_where_it_verifies():
@@ -140,28 +165,151 @@ def test_sc_observed_margin_at_enumerated_sizes(L, M):
 # ----------------------------------------------------------------------------- tampering
 
 
-def tampered(e=Fraction(1, 10), d=Fraction(1, 20)):
-    """Copy-matching with e * J added to layer 1's position scores (every column also attends every
-    column a little) and -d * J to layer 2's: still invariant under Sym(Q) x Sym(A) x Sym(T), and
-    correct up to k = 9, but the matching triple's score 1 + O(e) - d (1 + e n)^2 reaches 0 at k = 10."""
+def symbolic_tamper(edit):
+    """The ICQA builder with `edit(task, symbolic model)` applied to its one symbolic object (the
+    all-sizes run and every finite build, an instantiation at a point, see the same edit)."""
 
-    def build(task):
-        m = copy_matching.build(task).model
-        s = m.layout.slice("position")
-        layers = []
-        for li, (head,) in enumerate(m.layers):
-            qk = head.W_QK.copy()
-            qk[s, s] = qk[s, s] + (e if li == 0 else -d)
-            qk.flags.writeable = False
-            layers.append((replace(head, W_QK=qk),))
-        return replace(m, layers=tuple(layers))
+    def build(task, as_printed=False):
+        if not is_symbolic(task):
+            return finite_build(build, task, copy_matching.symbolic_task, copy_matching.sizes_of(task), as_printed)
+        c = copy_matching.build(task, as_printed)
+        edit(task, c.symbolic)
+        return c
 
     return build
 
 
+def wrapped(edit):
+    """The builder's entry point wrapped by `edit(task, construction)`, which may change the finished
+    model: a tamper outside the builder, acting on the finite model."""
+
+    def build(task, as_printed=False):
+        return edit(task, copy_matching.build(task, as_printed))
+
+    return build
+
+
+def _with(c, model):
+    return replace(c, model=model)
+
+
+def _layer2_qk_minus_one_from_k7(task, c):
+    if task.k >= 7:  # acts only at sizes no small case reads
+        m = c.model
+        s = m.layout.slice("question")
+        qk = m.layers[1][0].W_QK.copy()
+        qk[s, s] = -qk[s, s]
+        qk.flags.writeable = False
+        return _with(c, replace(m, layers=(m.layers[0], (replace(m.layers[1][0], W_QK=qk),))))
+    return c
+
+
+def _extra_w_o_entry_from_na9(task, c):
+    if task.n_a >= 9:
+        m = c.model
+        W = m.W_O.copy()
+        W[1, m.layout.offset("answer")] = Fraction(5)
+        W.flags.writeable = False
+        return _with(c, replace(m, W_O=W))
+    return c
+
+
+def _w_o_sign_flip_from_nq8(task, c):
+    if task.n_q >= 8:
+        m = c.model
+        W = -m.W_O
+        W.flags.writeable = False
+        return _with(c, replace(m, W_O=W))
+    return c
+
+
+def _position_ramp(task, c):
+    """A position-dependent layer-2 score (key j adds j/100 for the last query): not set-indexed."""
+    m = c.model
+    n = task.length if m is not None else 3 * task.k + 2
+    ramp = [Fraction(j, 100) for j in range(n)]
+    s = m.layout.slice("position")
+    qk = m.layers[1][0].W_QK.copy()
+    for j in range(n):
+        qk[s.start + j, s.start + n - 1] += ramp[j]
+    qk.flags.writeable = False
+    return _with(c, replace(m, layers=(m.layers[0], (replace(m.layers[1][0], W_QK=qk),))))
+
+
+BRANCH_TAMPERS = {
+    "layer-2 score -1 when k >= 7": (_layer2_qk_minus_one_from_k7, "if task.k >= 7:", {"k": 7, "n_questions": 7,
+                                                                                         "n_answers": 7}),
+    "extra W_O entry when n_a >= 9": (_extra_w_o_entry_from_na9, "if task.n_a >= 9:", {"k": 2, "n_questions": 2,
+                                                                                      "n_answers": 9}),
+    "W_O sign flip when n_q >= 8": (_w_o_sign_flip_from_nq8, "if task.n_q >= 8:", {"k": 2, "n_questions": 8,
+                                                                                  "n_answers": 2}),
+    "position ramp (a loop over the positions)": (_position_ramp, "for j in range(n)", None),
+}
+
+
+@pytest.mark.parametrize("name", list(BRANCH_TAMPERS))
+def test_tamper_at_unread_sizes_is_refused_naming_the_line(name):
+    """Each tamper acts only at sizes no base case reaches; the all-sizes run calls the same builder
+    with symbolic sizes, the size comparison is undecided over the range: refused (exit 3) with the
+    file and line, never proven; the finite check at the tampered size refutes it."""
+    edit, line, size = BRANCH_TAMPERS[name]
+    build = wrapped(edit)
+    rep = prove_lumped(icqa_plan(construct=build))
+    assert rep.status == "not-proven" and rep.exit_code == 3, rep.reason
+    assert "test_all_sizes.py:" in rep.reason and line in rep.reason
+    assert all(r["verdict"] == "verified" for r in rep.base_cases)
+    if size is not None:
+        task = make_task("icqa", **size)
+        assert not verify(build(task).model, task, symmetry="off", progress=False).verified
+
+
+def _off_diagonal_w_o(task, sym):
+    sym.W_O.same("cls:A", "tok:A", same=1, other=(task.k - 4) / 3)
+
+
+def _quartic_score(task, sym):
+    k = task.k
+    sym.layers[1][0].W_QK.same("tok:Q", "tok:Q", same=1 - (k - 1) * (k - 2) * (k - 3) * (k - 4) / 24)
+
+
+@pytest.mark.parametrize("edit,first_bad", [(_off_diagonal_w_o, 7), (_quartic_score, 5)])
+def test_polynomial_tamper_is_refuted_at_its_smallest_failing_size(edit, first_bad):
+    """A weight that is a polynomial in k equal to the original at every k a small case reads: the
+    symbolic run carries the polynomial, the proof fails at exactly the first k where the code
+    fails, and verify confirms it there; k - 1 verifies."""
+    build = symbolic_tamper(edit)
+    rep = prove_lumped(icqa_plan(construct=build))
+    assert rep.status == "fails" and rep.exit_code == 1
+    assert rep.failure["size"] == {"k": first_bad, "n_q": first_bad, "n_a": first_bad}
+    assert rep.failure["confirmed"].startswith("verify at this size: REFUTED")
+    assert all(r["verdict"] == "verified" for r in rep.base_cases)
+    for k, ok in ((first_bad - 1, True), (first_bad, False)):
+        task = make_task("icqa", k=k, n_questions=k, n_answers=k)
+        assert verify(build(task).model, task, symmetry="auto", progress=False).verified is ok
+
+
+def tampered(e=Fraction(1, 10), d=Fraction(1, 20)):
+    """Copy-matching with e added to every layer-1 position score (every column also attends every
+    column a little) and -d to every layer-2 position score: still set-indexed, correct up to k = 9,
+    but the matching triple's score 1 + O(e) - d (1 + e n)^2 reaches 0 at k = 10."""
+    fams = [f"pos{r}" for r in copy_matching.ROLES + copy_matching.FINAL]
+
+    def edit(task, sym):
+        for li, value in ((0, e), (1, -d)):
+            qk = sym.layers[li][0].W_QK
+            for a in fams:
+                for b in fams:
+                    if a[3] != "F" and b[3] != "F":
+                        qk.same(a, b, same=qk.get(a, b, "eq") + value, other=qk.get(a, b, "ne") + value)
+                    else:
+                        qk.set(a, b, qk.get(a, b) + value)
+
+    return symbolic_tamper(edit)
+
+
 @pytest.fixture(scope="module")
 def tamper_report():
-    return prove_lumped(icqa_plan(builder=tampered()))
+    return prove_lumped(icqa_plan(construct=tampered()))
 
 
 def test_tamper_failing_only_at_k10_is_caught_with_that_size(tamper_report):
@@ -176,7 +324,7 @@ def test_tamper_failing_only_at_k10_is_caught_with_that_size(tamper_report):
     build = tampered()
     for k, ok in ((9, True), (10, False)):
         task = make_task("icqa", k=k, n_questions=k, n_answers=k)
-        assert verify(build(task), task, symmetry="auto", progress=False).verified is ok
+        assert verify(build(task).model, task, symmetry="auto", progress=False).verified is ok
 
 
 def test_tamper_margin_formulas_equal_verify(tamper_report):
@@ -184,7 +332,7 @@ def test_tamper_margin_formulas_equal_verify(tamper_report):
     for k in (1, 2, 4, 6, 8, 9, 10, 11):
         for extra in (0, 1):
             task = make_task("icqa", k=k, n_questions=k + extra, n_answers=k + extra)
-            v = verify(build(task), task, symmetry="auto", progress=False)
+            v = verify(build(task).model, task, symmetry="auto", progress=False)
             want = symbolic_margin(tamper_report, {"k": k, "n_q": k + extra, "n_a": k + extra})
             if v.verified:
                 assert v.min_margin == want and (want is None or want > 0)
@@ -197,22 +345,52 @@ def test_tamper_certificate_rechecks_as_failing(tamper_report, tmp_path):
     assert rc == 1 and "margin(s) not > 0" in out and "offsets [9, 0, 0]" in out, (out, err)
 
 
-def test_tamper_that_breaks_the_symmetry_gets_no_proof():
-    """A position-dependent score (key position j adds j/100) is no longer one invariant table:
-    refused (exit 3), never 'proven'."""
+def _sc_tamper(kind):
+    """Theorem 1's construction changed at sizes no small case reads (the audit's SC tampers)."""
 
-    def ramp(task):
-        m = copy_matching.build(task).model
-        s = m.layout.slice("position")
-        head = m.layers[1][0]
-        qk = head.W_QK.copy()
-        for j in range(task.length):
-            qk[s.start + j, s.start + task.length - 1] += Fraction(j, 100)
-        qk.flags.writeable = False
-        return replace(m, layers=(m.layers[0], (replace(head, W_QK=qk),)))
+    def build(task):
+        m = registry.build(task).model
+        L, M = task.L, task.M
+        if kind == "scaled head" and L * M > 50:
+            heads = (replace(m.layers[0][0], W_V=m.layers[0][0].W_V * 2),) + tuple(m.layers[0][1:])
+            return replace(m, layers=(heads,))
+        if kind == "quartic" and (L - 1) * (L - 2) * (L - 3) * (L - 4) > 0:
+            return replace(m, W_O=-m.W_O)
+        if kind == "negation" and M >= 6:
+            return replace(m, W_O=-m.W_O)
+        return m
 
-    rep = prove_lumped(icqa_plan(builder=ramp))
-    assert rep.status == "not-proven" and rep.exit_code == 3 and "not invariant" in rep.reason
+    return build
+
+
+@pytest.mark.parametrize("kind", ["scaled head", "quartic", "negation"])
+def test_sc_tampers_are_never_proven(kind):
+    from depthcert.proofs.all_sizes import prove_sc
+
+    rep = prove_sc(builder=_sc_tamper(kind))
+    assert rep.status != "proven" and rep.exit_code == 3
+
+
+def test_multihop_and_tm_tampers_are_never_proven():
+    from depthcert.proofs.all_sizes import prove_multihop_linear, prove_lumped, tm_plan
+
+    def hop_flip(task):
+        m = registry.build(task, "linear").model
+        if task.hops >= 5:
+            return replace(m, W_O=-m.W_O)
+        return m
+
+    rep = prove_multihop_linear(make_task("multihop", k=2, hops=1), builder=hop_flip)
+    assert rep.status == "not-proven" and rep.exit_code == 3
+
+    def tm_flip(task):
+        m = registry.build(task, "ternary").model
+        if task.m >= 7:
+            return replace(m, W_O=-m.W_O)
+        return m
+
+    rep = prove_lumped(tm_plan(make_task("tm", l=3), "ternary", False, builder=tm_flip))
+    assert rep.status == "not-proven" and rep.exit_code == 3
 
 
 # ----------------------------------------------------------------------------- negative controls
@@ -228,33 +406,33 @@ def test_as_printed_template_constructions_get_no_proof(capsys):
     assert "x1 x1 = a0 x0 x1 = a1 x0 x0 =  expected a0, predicted a1" in out
 
 
-def test_partial_proofs_name_their_finite_parameters(capsys):
+def test_table_read_families_are_not_proven_for_every_size(capsys):
+    """tm, ictm and multihop builders are not set-indexed: their lumped analysis of weights read at
+    sample sizes is evidence (the margins agree with verify) but never printed as a proof (exit 3)."""
     code, out, _ = run(["multihop", "--k", "2", "--variant", "linear", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
-    assert code == 3 and info["status"] == "partial" and info["all_sizes"] == ["hops >= 1", "N >= 2"]
-    assert [f["parameter"] for f in info["finite_only"]] == ["k"] and info["margin"] == "1"
-    code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--all-sizes", "--json"], capsys)
-    info = json.loads(out)
-    assert code == 3 and info["all_sizes"] == ["m >= 3"] and [f["parameter"] for f in info["finite_only"]] == ["l"]
+    assert code == 3 and info["status"] == "not-proven" and info["margin"] is None and "certificate" not in info
+    assert info["evidence_margin"] == "1" and "set-indexed" in info["reason"]
+    assert [f["parameter"] for f in info["finite_only"]] == ["hops, N", "k"]
+    code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--all-sizes"], capsys)
+    assert code == 3 and "NOT PROVEN FOR ALL SIZES" in out and "PROVEN FOR ALL SIZES OF" not in out
+    assert "analysis (not a proof for every size):" in out and "claim" not in out
+    rep = prove(make_task("tm", l=3), "ternary")
     for m in (3, 4, 5, 6):
         task = make_task("tm", l=3, alphabet=m)
         v = verify(registry.build(task, "ternary").model, task, symmetry="auto", progress=False)
-        assert v.verified and str(v.min_margin) == info["margin"]
+        assert v.verified and str(v.min_margin) == rep.evidence_margin
 
 
-def test_vocabulary_proofs_margins_equal_verify():
+def test_vocabulary_analyses_margins_equal_verify():
     rep = prove(make_task("ictm", k=1, l=2))
-    assert rep.status == "partial" and rep.margin == "1"
-    for m, na in ((1, 1), (2, 3), (4, 2), (5, 4)):
-        task = make_task("ictm", k=1, l=2, alphabet=m, n_answers=na)
-        v = verify(registry.build(task).model, task, symmetry="auto", progress=False)
-        assert v.verified and v.min_margin == symbolic_margin(rep, {"m": m, "n_a": na})
+    assert rep.status == "not-proven" and rep.evidence_margin == "1"
     rep = prove(make_task("multihop", k=2, hops=3), "doubling")
-    assert rep.status == "partial" and rep.margin == "1"
+    assert rep.status == "not-proven" and rep.evidence_margin == "1"
     for N in (2, 3, 6):
         task = make_task("multihop", k=2, hops=3, n_entities=N)
         v = verify(registry.build(task, "doubling").model, task, symmetry="auto", progress=False)
-        assert v.min_margin == symbolic_margin(rep, {"N": N}) == 1
+        assert v.min_margin == 1
 
 
 @pytest.mark.parametrize("argv", [["tm", "--variant", "heads"], ["multihop", "--variant", "relu-and"]])
@@ -291,6 +469,45 @@ def test_rechecker_rejects_a_changed_certificate(capsys, tmp_path):
     assert rc == 2 and "differs from the certificate" in err
     rc, _, err = recheck(tmp_path, {"format": "something else"})
     assert rc == 2 and err.startswith("invalid:")
+
+
+def _edit(info, path, value):
+    out = json.loads(json.dumps(info))
+    obj = out
+    for key in path[:-1]:
+        obj = obj[key]
+    obj[path[-1]] = value
+    return out
+
+
+@pytest.mark.parametrize("path,value,needle", [
+    # the other triples as k - 2 elements: the parts of T no longer add up to k
+    (("certificate", "points", 0, "sorts", "Tr"), [[[0, 0, 0], "-2"], [[1, 0, 0], "1"]], "can be negative"),
+    (("certificate", "points", 0, "sorts", "Uq"), [[[0, 1, 0], "1"], [[1, 0, 0], "-1"], [[0, 0, 0], "-1"]],
+     "can be negative"),
+    (("certificate", "points", 0, "model_sets", "T", "parts"), [["fixed", "c"], ["sort", "Tr"], ["sort", "Uq"]],
+     "wrong orbit sizes"),
+    (("certificate", "params", 0, "base"), 0, "not inside the task's range"),
+    (("claim",), "correct on every point for all k >= 1", "claim"),
+    (("certificate", "claim"), "correct on every point for all k >= 0, n_q >= k, n_a >= k", "claim"),
+    (("margin",), "1000", "margin '1000' is not the one re-derived: 3"),
+    (("certificate", "margin"), "4", "margin '4' is not the one re-derived: 3"),
+    (("certificate", "task"), "tm", "no dataset formula for task 'tm'"),
+])
+def test_rechecker_rederives_and_rejects_edited_certificates(path, value, needle, capsys, tmp_path):
+    code, out, _ = run(["icqa", "--all-sizes", "--json"], capsys)
+    info = json.loads(out)
+    rc, _, err = recheck(tmp_path, _edit(info, path, value))
+    assert rc == 2 and needle in err, err
+
+
+def test_rechecker_orbit_identity_with_a_second_orbit_is_rejected(capsys, tmp_path):
+    """Two copies of the representative: the orbits add up to twice the dataset size."""
+    code, out, _ = run(["icqa", "--all-sizes", "--json"], capsys)
+    info = json.loads(out)
+    info["certificate"]["points"].append(info["certificate"]["points"][0])
+    rc, _, err = recheck(tmp_path, info)
+    assert rc == 2 and "orbit identity" in err
 
 
 # ----------------------------------------------------------------------------- the lumped algebra
