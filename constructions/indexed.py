@@ -374,12 +374,13 @@ def _check_value(v, where: str):
 class SymbolicTask:
     """A task with symbolic sizes: the builder reads task.name and the size attributes only."""
 
-    def __init__(self, name: str, range_: SizeRange, derived: dict | None = None):
+    def __init__(self, name: str, range_: SizeRange, derived: dict | None = None, fixed: dict | None = None):
         self.name = name
         self.range = range_
         self.sizes = dict(range_.symbols())
         for key, fn in (derived or {}).items():
             self.sizes[key] = fn(self.sizes)
+        self.sizes.update(fixed or {})  # structural sizes held at one value (plain ints)
 
     def __getattr__(self, attr):
         sizes = self.__dict__.get("sizes", {})
@@ -555,6 +556,14 @@ class IndexedHead:
 
 
 @dataclass(frozen=True)
+class Repeat:
+    """One layer (a tuple of heads) applied `count` times in a row (`count` a size, e.g. the hops)."""
+
+    layer: tuple
+    count: object
+
+
+@dataclass(frozen=True)
 class SymbolicModel:
     """The paper's model (relu heads, averaged per layer, read-out at the last column) with every
     weight an IndexedMatrix.  stream: the residual rows (token rows first, in the task's vocabulary
@@ -574,8 +583,17 @@ class SymbolicModel:
 
         if not self.range.contains(values):
             raise BadInput(f"sizes {values} are outside the construction's range {self.range.describe()}")
-        layers = tuple(tuple(Head(h.W_QK.instantiate(values), h.W_V.instantiate(values)) for h in layer)
-                       for layer in self.layers)
+        layers = []
+        for layer in self.layers:
+            times = 1
+            if isinstance(layer, Repeat):
+                times = value_at(layer.count, values)
+                if times.denominator != 1 or times < 0:
+                    raise BadInput(f"a layer repeated {times} times")
+                layer = layer.layer
+            heads = tuple(Head(h.W_QK.instantiate(values), h.W_V.instantiate(values)) for h in layer)
+            layers.extend([heads] * int(times))
+        layers = tuple(layers)
         n_cls = len(self.classes.rows(values))
         if n_cls != len(task.classes):
             raise BadInput(f"the construction has {n_cls} class rows, the task {len(task.classes)} classes")
@@ -586,14 +604,18 @@ class SymbolicModel:
                      self.W_O.instantiate(values), name=self.name)
 
 
-def finite_build(build, task, symbolic_task, sizes: dict, as_printed: bool = False):
+def finite_build(build, task, symbolic_task, sizes: dict, as_printed: bool = False, notes=None):
     """A finite build by the one route: `build` run on the symbolic task held at these sizes (the same
     code and Size objects as the all-sizes run), its symbolic model instantiated at them.  Returns
-    the Construction with `model` set."""
+    the Construction with `model` set.  notes(model) -> Model.notes (hints such as row tags for
+    checkers/symmetry.py; not part of the weights)."""
     from dataclasses import replace
 
     c = build(symbolic_task(sizes), as_printed)
     sym = getattr(c, "symbolic", None)
     if not isinstance(sym, SymbolicModel):
         raise TypeError("a set-indexed builder must return its SymbolicModel in Construction.symbolic")
-    return replace(c, model=sym.instantiate(task, sizes))
+    model = sym.instantiate(task, sizes)
+    if notes is not None:
+        model = replace(model, notes=notes(model))
+    return replace(c, model=model)

@@ -33,6 +33,7 @@ import sympy as sp
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
+from depthcert.constructions.indexed import SizeBranch as SizeBranchError
 from depthcert.proofs.all_sizes_families import (NotAFamily, PointView, View, check_point_sizes, merge,
                                                  missing_classes, model_tables, point_h0, refine)
 from depthcert.proofs.all_sizes_lumped import (LHead, LMatrix, LumpedModel, Param, PassLog, Region, Ring, Split,
@@ -238,19 +239,22 @@ def multihop_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedP
                 f"the {len(reps)} representatives have pairwise different first-occurrence forms (distinct orbits)"), \
             cov.ok and len({key for key, _ in reps}) == len(reps)
 
-    from depthcert.constructions.multihop import THEOREM
+    from depthcert.constructions.multihop import THEOREM, symbolic_task
 
+    symbolic = None if builder is not None else (lambda: symbolic_task(k, h))
+    construct = None if builder is not None else _registry_construct("multihop", variant, as_printed)
     return LumpedPlan(
         "multihop", variant, THEOREM, params, {"hops": h, "k": k},
         (("k", "the number of orbits (functional graphs, k^k * k) grows with k: no finite lumping"),
          ("hops", "each hop count is its own stack of layers; checked at the given h only")),
         lambda v: {"hops": h, "k": k, "n_entities": v["N"]},
-        builder or _registry_builder("multihop", variant, as_printed),
+        builder or (lambda t: construct(t).model),
         lambda t, m: T.model_view(t, m, {"N": t.entities}, {"N": t.n_entities}),
         {"N": "N"}, extraction, base, _vocab_points(lambda t: {"N": t.entities}),
         lambda used: Region((max(0, used["N"] - k),), (True,)), coverage,
+        ("the builder run with symbolic N, then " if builder is None else "") +
         f"lumped evaluation over Sym(entities), symbolic in N, at k={k}, hops={h}",
-        "N = entities",
+        "N = entities", symbolic=symbolic, construct=construct,
     )
 
 
@@ -483,10 +487,14 @@ def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0:
 
 
 def _builder_name(plan: LumpedPlan) -> str:
+    return _builder_of(plan.task, plan.variant)
+
+
+def _builder_of(task: str, variant: str) -> str:
     from depthcert.constructions import registry
 
     try:
-        fn = registry._builders()[plan.task][plan.variant]
+        fn = registry._builders()[task][variant]
         return f"{fn.__module__}.{fn.__qualname__}"
     except (KeyError, AttributeError):
         return "the given builder"
@@ -862,7 +870,7 @@ def _ptext(p) -> str:
 HOP_SIZES = (1, 2, 3)
 
 
-def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Report:
+def prove_multihop_linear(task, as_printed: bool = False, builder=None, construct=None) -> Report:
     """Multi-hop `linear` for every hops >= 1 and every N >= k, at fixed k.
 
     The model for h hops is the copy layer followed by h copies of one hop layer (checked: the
@@ -882,10 +890,15 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Repor
     k = task.k
     params = (Param("N", k),)
     ring_ = Ring(params)
-    build = builder or _registry_builder("multihop", "linear", as_printed)
+    if builder is None:
+        construct = construct or _registry_construct("multihop", "linear", as_printed)
+        build = lambda t: construct(t).model  # noqa: E731
+    else:
+        build = builder
     rep = Report("multihop", "linear", THEOREM, "not-proven",
                  f"correct on every point for all hops >= 1, N >= {k} at k={k}",
-                 f"lumped evaluation over Sym(entities), symbolic in N, and periodicity of the hop layer in h, at k={k}")
+                 ("the builder run with symbolic hops and N, then " if builder is None else "")
+                 + f"lumped evaluation over Sym(entities), symbolic in N, and periodicity of the hop layer in h, at k={k}")
     rep.params = ("hops >= 1", f"N >= {k}")
     rep.finite = (("k", "the number of orbits (functional graphs, k^k * k) grows with k: no finite lumping"),)
 
@@ -908,6 +921,79 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Repor
                 rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
                 rep.seconds = time.perf_counter() - t0
                 return rep
+    if builder is None:
+        out = _multihop_linear_symbolic(task, construct, rep, ring_, built, t0)
+        if isinstance(out, Report):
+            return out
+        copy_f, hop_f, spaces = out
+        rows, cols, classes = spaces
+    else:
+        out = _multihop_linear_tables(task, build, rep, built, view_of, t0)
+        if isinstance(out, Report):
+            return out
+        copy_f, hop_f, spaces = out
+        rows, cols, classes = spaces
+    return _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, classes, t0,
+                                 symbolic=builder is None)
+
+
+def _multihop_linear_symbolic(task, construct, rep, ring_, built, t0):
+    """The family of multi-hop linear from its builder run with symbolic N and hops: layers =
+    (copy, Repeat(hop, hops)); no weight may depend on the hops (one hop layer for every h)."""
+    from depthcert.constructions.indexed import Repeat
+    from depthcert.constructions.multihop import symbolic_task
+    from depthcert.proofs import all_sizes_symbolic as S
+    from depthcert.proofs.all_sizes_families import Tables
+
+    k = task.k
+    try:
+        sym_task = symbolic_task(k)
+        sym = S.run_symbolic(construct, sym_task)
+        if (len(sym.layers) != 2 or isinstance(sym.layers[0], Repeat) or not isinstance(sym.layers[1], Repeat)
+                or not (sym.layers[1].count is sym_task.hops or sym.layers[1].count == sym_task.hops)):
+            raise S.NotSymbolic("the model is not (copy layer, one hop layer repeated hops times)")
+        copy_f = S.layer_tables(sym.layers[0], ring_)
+        hop_f = S.layer_tables(sym.layers[1].layer, ring_)
+        copy_f.o = {key: S.as_poly(ring_, v) for key, v in sym.W_O.table.items()}
+        spaces = S.spaces(sym)
+        if S.set_sizes(sym, ring_).get("N") != ring_.gen["N"]:
+            raise S.NotSymbolic("the builder's entity set is not of size N")
+    except S.NotSymbolic as exc:
+        return _not_proven(rep, str(exc), t0)
+    except SizeBranchError as exc:  # a comparison while reading the repeat count
+        return _not_proven(rep, f"the builder branches on a size at {exc.where} ({exc.what})", t0)
+    for h in HOP_SIZES:
+        for N in (k + 1, k + 2, k + 3):
+            if (h, N) not in built:
+                t = _task("multihop", {"hops": h, "k": k, "n_entities": N})
+                built[(h, N)] = _Built({"hops": h, "N": N}, t, construct(t).model, None)
+    for key, b in list(built.items()):
+        values = {"hops": b.values["hops"], "N": b.values["N"]}
+        if sym.instantiate(b.task, values) != b.model:
+            return _not_proven(rep, f"the finite build at hops={values['hops']}, N={values['N']} is not the symbolic "
+                                    "model instantiated there", t0)
+        built[key] = _Built(b.values, b.task, b.model, S.concrete_view(sym, b.task, values))
+    rep.steps.append(Step("family", (
+        "sets: N = entities",
+        "the builder the finite check calls, run once with symbolic hops and N over hops >= 1, "
+        f"N >= {k} (k = {k} fixed): every size comparison it makes is decided over that range",
+        "its output is the copy layer followed by one hop layer Phi repeated hops times (a Repeat whose count is "
+        f"the symbol hops), W_O, as set-indexed tables with no weight depending on the sizes "
+        f"({S.table_count(copy_f) + S.table_count(hop_f)} non-zero classes over {len(spaces[0])} row families)",
+        f"the finite builds at the {len(built)} sizes used here equal that object instantiated")))
+    rep.rests_on = (
+        f"the builder the finite check calls (registry.build -> "
+        f"{_builder_of('multihop', 'linear')}"
+        "), evaluated with symbolic sizes",
+        "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "
+        "one-hot token and position embedding, read-out at the last column)",
+        "the task's symmetry (the orbit identity of step 2) and its label rule f^h(s) = f(f^(h-1)(s)) (step 3)")
+    return copy_f, hop_f, spaces
+
+
+def _multihop_linear_tables(task, build, rep, built, view_of, t0):
+    """The family read from models built at sample sizes (a given builder: evidence only)."""
+    k = task.k
     try:
         for h in HOP_SIZES:
             for N in (k + 1, k + 2, k + 3):
@@ -940,6 +1026,15 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Repor
         f"the copy layer, every hop layer and W_O read at {len(built)} sizes (hops {sorted({h for h, _ in built})}, "
         f"N {sorted({N for _, N in built})}) are three invariant tables: every hop layer of every model is the same "
         "table, so the model for h hops is copy + h times one layer Phi")))
+    return copy_f, hop_f, spaces
+
+
+def _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, classes, t0, symbolic: bool) -> Report:
+    import numpy as np
+
+    from dataclasses import replace as dc_replace
+
+    k = task.k
     base_task = built[(1, k + 3)].task
     idx, _ = base_task.orbit_representatives()
     total_pairs, failures, all_margins = 0, [], []
@@ -1024,7 +1119,13 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Repor
     cross = [r for r in rep.base_cases if r["_margin"] is not None and str(format_rational(r["_margin"])) != rep.margin]
     rep.steps.append(Step("cross-check", (f"verify's exact minimum margin is {rep.margin} at every base case"
                                           if not cross else "verify's margins differ at some base cases",)))
-    return _table_only(rep, t0)
+    if not symbolic:
+        return _table_only(rep, t0)
+    if cross:
+        return _not_proven(rep, "the symbolic margin differs from verify's at a base case", t0)
+    rep.status = "partial"
+    rep.seconds = time.perf_counter() - t0
+    return rep
 
 
 def _one_layer(tab, li: int):

@@ -54,19 +54,32 @@ def run_symbolic(construct, sym_task) -> SymbolicModel:
 
 
 def as_poly(ring_: Ring, v):
-    """A weight (int, Fraction, Size) as a polynomial of the proof's ring (same parameter names)."""
+    """A weight (int, Fraction, Size) as a polynomial of the proof's ring.  A size parameter the ring
+    does not have (a repeat count such as the hops) must not occur in a weight."""
     if isinstance(v, Size):
-        if tuple(v.range.names) != tuple(p.name for p in ring_.params):
-            raise NotSymbolic(f"the size {v} is over parameters {v.range.names}, the proof's are "
-                              f"{[p.name for p in ring_.params]}")
+        names = [p.name for p in ring_.params]
         out = ring_.zero
         for mono, c in v.terms.items():
             term = ring_.const(c)
-            for p, e in zip(ring_.params, mono):
-                term = term * ring_.gen[p.name] ** e
+            for name, e in zip(v.range.names, mono):
+                if not e:
+                    continue
+                if name not in names:
+                    raise NotSymbolic(f"a weight depends on {name} ({v}): the proof is symbolic in "
+                                      f"{', '.join(names)} only")
+                term = term * ring_.gen[name] ** e
             out = out + term
         return out
     return ring_.const(Fraction(v))
+
+
+def layer_tables(layer, ring_: Ring) -> Tables:
+    """One layer's heads as Tables (W_O left empty)."""
+    t = Tables([len(layer)])
+    for hi, head in enumerate(layer):
+        t.qk[(0, hi)] = {key: as_poly(ring_, v) for key, v in head.W_QK.table.items()}
+        t.v[(0, hi)] = {key: as_poly(ring_, v) for key, v in head.W_V.table.items()}
+    return t
 
 
 def spaces(sym: SymbolicModel) -> tuple[Space, Space, Space]:
@@ -81,6 +94,10 @@ def tables(sym: SymbolicModel, ring_: Ring) -> Tables:
     def tab(M):
         return {key: as_poly(ring_, v) for key, v in M.table.items()}
 
+    from depthcert.constructions.indexed import Repeat
+
+    if any(isinstance(layer, Repeat) for layer in sym.layers):
+        raise NotSymbolic("the model repeats a layer a symbolic number of times: not a fixed stack of layers")
     t = Tables([len(layer) for layer in sym.layers])
     for li, layer in enumerate(sym.layers):
         for hi, head in enumerate(layer):
