@@ -406,14 +406,46 @@ def test_as_printed_template_constructions_get_no_proof(capsys):
     assert "x1 x1 = a0 x0 x1 = a1 x0 x0 =  expected a0, predicted a1" in out
 
 
-def test_table_read_families_are_not_proven_for_every_size(capsys):
-    """tm, ictm and multihop builders are not set-indexed: their lumped analysis of weights read at
-    sample sizes is evidence (the margins agree with verify) but never printed as a proof (exit 3)."""
+def test_multihop_proven_from_its_builder_in_the_sizes_it_reaches(capsys):
+    """multi-hop linear: its builder runs with symbolic hops and N (the hop layer is one Repeat), so
+    every hops >= 1 and N >= k is proven at the given k; doubling / paper at the given (k, hops)."""
     code, out, _ = run(["multihop", "--k", "2", "--variant", "linear", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
+    assert code == 3 and info["status"] == "partial" and info["all_sizes"] == ["hops >= 1", "N >= 2"]
+    assert [f["parameter"] for f in info["finite_only"]] == ["k"] and info["margin"] == "1"
+    assert "run once with symbolic hops and N" in " ".join(info["steps"][0]["lines"])
+    rep = prove(make_task("multihop", k=2, hops=3), "doubling")
+    assert rep.status == "partial" and rep.margin == "1"
+    for N in (2, 3, 6):
+        task = make_task("multihop", k=2, hops=3, n_entities=N)
+        v = verify(registry.build(task, "doubling").model, task, symmetry="auto", progress=False)
+        assert v.min_margin == symbolic_margin(rep, {"N": N}) == 1
+
+
+def test_multihop_hop_tamper_from_h5_is_refused_naming_the_line():
+    from depthcert.constructions import multihop
+    from depthcert.proofs.all_sizes import prove_multihop_linear
+
+    def hop_flip(task, as_printed=False):
+        c = multihop.build_linear(task, as_printed)
+        if task.hops >= 5:  # the last hop flipped, at sizes no base case reaches
+            return replace(c, model=replace(c.model, W_O=-c.model.W_O))
+        return c
+
+    rep = prove_multihop_linear(make_task("multihop", k=2, hops=1), construct=hop_flip)
+    assert rep.status == "not-proven" and rep.exit_code == 3
+    assert "test_all_sizes.py:" in rep.reason and "if task.hops >= 5:" in rep.reason
+    task = make_task("multihop", k=2, hops=5, n_entities=3)
+    assert not verify(hop_flip(task).model, task, symmetry="off", progress=False).verified
+
+
+def test_table_read_families_are_not_proven_for_every_size(capsys):
+    """tm and ictm builders are not set-indexed: their lumped analysis of weights read at sample
+    sizes is evidence (the margins agree with verify) but never printed as a proof (exit 3)."""
+    code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--all-sizes", "--json"], capsys)
+    info = json.loads(out)
     assert code == 3 and info["status"] == "not-proven" and info["margin"] is None and "certificate" not in info
-    assert info["evidence_margin"] == "1" and "set-indexed" in info["reason"]
-    assert [f["parameter"] for f in info["finite_only"]] == ["hops, N", "k"]
+    assert "set-indexed" in info["reason"] and [f["parameter"] for f in info["finite_only"]] == ["m", "l"]
     code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--all-sizes"], capsys)
     assert code == 3 and "NOT PROVEN FOR ALL SIZES" in out and "PROVEN FOR ALL SIZES OF" not in out
     assert "analysis (not a proof for every size):" in out and "claim" not in out
@@ -422,17 +454,8 @@ def test_table_read_families_are_not_proven_for_every_size(capsys):
         task = make_task("tm", l=3, alphabet=m)
         v = verify(registry.build(task, "ternary").model, task, symmetry="auto", progress=False)
         assert v.verified and str(v.min_margin) == rep.evidence_margin
-
-
-def test_vocabulary_analyses_margins_equal_verify():
     rep = prove(make_task("ictm", k=1, l=2))
     assert rep.status == "not-proven" and rep.evidence_margin == "1"
-    rep = prove(make_task("multihop", k=2, hops=3), "doubling")
-    assert rep.status == "not-proven" and rep.evidence_margin == "1"
-    for N in (2, 3, 6):
-        task = make_task("multihop", k=2, hops=3, n_entities=N)
-        v = verify(registry.build(task, "doubling").model, task, symmetry="auto", progress=False)
-        assert v.min_margin == 1
 
 
 @pytest.mark.parametrize("argv", [["tm", "--variant", "heads"], ["multihop", "--variant", "relu-and"]])
