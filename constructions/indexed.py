@@ -583,6 +583,8 @@ class SymbolicModel:
 
         if not self.range.contains(values):
             raise BadInput(f"sizes {values} are outside the construction's range {self.range.describe()}")
+        stream = self.stream.layout(values)  # refuses a stream over MAX_DIM before any row list or matrix
+        self.positions.layout(values)
         layers = []
         for layer in self.layers:
             times = 1
@@ -600,7 +602,7 @@ class SymbolicModel:
         if len(self.positions.rows(values)) != task.length:
             raise BadInput(f"the construction has {len(self.positions.rows(values))} positions, the task "
                            f"{task.length}")
-        return Model(task.vocab, task.length, task.classes, self.stream.layout(values), layers,
+        return Model(task.vocab, task.length, task.classes, stream, layers,
                      self.W_O.instantiate(values), name=self.name)
 
 
@@ -619,3 +621,13 @@ def finite_build(build, task, symbolic_task, sizes: dict, as_printed: bool = Fal
     if notes is not None:
         model = replace(model, notes=notes(model))
     return replace(c, model=model)
+
+
+def precheck_weights(entries: int, what: str) -> None:
+    """Refuse (the budget's BadInput) before a builder's tables are made when the instantiated model
+    would exceed the weight budget; charges nothing (instantiate charges each matrix it fills)."""
+    from depthcert.checkers import budget
+
+    active = getattr(budget, "_ACTIVE", None)
+    if active and active[-1].used_weights + entries > active[-1].max_weights:
+        budget.charge_weights(entries, what)

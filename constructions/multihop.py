@@ -32,7 +32,8 @@ from depthcert.checkers.model import Head, Model
 from depthcert.checkers.multihop_task import MultiHop
 from depthcert.constructions.attention import constrained_attention, instructive_attention, position_map
 from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Repeat, Segment,
-                                             SizeRange, SymbolicModel, SymbolicTask, finite_build, is_symbolic)
+                                             SizeRange, SymbolicModel, SymbolicTask, finite_build, is_symbolic,
+                                             precheck_weights)
 from depthcert.constructions.registry import Construction
 
 THEOREM = "Section 7 (nested in-context QA by repeated copy-matching)"
@@ -158,7 +159,9 @@ def _row_tags(task):
     return notes
 
 
-def _finite(build, task, as_printed: bool, symbolic_hops: bool):
+def _finite(build, task, as_printed: bool, symbolic_hops: bool, blocks: tuple[str, ...] = ("dst",), layers: int = 1):
+    lay = layout(task, blocks)  # refuses a stream over MAX_DIM before any table is made
+    precheck_weights((2 * layers + 1) * lay.dim * lay.dim, f"{layers} layers of {lay.dim} x {lay.dim} matrices")
     sizes = {"N": task.n_entities} | ({"hops": task.hops} if symbolic_hops else {})
     return finite_build(build, task, lambda pt: symbolic_task(task.k, None if symbolic_hops else task.hops, pt),
                         sizes, as_printed, notes=_row_tags(task))
@@ -169,7 +172,7 @@ def build_linear(task, as_printed: bool = False) -> Construction:
     if not is_symbolic(task):
         task = _check(task)
         _guard_layers_per_hop(task, "linear", task.hops + 1)
-        return _finite(build_linear, task, as_printed, symbolic_hops=True)
+        return _finite(build_linear, task, as_printed, symbolic_hops=True, layers=task.hops + 1)
     stream, positions, classes = _layouts(task, ("dst",))
     last = task.length - 1
     layers = [(_copy(task, stream, "dst", True),), Repeat((_hop(task, stream, [last], "dst", "dst"),), task.hops)]
@@ -191,7 +194,9 @@ def doubling_schedule(hops: int) -> list[tuple[bool, bool]]:
 def build_doubling(task, as_printed: bool = False) -> Construction:
     """Pointer doubling: copy, then floor(log2 h) + 1 stages; 1 head per layer, d' = 2N + 1 + n."""
     if not is_symbolic(task):
-        return _finite(build_doubling, _check(task), as_printed, symbolic_hops=False)
+        task = _check(task)
+        return _finite(build_doubling, task, as_printed, symbolic_hops=False,
+                       layers=len(doubling_schedule(task.hops)) + 1)
     stream, positions, classes = _layouts(task, ("dst",))
     last = task.length - 1
     pairs = [3 * i for i in range(task.k)]
@@ -229,7 +234,8 @@ def build_paper(task, as_printed: bool = False) -> Construction:
     if not is_symbolic(task):
         task = _check(task)
         _guard_layers_per_hop(task, "paper", 2 * task.hops)
-        return _finite(build_paper, task, as_printed, symbolic_hops=False)
+        blocks = () if as_printed else tuple(f"dst{t + 1}" for t in range(task.hops))
+        return _finite(build_paper, task, as_printed, symbolic_hops=False, blocks=blocks, layers=2 * task.hops)
     h, n = task.hops, task.length
     if as_printed:
         stream, positions, classes = _layouts(task, ())
