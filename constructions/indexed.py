@@ -481,6 +481,22 @@ class IndexedMatrix:
     def __init__(self, rows: IndexedLayout, cols: IndexedLayout):
         self.rows, self.cols = rows, cols
         self.table: dict = {}
+        self.members: dict = {}  # (row family, member, col family, member) -> value: finite builds only
+
+    def member(self, rf: str, i: int, cf: str, j: int, value) -> "IndexedMatrix":
+        """One entry between member i of family rf and member j of family cf.  Not set-indexed (it
+        breaks the sets' symmetry), so only a finite build (sizes held at a point) may use it: in a
+        run for every size it raises SizeBranch at the caller's line."""
+        for lay in (self.rows, self.cols):
+            for size in lay.sets.values():
+                if isinstance(size, Size) and size.range.point is None:
+                    raise SizeBranch("sets one entry of one member (not set-indexed): not the same "
+                                     "construction for every size", _caller())
+        if rf not in self.rows.families or cf not in self.cols.families:
+            raise KeyError(f"no family {rf!r} / {cf!r}")
+        value = _check_value(value, f"({rf}[{i}], {cf}[{j}])")
+        self.members[(rf, int(i), cf, int(j))] = value
+        return self
 
     def _key(self, rf: str, cf: str, pat: str):
         if rf not in self.rows.families:
@@ -545,6 +561,11 @@ class IndexedMatrix:
                 for j, e2 in cix.get(cf, ()):
                     if pat == "" or (pat == "eq") == (e == e2):
                         M[i, j] = x
+        if self.members:
+            rpos = {(f, e): i for i, (f, e) in enumerate(rrows)}
+            cpos = {(f, e): j for j, (f, e) in enumerate(crows)}
+            for (rf, a, cf, b), v in self.members.items():
+                M[rpos[(rf, a)], cpos[(cf, b)]] = value_at(v, values)
         M.flags.writeable = False
         return M
 

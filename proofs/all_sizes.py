@@ -313,20 +313,23 @@ def ictm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
                 f"the {len(reps)} representatives have pairwise different first-occurrence forms (distinct orbits)"), \
             cov.ok and len({key for key, _ in reps}) == len(reps)
 
-    from depthcert.constructions.parsing_copying_matching import THEOREM
+    from depthcert.constructions.parsing_copying_matching import THEOREM, symbolic_task
 
+    symbolic = None if builder is not None else (lambda: symbolic_task(k, l))
+    construct = None if builder is not None else _registry_construct("ictm", variant, as_printed)
     return LumpedPlan(
         "ictm", variant, THEOREM, params, {"k": k, "l": l},
         (("k", "the number of orbits (template tuples and question patterns) grows with k"),
          ("l", "the number of orbits grows with l, and the layer-3 heads (2l) and mask -l^2 depend on l")),
         lambda v: {"k": k, "l": l, "alphabet": v["m"], "n_answers": v["n_a"]},
-        builder or _registry_builder("ictm", variant, as_printed),
+        builder or (lambda t: construct(t).model),
         lambda t, mdl: T.model_view(t, mdl, {"m": t.tokens, "n_a": t.answers}, {"m": t.m, "n_a": t.n_a}),
         {"m": "m", "n_a": "n_a"}, extraction, base,
         _vocab_points(lambda t: {"m": t.tokens, "n_a": t.answers}),
         lambda used: Region((max(0, used["m"] - m0), max(0, used["n_a"] - k)), (True, True)), coverage,
+        ("the builder run with symbolic m, n_a, then " if builder is None else "") +
         f"lumped evaluation over Sym(alphabet) x Sym(answers), symbolic in m, n_a, at k={k}, l={l}",
-        "m = alphabet tokens, n_a = answers",
+        "m = alphabet tokens, n_a = answers", symbolic=symbolic, construct=construct,
     )
 
 

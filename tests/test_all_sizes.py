@@ -454,8 +454,29 @@ def test_table_read_families_are_not_proven_for_every_size(capsys):
         task = make_task("tm", l=3, alphabet=m)
         v = verify(registry.build(task, "ternary").model, task, symmetry="auto", progress=False)
         assert v.verified and str(v.min_margin) == rep.evidence_margin
+
+
+def test_ictm_proven_from_its_builder_in_m_and_n_a():
+    """Theorem 6 at a fixed (k, l): the builder runs with symbolic m and n_a; margins equal verify's."""
     rep = prove(make_task("ictm", k=1, l=2))
-    assert rep.status == "not-proven" and rep.evidence_margin == "1"
+    assert rep.status == "partial" and rep.margin == "1" and rep.params == ("m >= 1", "n_a >= 1")
+    assert [p for p, _ in rep.finite] == ["k", "l"]
+    for m, na in ((1, 1), (2, 3), (4, 2), (5, 4)):
+        task = make_task("ictm", k=1, l=2, alphabet=m, n_answers=na)
+        v = verify(registry.build(task).model, task, symmetry="auto", progress=False)
+        assert v.verified and v.min_margin == symbolic_margin(rep, {"m": m, "n_a": na})
+
+
+def test_a_per_member_entry_is_refused_for_every_size():
+    """The printed stray block of Theorem 6 (one entry per member) is allowed in a finite build and
+    refused, naming the line, in a run for every size."""
+    from depthcert.constructions import parsing_copying_matching as pcm
+    from depthcert.proofs.all_sizes_symbolic import NotSymbolic, run_symbolic
+
+    with pytest.raises(NotSymbolic, match="branches on a size at constructions/parsing_copying_matching.py:[0-9]+"):
+        run_symbolic(lambda t: pcm.build(t, as_printed=True), pcm.symbolic_task(2, 2))
+    task = make_task("ictm", k=2, l=2)
+    assert pcm.build(task, as_printed=True).model is not None
 
 
 @pytest.mark.parametrize("argv", [["tm", "--variant", "heads"], ["multihop", "--variant", "relu-and"]])
