@@ -224,7 +224,7 @@ def _vocab_points(groups_of: Callable):
     return points
 
 
-def multihop_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
+def multihop_plan(task, variant: str, as_printed: bool, builder=None, construct=None) -> LumpedPlan:
     """Multi-hop at fixed k, hops: lumped in the number of entities N >= k."""
     k, h = task.k, task.hops
     params = (Param("N", k),)
@@ -242,7 +242,7 @@ def multihop_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedP
     from depthcert.constructions.multihop import THEOREM, symbolic_task
 
     symbolic = None if builder is not None else (lambda: symbolic_task(k, h))
-    construct = None if builder is not None else _registry_construct("multihop", variant, as_printed)
+    construct = None if builder is not None else (construct or _registry_construct("multihop", variant, as_printed))
     return LumpedPlan(
         "multihop", variant, THEOREM, params, {"hops": h, "k": k},
         (("k", "the number of orbits (functional graphs, k^k * k) grows with k: no finite lumping"),
@@ -258,7 +258,7 @@ def multihop_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedP
     )
 
 
-def tm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
+def tm_plan(task, variant: str, as_printed: bool, builder=None, construct=None) -> LumpedPlan:
     """Template matching at fixed l: lumped in the alphabet size m >= l."""
     from depthcert.checkers.template_tasks import stirling2
 
@@ -277,23 +277,26 @@ def tm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
                 f"{len(reps)} representatives = Bell({l}) = {n_t} templates, pairwise different"), \
             cov.ok and len({key for key, _ in reps}) == len(reps) == n_t
 
-    from depthcert.constructions.parsing_mapping import THEOREM
+    from depthcert.constructions.parsing_mapping import THEOREM, symbolic_task
 
+    symbolic = None if builder is not None else (lambda: symbolic_task(l))
+    construct = None if builder is not None else (construct or _registry_construct("tm", variant, as_printed))
     return LumpedPlan(
         "tm", variant, THEOREM, params, {"l": l},
         (("l", "the template count Bell(l) and the ternary weights 3^(l-1-i) grow with l, and the Lemma 3 "
                "classifier is fitted per l: no finite lumping"),),
         lambda v: {"l": l, "alphabet": v["m"]},
-        builder or _registry_builder("tm", variant, as_printed),
+        builder or (lambda t: construct(t).model),
         lambda t, mdl: T.model_view(t, mdl, {"m": t.tokens}, {"m": t.m}),
         {"m": "m"}, extraction, base, _vocab_points(lambda t: {"m": t.tokens}),
         lambda used: Region((max(0, used["m"] - l),), (True,)), coverage,
+        ("the builder run with symbolic m, then " if builder is None else "") +
         f"lumped evaluation over Sym(alphabet), symbolic in m, at l={l} (m < l: exact base cases)",
-        "m = alphabet tokens",
+        "m = alphabet tokens", symbolic=symbolic, construct=construct,
     )
 
 
-def ictm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
+def ictm_plan(task, variant: str, as_printed: bool, builder=None, construct=None) -> LumpedPlan:
     """In-context template matching at fixed k, l: lumped in the alphabet m and the answers n_a."""
     from depthcert.checkers.template_tasks import count_templates, enumerate_patterns
 
@@ -316,7 +319,7 @@ def ictm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
     from depthcert.constructions.parsing_copying_matching import THEOREM, symbolic_task
 
     symbolic = None if builder is not None else (lambda: symbolic_task(k, l))
-    construct = None if builder is not None else _registry_construct("ictm", variant, as_printed)
+    construct = None if builder is not None else (construct or _registry_construct("ictm", variant, as_printed))
     return LumpedPlan(
         "ictm", variant, THEOREM, params, {"k": k, "l": l},
         (("k", "the number of orbits (template tuples and question patterns) grows with k"),
@@ -458,6 +461,8 @@ def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0:
                                     f"{poly_text(sizes[s_]) if s_ in sizes else 'none'}, not {poly}", t0)
     family_sizes = {}
     for values in tuple(b.values for b in built.values()) + plan.extraction:
+        if not sym.range.contains(values):
+            continue  # a base case below the symbolic range: verified exactly only
         key = tuple(values.items())
         b = built.get(key) or _build(plan, values)
         task = b.task
@@ -479,8 +484,8 @@ def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0:
         + (f"{len(sized)} entr{'y depends' if len(sized) == 1 else 'ies depend'} on the sizes: " + "; ".join(sized[:4])
            + ("; ..." if len(sized) > 4 else "") if sized else "every entry is a constant"),
         "a set-indexed table is invariant under the product of the sets' symmetric groups at every size",
-        f"the finite builds at the {len(built)} sizes used here equal that object instantiated (the finite check "
-        "builds by the same instantiation)")))
+        f"the finite builds at the {len(family_sizes)} sizes used here in that range equal that object instantiated "
+        "(the finite check builds by the same instantiation)")))
     rep.rests_on = (
         f"the builder the finite check calls (registry.build -> {_builder_name(plan)}), evaluated with symbolic sizes",
         "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "

@@ -371,26 +371,21 @@ def test_sc_tampers_are_never_proven(kind):
     assert rep.status != "proven" and rep.exit_code == 3
 
 
-def test_multihop_and_tm_tampers_are_never_proven():
-    from depthcert.proofs.all_sizes import prove_multihop_linear, prove_lumped, tm_plan
+def test_tm_tamper_from_m7_is_refused_naming_the_line():
+    from depthcert.constructions import parsing_mapping
+    from depthcert.proofs.all_sizes import tm_plan
 
-    def hop_flip(task):
-        m = registry.build(task, "linear").model
-        if task.hops >= 5:
-            return replace(m, W_O=-m.W_O)
-        return m
+    def tm_flip(task, as_printed=False):
+        c = parsing_mapping.build_ternary(task, as_printed)
+        if task.m >= 7:  # W_O flipped, at alphabets no base case reaches
+            return replace(c, model=replace(c.model, W_O=-c.model.W_O))
+        return c
 
-    rep = prove_multihop_linear(make_task("multihop", k=2, hops=1), builder=hop_flip)
+    rep = prove_lumped(tm_plan(make_task("tm", l=3), "ternary", False, construct=tm_flip))
     assert rep.status == "not-proven" and rep.exit_code == 3
-
-    def tm_flip(task):
-        m = registry.build(task, "ternary").model
-        if task.m >= 7:
-            return replace(m, W_O=-m.W_O)
-        return m
-
-    rep = prove_lumped(tm_plan(make_task("tm", l=3), "ternary", False, builder=tm_flip))
-    assert rep.status == "not-proven" and rep.exit_code == 3
+    assert "test_all_sizes.py:" in rep.reason and "if task.m >= 7:" in rep.reason
+    task = make_task("tm", l=3, alphabet=7)
+    assert not verify(tm_flip(task).model, task, symmetry="off", progress=False).verified
 
 
 # ----------------------------------------------------------------------------- negative controls
@@ -439,21 +434,29 @@ def test_multihop_hop_tamper_from_h5_is_refused_naming_the_line():
     assert not verify(hop_flip(task).model, task, symmetry="off", progress=False).verified
 
 
-def test_table_read_families_are_not_proven_for_every_size(capsys):
-    """tm and ictm builders are not set-indexed: their lumped analysis of weights read at sample
-    sizes is evidence (the margins agree with verify) but never printed as a proof (exit 3)."""
+def test_tm_ternary_proven_from_its_builder_in_m(capsys):
+    """Theorem 5 ternary at a fixed l: the builder runs with symbolic m (its Lemma 3 read-out is
+    fitted once at m = l and is one value on every alphabet row); margins equal verify's."""
     code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
-    assert code == 3 and info["status"] == "not-proven" and info["margin"] is None and "certificate" not in info
-    assert "set-indexed" in info["reason"] and [f["parameter"] for f in info["finite_only"]] == ["m", "l"]
-    code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--all-sizes"], capsys)
-    assert code == 3 and "NOT PROVEN FOR ALL SIZES" in out and "PROVEN FOR ALL SIZES OF" not in out
-    assert "analysis (not a proof for every size):" in out and "claim" not in out
-    rep = prove(make_task("tm", l=3), "ternary")
+    assert code == 3 and info["status"] == "partial" and info["all_sizes"] == ["m >= 3"]
+    assert [f["parameter"] for f in info["finite_only"]] == ["l"]
     for m in (3, 4, 5, 6):
         task = make_task("tm", l=3, alphabet=m)
         v = verify(registry.build(task, "ternary").model, task, symmetry="auto", progress=False)
-        assert v.verified and str(v.min_margin) == rep.evidence_margin
+        assert v.verified and str(v.min_margin) == info["margin"]
+
+
+def test_weights_read_at_sample_sizes_are_evidence_not_a_proof():
+    """A builder given as task -> model (no symbolic run possible) is analysed on weights read at
+    sample sizes: never printed as a proof (exit 3), no certificate, the margin as evidence."""
+    from depthcert.proofs.all_sizes import tm_plan
+
+    rep = prove_lumped(tm_plan(make_task("tm", l=3), "ternary", False,
+                               builder=lambda t: registry.build(t, "ternary").model))
+    assert rep.status == "not-proven" and rep.exit_code == 3 and rep.certificate is None and rep.margin is None
+    assert "set-indexed" in rep.reason and rep.evidence_margin == "661607728557823123691/15807928823176436959040"
+    assert [p for p, _ in rep.finite] == ["m", "l"]
 
 
 def test_ictm_proven_from_its_builder_in_m_and_n_a():
