@@ -1235,10 +1235,52 @@ NOT_COVERED = {
 }
 
 
-def plan_for(task, variant: str | None, as_printed: bool):
+def load_family(spec: str):
+    """MODULE:FUNCTION or path/to/file.py:FUNCTION -> the builder function (task, as_printed) ->
+    Construction; BadInput naming what is wrong."""
+    import importlib
+    import importlib.util
+    import os
+
+    module, sep, func = spec.rpartition(":")
+    if not sep or not module or not func:
+        raise BadInput(f"--family {spec!r}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
+    try:
+        if module.endswith(".py"):
+            if not os.path.isfile(module):
+                raise BadInput(f"--family: no file {module}")
+            ms = importlib.util.spec_from_file_location(f"depthcert_family_{abs(hash(module))}", module)
+            mod = importlib.util.module_from_spec(ms)
+            ms.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(module)
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's module: one line naming the failure
+        raise BadInput(f"--family: importing {module} failed: {type(exc).__name__}: {exc}") from None
+    fn = getattr(mod, func, None)
+    if not callable(fn):
+        raise BadInput(f"--family: {module} has no function {func}")
+    return fn
+
+
+def plan_for(task, variant: str | None, as_printed: bool, construct=None):
     from depthcert.constructions import registry
 
     name = task.name
+    if construct is not None:
+        variant = variant or "family"
+        if name == "icqa":
+            return icqa_plan(construct=construct, as_printed=as_printed, variant=variant)
+        if name == "multihop" and variant == "linear":
+            return ("multihop-linear", variant, None)
+        if name == "multihop":
+            return multihop_plan(task, variant, as_printed, construct=construct)
+        if name == "tm":
+            return tm_plan(task, variant, as_printed, construct=construct)
+        if name == "ictm":
+            return ictm_plan(task, variant, as_printed, construct=construct)
+        return ("not-covered", variant, f"no all-sizes method for a family of task {name} (icqa, tm, ictm, multihop)")
     table = registry.variants(name)
     if not table:
         raise BadInput(f"no construction for task {name!r}")
@@ -1267,23 +1309,26 @@ def plan_for(task, variant: str | None, as_printed: bool):
     return ("not-covered", variant, f"no all-sizes method for task {name}")
 
 
-def prove(task, variant: str | None = None, as_printed: bool = False) -> Report:
-    """The all-sizes report for the registry's construction of `task` (variant, as printed)."""
+def prove(task, variant: str | None = None, as_printed: bool = False, construct=None) -> Report:
+    """The all-sizes report for the registry's construction of `task` (variant, as printed), or for
+    a user family `construct` (task, as_printed) -> Construction written with constructions/indexed.py."""
     _EVAL[0] = 0.0
-    rep = _prove(task, variant, as_printed)
+    rep = _prove(task, variant, as_printed, construct)
     rep.eval_seconds = _EVAL[0]
     return rep
 
 
-def _prove(task, variant: str | None, as_printed: bool) -> Report:
-    plan = plan_for(task, variant, as_printed)
+def _prove(task, variant: str | None, as_printed: bool, construct=None) -> Report:
+    plan = plan_for(task, variant, as_printed, construct)
     if isinstance(plan, LumpedPlan):
         return prove_lumped(plan)
     kind, variant, why = plan
     if kind == "sc":
         return prove_sc(as_printed)
     if kind == "multihop-linear":
-        return prove_multihop_linear(task, as_printed)
+        return prove_multihop_linear(task, as_printed, construct=construct)
+    if construct is not None:
+        return Report(task.name, variant, "user family", "not-proven", "", "none", reason=f"not covered: {why}")
     from depthcert.constructions import registry
 
     c = registry.build(task, variant, as_printed)
@@ -1307,10 +1352,21 @@ def verify_all_sizes(args, task) -> int:
         raise BadInput("--all-sizes decides its own reductions; it takes no --symmetry")
     if getattr(args, "n_points", None) is not None or getattr(args, "seed", None) is not None:
         pass  # sc: the proof covers every seed and sample
-    rep = prove(task, args.variant, args.as_printed)
+    family = getattr(args, "family", None)
+    construct = None
+    if family:
+        user = load_family(family)
+        construct = lambda t: user(t, args.as_printed)  # noqa: E731
+    rep = prove(task, args.variant, args.as_printed, construct)
+    if family:
+        rep.variant = f"family {family}"
+        rep.theorem = "user family (constructions/indexed.py)"
+        if rep.rests_on:
+            rep.rests_on = (f"the family's builder {family}, evaluated with symbolic sizes (the finite check builds "
+                            "with the same function)",) + tuple(rep.rests_on[1:])
     if args.as_printed:
         rep.theorem += " [as printed]"
-    rep.instance = _instance(rep, task, args)
+    rep.instance = _instance(rep, task, args, construct)
     if args.json:
         print(json.dumps(rep.to_json()))
     else:
@@ -1318,7 +1374,7 @@ def verify_all_sizes(args, task) -> int:
     return rep.exit_code
 
 
-def _instance(rep: Report, task, args) -> str:
+def _instance(rep: Report, task, args, construct=None) -> str:
     """At the sizes given on the command line: the model built there (the finite check's build) and
     checked exactly with `verify`, next to the proof's margin formula evaluated there."""
     from depthcert.checkers.exhaustive import plan_points, verify
@@ -1334,7 +1390,8 @@ def _instance(rep: Report, task, args) -> str:
         sym = symbolic_margin(rep, values)
     text = _size_text(values) + ": built, "
     try:
-        model = registry.build(task, args.variant, args.as_printed).model
+        c = construct(task) if construct is not None else registry.build(task, args.variant, args.as_printed)
+        model = c.model
         pp = plan_points(model, task, "auto")
         if pp.n_eval > CONFIRM_MAX_POINTS:
             return text + f"verify not run ({pp.n_eval} points to evaluate, limit {CONFIRM_MAX_POINTS})" + (

@@ -242,6 +242,9 @@ def _build_parser() -> _Parser:
     p.add_argument("--all-sizes", action="store_true",
                    help="prove the construction correct for every value of its size parameters (at or above "
                    "stated base values), not only the sizes given; exit 0 proven, 1 a size where it fails")
+    p.add_argument("--family", metavar="MODULE:FUNCTION",
+                   help="verify (or with --all-sizes prove) your own construction: FUNCTION(task, as_printed) -> "
+                   "Construction, written with constructions/indexed.py (MODULE may be a FILE.py)")
     p.add_argument("--cot", action="store_true",
                    help="verify chain-of-thought generation: the model generates its intermediate steps "
                    "autoregressively and every step of every input is checked (tasks that define steps)")
@@ -335,7 +338,12 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     else:
         guard_classifier_size(task, args.max_weights)
         phase(args, f"building the {task.name} construction")
-        c = registry.build(task, args.variant, args.as_printed)
+        if args.family:
+            from depthcert.proofs.all_sizes import load_family
+
+            c = load_family(args.family)(task, args.as_printed)
+        else:
+            c = registry.build(task, args.variant, args.as_printed)
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
     check_compatible(model, task)
 
