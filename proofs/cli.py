@@ -330,6 +330,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         raise BadInput("--batch-size must be >= 1")
     if args.max_points < 1:
         raise BadInput(f"--max-points must be >= 1, got {args.max_points}")
+    if args.family and (args.weights or args.variant):
+        raise BadInput("--family builds your construction; it takes no --weights or --variant")
     if args.weights:
         if args.variant or args.as_printed:
             raise BadInput("--weights verifies the given file; it takes no --variant or --as-printed")

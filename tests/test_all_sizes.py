@@ -617,3 +617,55 @@ def test_decide_splits_a_sign_change_and_the_tail_passes_the_coefficient_test():
     assert [p.free for p in pieces[:-1]] == [(False,)] * (len(pieces) - 1) and pieces[-1].free == (True,)
     assert decide(ring_, poly, pieces[-1]).kind == "neg"
     assert decide(ring_, ring_.const(2) * k - 1, Region((0,), (True,))).kind == "pos"
+
+
+# ----------------------------------------------------------------------------- user families
+
+
+FAMILY = """
+from fractions import Fraction
+
+from depthcert.constructions import copy_matching
+from depthcert.constructions.indexed import IndexedHead, IndexedMatrix, SymbolicModel, finite_build, is_symbolic
+from depthcert.constructions.registry import Construction
+
+
+def build(task, as_printed=False):
+    if not is_symbolic(task):
+        return finite_build(build, task, copy_matching.symbolic_task, copy_matching.sizes_of(task))
+    stream, positions, classes = copy_matching.layouts(task)
+    ident = IndexedMatrix(stream, stream).identity()
+    layers = ((IndexedHead(copy_matching.copy_attention(stream), ident),),
+              (IndexedHead(IndexedMatrix(stream, stream).same("tok:Q", "tok:Q", same=2), ident),))
+    W_O = IndexedMatrix(classes, stream).same("cls:A", "tok:A", same=Fraction(1, 3))
+    return Construction("icqa", "mine", "mine", None, as_printed,
+                        symbolic=SymbolicModel("mine", stream, positions, classes, layers, W_O, task.range))
+
+
+def branchy(task, as_printed=False):
+    c = build(task, as_printed)
+    if task.n_a > 6:
+        c.symbolic.W_O.same("cls:A", "tok:A", same=-1)
+    return c
+"""
+
+
+def test_user_family_proven_for_every_size_from_the_command_line(capsys, tmp_path):
+    path = tmp_path / "fam.py"
+    path.write_text(FAMILY)
+    code, out, err = run(["icqa", "--family", f"{path}:build", "--all-sizes", "--k", "2", "--json"], capsys)
+    info = json.loads(out)
+    assert code == 0 and info["status"] == "proven" and info["margin"] == "2", err
+    assert info["variant"] == f"family {path}:build" and "family's builder" in info["rests_on"][0]
+    assert info["instance"].startswith("k=2, n_q=4, n_a=4: built, verify verified") and "= the proof's margin" in info["instance"]
+    code, out, err = run(["icqa", "--family", f"{path}:branchy", "--all-sizes"], capsys)
+    assert code == 3 and "branches on a size" in out and "if task.n_a > 6:" in out
+    code, out, err = run(["icqa", "--family", f"{path}:build", "--k", "2"], capsys)
+    assert code == 0 and "VERIFIED" in out
+
+
+@pytest.mark.parametrize("spec,needle", [("nofile.py:build", "no file"), ("json:nothing", "has no function"),
+                                         ("justaname", "MODULE:FUNCTION"), ("no_such_module_x:f", "importing")])
+def test_user_family_bad_input_exit_2_one_line(spec, needle, capsys):
+    code, out, err = run(["icqa", "--family", spec, "--all-sizes"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and needle in err, err
