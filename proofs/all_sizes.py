@@ -1413,6 +1413,13 @@ def _instance(rep: Report, task, args, construct=None) -> str:
             text += f"; the proof's margin there is {want}: DISAGREES"
             rep.status = "fails"
             rep.failure = {"size": values, "how": "the instance checked by verify disagrees with the proof"}
+    elif rep.status in ("proven", "partial") and rep.margin is not None and rep.lumped is None:
+        if got == rep.margin:  # a proof whose margin is one constant (multi-hop linear)
+            text += " = the proof's margin"
+        elif v.min_margin is not None:
+            text += f"; the proof's margin is {rep.margin}: DISAGREES"
+            rep.status = "fails"
+            rep.failure = {"size": values, "how": "the instance checked by verify disagrees with the proof"}
     if not v.verified and rep.status in ("proven", "partial"):
         rep.status = "fails"
         rep.failure = {"size": values, "how": "the instance built here is refuted by verify"}

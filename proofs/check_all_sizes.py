@@ -351,14 +351,33 @@ def check_point(pt: dict, ctx: Ctx, log, margins_seen: list) -> list:
 # What this checker knows about each task, independently of the certificate: the task's own
 # parameter range, its index sets' sizes, and its dataset size as a ratio of factorials of linear
 # forms times a polynomial (icqa: A(n_q, k) A(n_a, k) k = n_q! n_a! k! / ((n_q-k)! (n_a-k)! (k-1)!)).
-TASKS = {
-    "icqa": {
-        "range": [("k", 1, None), ("n_q", 0, "k"), ("n_a", 0, "k")],
-        "sets": {"Q": {"n_q": 1}, "A": {"n_a": 1}, "T": {"k": 1}},
-        "size_num": [{"n_q": 1}, {"n_a": 1}, {"k": 1}],
-        "size_den": [{"n_q": 1, "k": -1}, {"n_a": 1, "k": -1}, {"k": 1, "": -1}],
-    },
-}
+def _icqa(fixed: dict):
+    if fixed:
+        return None
+    return {"range": [("k", 1, None), ("n_q", 0, "k"), ("n_a", 0, "k")],
+            "sets": {"Q": {"n_q": 1}, "A": {"n_a": 1}, "T": {"k": 1}},
+            "size_num": [{"n_q": 1}, {"n_a": 1}, {"k": 1}],
+            "size_den": [{"n_q": 1, "k": -1}, {"n_a": 1, "k": -1}, {"k": 1, "": -1}]}
+
+
+def _multihop(fixed: dict):
+    """At fixed (hops, k): A(N, k) k^k k sequences (k distinct sources, f on them, a start)."""
+    if set(fixed) != {"hops", "k"} or not all(isinstance(v, int) and v >= 1 for v in fixed.values()):
+        return None
+    k = fixed["k"]
+    return {"range": [("N", k, None)], "sets": {"N": {"N": 1}}, "size_num": [{"N": 1}],
+            "size_den": [{"N": 1, "": -k}], "size_poly": {(): k ** k * k}}
+
+
+def _tm(fixed: dict):
+    """At a fixed length l: m^l sequences."""
+    if set(fixed) != {"l"} or not isinstance(fixed["l"], int) or fixed["l"] < 1:
+        return None
+    return {"range": [("m", 1, None)], "sets": {"m": {"m": 1}}, "size_num": [], "size_den": [],
+            "size_poly": {("m",) * fixed["l"]: 1}}
+
+
+TASKS = {"icqa": _icqa, "multihop": _multihop, "tm": _tm}
 
 
 def _linear(form: dict, ctx: Ctx) -> Poly:
@@ -409,11 +428,11 @@ def _factorial_ratio(num: list, den: list, ctx: Ctx):
 def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
     """The orbit identity, the set sizes and the claim, re-derived; raises Invalid on any mismatch."""
     task = cert.get("task")
-    if task not in TASKS:
-        raise Invalid(f"no dataset formula for task {task!r} here: the orbit identity cannot be re-derived")
-    info = TASKS[task]
-    if cert.get("fixed"):
-        raise Invalid("a proof at fixed structural sizes: this checker re-derives only proofs for every size")
+    fixed = cert.get("fixed") or {}
+    info = TASKS[task](fixed) if task in TASKS else None
+    if info is None:
+        raise Invalid(f"no dataset formula for task {task!r}" + (f" at {fixed}" if fixed else "")
+                      + " here: the orbit identity cannot be re-derived")
     own = {n: (b, a) for n, b, a in info["range"]}
     for n, b, a in ctx.params:
         if n not in own or own[n][1] != a or b < own[n][0]:
@@ -459,9 +478,17 @@ def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
         else:
             raise Invalid("orbits of different factorial shapes: their sum is not re-derived here")
     want = _factorial_ratio([_linear(f, ctx) for f in info["size_num"]], [_linear(f, ctx) for f in info["size_den"]], ctx)
+    extra = Poly({}, ctx.nv)
+    for names, c in info.get("size_poly", {(): 1}).items():
+        term = Poly.const(c, ctx.nv)
+        for name in names:
+            term = term * Poly.var(ctx.names.index(name), ctx.nv)
+        extra = extra + term
+    want = (want[0] * extra, want[1], want[2], want[3])
     if total is None or total[2:] != want[2:] or total[0] * want[1] != want[0] * total[1]:
         raise Invalid("the orbits of the representatives do not add up to the task's dataset size (orbit identity)")
-    claim = "correct on every point for all " + ", ".join(_describe(*p) for p in ctx.params)
+    claim = "correct on every point for all " + ", ".join(_describe(*p) for p in ctx.params) + (
+        " at " + ", ".join(f"{k}={v}" for k, v in fixed.items()) if fixed else "")
     for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
         if "claim" in obj and obj["claim"] != claim:
             raise Invalid(f"the {where}'s claim {obj['claim']!r} is not the one re-derived: {claim!r}")
@@ -517,7 +544,8 @@ def main(argv=None) -> int:
             if "margin" in obj and not failures and obj["margin"] != margin:
                 raise Invalid(f"the {where}'s margin {obj['margin']!r} is not the one re-derived: "
                               f"{margin if margin is not None else 'none (a margin depends on the sizes)'}")
-        if data is not cert and not failures and data.get("status") not in ("proven", None):
+        want_status = "partial" if cert.get("fixed") else "proven"  # fixed structural sizes stay finite-only
+        if data is not cert and not failures and data.get("status") not in (want_status, None):
             raise Invalid(f"the report's status {data.get('status')!r} does not match a valid proof")
     except (OSError, ValueError, KeyError, TypeError, IndexError, Invalid) as exc:
         print(f"invalid: {exc}", file=sys.stderr)

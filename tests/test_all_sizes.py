@@ -548,6 +548,24 @@ def test_rechecker_rederives_and_rejects_edited_certificates(path, value, needle
     assert rc == 2 and needle in err, err
 
 
+def test_rechecker_rederives_fixed_structure_certificates(capsys, tmp_path):
+    """tm at a fixed l: the orbits (falling factorials of m) must add up to m^l; dropping one
+    representative, or claiming another l, is rejected."""
+    code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--all-sizes", "--json"], capsys)
+    info = json.loads(out)
+    rc, rout, err = recheck(tmp_path, info)
+    assert rc == 0 and rout.startswith("tm ternary at {'l': 3}: valid; 5 representative(s)"), err
+    dropped = json.loads(json.dumps(info))
+    dropped["certificate"]["points"].pop()
+    rc, _, err = recheck(tmp_path, dropped)
+    assert rc == 2 and "orbit identity" in err
+    rc, _, err = recheck(tmp_path, _edit(info, ("certificate", "fixed", "l"), 4))
+    assert rc == 2 and "orbit identity" in err
+    code, out, _ = run(["ictm", "--k", "1", "--l", "2", "--all-sizes", "--json"], capsys)
+    rc, _, err = recheck(tmp_path, json.loads(out))
+    assert rc == 2 and "no dataset formula for task 'ictm'" in err
+
+
 def test_rechecker_orbit_identity_with_a_second_orbit_is_rejected(capsys, tmp_path):
     """Two copies of the representative: the orbits add up to twice the dataset size."""
     code, out, _ = run(["icqa", "--all-sizes", "--json"], capsys)
