@@ -549,18 +549,27 @@ class IndexedMatrix:
         M = zeros(len(rrows), len(crows))
         rix: dict = {}
         for i, (f, e) in enumerate(rrows):
-            rix.setdefault(f, []).append((i, e))
+            rix.setdefault(f, {})[e] = i
         cix: dict = {}
         for j, (f, e) in enumerate(crows):
-            cix.setdefault(f, []).append((j, e))
-        for (rf, cf, pat), v in self.table.items():
+            cix.setdefault(f, {})[e] = j
+        zero = Fraction(0)
+        # blocks first ('' and 'ne', whose diagonal is cleared), then the 'eq' diagonals
+        for (rf, cf, pat), v in sorted(self.table.items(), key=lambda kv: kv[0][2] == "eq"):
             x = value_at(v, values)
-            if not x:
+            ri, ci = rix.get(rf, {}), cix.get(cf, {})
+            if not x or not ri or not ci:
                 continue
-            for i, e in rix.get(rf, ()):
-                for j, e2 in cix.get(cf, ()):
-                    if pat == "" or (pat == "eq") == (e == e2):
-                        M[i, j] = x
+            if pat == "eq":
+                for e, i in ri.items():
+                    if e in ci:
+                        M[i, ci[e]] = x
+                continue
+            M[np.ix_(list(ri.values()), list(ci.values()))] = x
+            if pat == "ne":
+                for e, i in ri.items():
+                    if e in ci:
+                        M[i, ci[e]] = zero
         if self.members:
             rpos = {(f, e): i for i, (f, e) in enumerate(rrows)}
             cpos = {(f, e): j for j, (f, e) in enumerate(crows)}
