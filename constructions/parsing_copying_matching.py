@@ -38,9 +38,7 @@ from fractions import Fraction
 import numpy as np
 
 from depthcert.checkers.layout import BlockMatrix, Layout, eye, zeros
-from depthcert.checkers.model import Head, Model
 from depthcert.checkers.template_tasks import InContextTemplateMatching
-from depthcert.constructions.attention import constrained_attention, instructive_attention
 from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment, SizeRange,
                                              SymbolicModel, SymbolicTask, finite_build, is_symbolic, precheck_weights)
 from depthcert.constructions.registry import Construction
@@ -57,53 +55,6 @@ def layout(task: InContextTemplateMatching) -> Layout:
 def position_blocks(task: InContextTemplateMatching) -> Layout:
     """The n positions as blocks: ctx0..ctx{k-1} (l+2 each) and query (l+1)."""
     return Layout.of(*[(f"ctx{b}", task.l + 2) for b in range(task.k)], ("query", task.l + 1))
-
-
-def rect_eye(rows: int, cols: int) -> np.ndarray:
-    """The paper's I_{rows x cols}: ones on the main diagonal of a rectangle."""
-    out = zeros(rows, cols)
-    for i in range(min(rows, cols)):
-        out[i, i] = Fraction(1)
-    return out
-
-
-def mask_value(W: np.ndarray, lay: Layout) -> Fraction:
-    """A concrete Lemma 2 mask: -(1 + the largest content score h_j^T W h_k can reach).
-
-    On H^(0) each column is one token row plus one position row, so the content part of a score is
-    W[tok_j, tok_k] + W[pos_j, tok_k] + W[tok_j, pos_k]; each term is bounded by its block's maximum.
-    """
-    tok = slice(0, lay.offset("position"))
-    pos = lay.slice("position")
-    parts = [W[tok, tok], W[pos, tok], W[tok, pos]]
-    bound = sum(max(Fraction(0), max(p.flat, default=Fraction(0))) for p in parts)
-    return -(bound + 1)
-
-
-def layer1(task, lay: Layout, fixes: frozenset) -> Head:
-    """Parsing: token matches within each (question, =, answer) block and within the query block."""
-    d1 = task.m
-    split = Layout.of(("question", d1), ("after_question", lay.dim - d1))
-    content = BlockMatrix(split, split).set("question", "question", 1)
-    if "qk1-stray-block" not in fixes:
-        content.set("after_question", "question", rect_eye(lay.dim - d1, d1))  # printed I_{(d'-d1) x d1}
-    W = content.build()
-    pb = position_blocks(task)
-    allowed = np.zeros((task.length, task.length), dtype=bool)
-    for b in pb.names:
-        s = pb.slice(b)
-        allowed[s, s] = True
-    # Lemma 2: W_pp = 0 inside each block, a concrete negative value (the printed -infinity) outside
-    mask = constrained_attention(lay, BlockMatrix(lay, lay), allowed, mask_value(W, lay))
-    qk = W + mask
-    qk.flags.writeable = False
-    cols = Layout.of(("tokens", lay.offset("position")), *[(f"pos_{b}", pb.size(b)) for b in pb.names],
-                     ("template", task.l + 2))
-    v = BlockMatrix(lay, cols)
-    for b in range(task.k):
-        v.set("template", f"pos_ctx{b}", 1)  # I_{(l+2) x (l+2)}, k times
-    v.set("template", "pos_query", rect_eye(task.l + 2, task.l + 1))  # I_{(l+2) x (l+1)}
-    return Head(qk, v.build())
 
 
 def alpha2(task, fixes: frozenset) -> np.ndarray:
@@ -127,41 +78,6 @@ def alpha2(task, fixes: frozenset) -> np.ndarray:
             extra.entry(f"ctx{b}", l + 1, "query", l, 1)  # key: answer of block b, query: final =
         alpha = alpha + extra.build()
     return alpha
-
-
-def layer2(task, lay: Layout, fixes: frozenset) -> Head:
-    qk = instructive_attention(lay, alpha2(task, fixes))
-    v = BlockMatrix(lay, lay)
-    for b in ("question", "response", "answer"):
-        v.set(b, b, 1)  # I_d
-    for b in ("position", "template"):
-        v.set(b, b, -1)  # -I_{d'-d}
-    return Head(qk, v.build())
-
-
-def layer3(task, lay: Layout, fixes: frozenset) -> tuple[Head, ...]:
-    l = task.l
-    if "layer3-rows" in fixes:
-        sub = Layout.of(("front", lay.offset("template")), ("template_q", l), ("template_ra", 2))
-        where = "template_q"
-    else:
-        sub = Layout.of(("front", lay.dim - l), ("last_l", l))  # printed: the last l rows of d'
-        where = "last_l"
-    value = BlockMatrix(lay, lay)
-    for b in lay.names:
-        value.set(b, b, -1)
-    value = value.build()
-    heads = []
-    for i in range(2 * l):
-        Mi = zeros(l, l)
-        Mi[i % l, i % l] = Fraction(1 if i < l else -1)
-        qk = BlockMatrix(sub, sub).set(where, where, Mi).build()
-        if "final-self-mask" in fixes:
-            qk = qk.copy()
-            qk[lay.index("response", 0), lay.index("response", 0)] = Fraction(-(l * l))
-            qk.flags.writeable = False
-        heads.append(Head(qk, value))
-    return tuple(heads)
 
 
 # ----------------------------------------------------------------------------- set-indexed (every m, n_a)

@@ -37,7 +37,6 @@ from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.layout import BlockMatrix, Layout, eye
 from depthcert.checkers.model import Head, Model
 from depthcert.checkers.template_tasks import TemplateMatching
-from depthcert.constructions.attention import instructive_attention, position_map
 from depthcert.constructions.classifier import lemma3_classifier, lemma3_guard
 from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment, SizeBranch,
                                              SizeRange, SymbolicModel, SymbolicTask, finite_build, is_symbolic,
@@ -144,7 +143,6 @@ def _indexed_classifier(task, stream, classes, layers, notes) -> IndexedMatrix:
     written as a table when a class weighs every alphabet token alike.  Otherwise the read-out is not
     set-indexed: a finite build computes it at its own m, one entry per member; a run for every
     size stops (SizeBranch)."""
-    from depthcert.checkers.model import Head
     from depthcert.checkers.template_tasks import TemplateMatching as TM
 
     def fit(m0: int):
