@@ -95,6 +95,24 @@ def test_finite_builds_instantiate_the_symbolic_model():
     for k, nq, na in ((1, 1, 1), (2, 5, 3), (4, 4, 7)):
         task = make_task("icqa", k=k, n_questions=nq, n_answers=na)
         assert registry.build(task).model == c.symbolic.instantiate(task, {"k": k, "n_q": nq, "n_a": na})
+        assert registry.build(task).model == _direct_icqa(task)
+
+
+def _direct_icqa(task):
+    """Theorem 3 written block by block with checkers.layout (the pre-issue-24 builder), independently."""
+    from depthcert.checkers.layout import BlockMatrix, Layout
+    from depthcert.checkers.model import Head, Model
+    from depthcert.constructions.attention import instructive_attention
+
+    lay = Layout.of(("question", task.n_q), ("response", 1), ("answer", task.n_a), ("position", task.length))
+    ident = BlockMatrix(lay, lay)
+    for b in lay.names:
+        ident.set(b, b, 1)
+    ident = ident.build()
+    layer1 = Head(instructive_attention(lay, copy_matching.copy_map(task.k)), ident)
+    layer2 = Head(BlockMatrix(lay, lay).set("question", "question", 1).build(), ident)
+    W_O = BlockMatrix(Layout.of(("answer", task.n_a)), lay).set("answer", "answer", 1).build()
+    return Model(task.vocab, task.length, task.classes, lay, ((layer1,), (layer2,)), W_O, name="copy-matching")
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6])
