@@ -376,12 +376,20 @@ def _sc_tamper(kind):
             return replace(m, W_O=-m.W_O)
         if kind == "negation" and M >= 6:
             return replace(m, W_O=-m.W_O)
+        if kind == "swap" and L >= 5:
+            heads = (m.layers[0][1], m.layers[0][0]) + tuple(m.layers[0][2:])
+            return replace(m, layers=(heads,))
+        if kind == "extra attention entry" and L >= 6:
+            qk = m.layers[0][0].W_QK.copy()
+            qk[-1, -1] += 1
+            qk.flags.writeable = False
+            return replace(m, layers=((replace(m.layers[0][0], W_QK=qk),) + tuple(m.layers[0][1:]),))
         return m
 
     return build
 
 
-@pytest.mark.parametrize("kind", ["scaled head", "quartic", "negation"])
+@pytest.mark.parametrize("kind", ["scaled head", "quartic", "negation", "swap", "extra attention entry"])
 def test_sc_tampers_are_never_proven(kind):
     from depthcert.proofs.all_sizes import prove_sc
 
