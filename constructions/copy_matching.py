@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from depthcert.checkers.tasks import ICQA
 from depthcert.constructions.attention import position_map
+from depthcert.constructions.construction import Construction
 from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment,
                                              SizeRange, SymbolicModel, SymbolicTask, finite_build,
                                              is_symbolic)
-from depthcert.constructions.registry import Construction
 
 THEOREM = "Theorem 3 (two-layer copy-matching)"
 SIZES = SizeRange.of(("k", 1), ("n_q", 0, "k"), ("n_a", 0, "k"))

@@ -38,10 +38,10 @@ from fractions import Fraction
 import numpy as np
 
 from depthcert.checkers.layout import BlockMatrix, Layout, eye, zeros
-from depthcert.checkers.template_tasks import InContextTemplateMatching
+from depthcert.checkers.tasks.template import InContextTemplateMatching
+from depthcert.constructions.construction import Construction
 from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment, SizeRange,
                                              SymbolicModel, SymbolicTask, finite_build, is_symbolic, precheck_weights)
-from depthcert.constructions.registry import Construction
 
 THEOREM = "Theorem 6 (three-layer parsing-copying-matching)"
 ALL_FIXES = frozenset({"qk1-stray-block", "layer3-rows", "final-answers", "final-self-mask"})
@@ -88,7 +88,7 @@ def alpha2(task, fixes: frozenset) -> np.ndarray:
 
 def smallest_alphabet(k: int, l: int) -> int:
     """The smallest m with at least k templates of length l (the task's own lower bound)."""
-    from depthcert.checkers.template_tasks import count_templates
+    from depthcert.checkers.tasks.template import count_templates
 
     return next(m for m in range(1, l + 2) if count_templates(l, m) >= k)
 

@@ -36,13 +36,13 @@ from depthcert.checkers.tasks import CLS
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.layout import BlockMatrix, Layout, eye
 from depthcert.checkers.model import Head, Model
-from depthcert.checkers.template_tasks import TemplateMatching
+from depthcert.checkers.tasks.template import TemplateMatching
 from depthcert.constructions.classifier import lemma3_classifier, lemma3_guard
 from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment, SizeBranch,
                                              SizeRange, SymbolicModel, SymbolicTask, finite_build, is_symbolic,
                                              precheck_weights)
 from depthcert.constructions.memorization import lemma4_heads
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "Theorem 5 (two-layer parsing-mapping)"
 
@@ -143,7 +143,7 @@ def _indexed_classifier(task, stream, classes, layers, notes) -> IndexedMatrix:
     written as a table when a class weighs every alphabet token alike.  Otherwise the read-out is not
     set-indexed: a finite build computes it at its own m, one entry per member; a run for every
     size stops (SizeBranch)."""
-    from depthcert.checkers.template_tasks import TemplateMatching as TM
+    from depthcert.checkers.tasks.template import TemplateMatching as TM
 
     def fit(m0: int):
         values0 = {"m": m0}
@@ -197,7 +197,7 @@ def build_ternary_with(task, fixes: frozenset) -> Construction:
         for j in range(n):
             v2.set(f"pos{j}", f"pos{j}", 1)  # the template lives here; token rows keep a residue
     layers = ((_parsing(task, stream, "value-columns" not in fixes),), (IndexedHead(qk2, v2),))
-    from depthcert.checkers.template_tasks import TemplateMatching as TM
+    from depthcert.checkers.tasks.template import TemplateMatching as TM
 
     names = TM(l, int(task.m) if task.m < l else l).classes
     classes = IndexedLayout(Segment("class", None, tuple(f"cls:{c}" for c in names)))

@@ -22,7 +22,6 @@ are required to equal verify's exact margins at every base case.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -143,19 +142,19 @@ def _size_text(values: dict) -> str:
 
 
 def _registry_builder(task_name: str, variant: str | None, as_printed: bool):
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
     def build(task):
-        return registry.build(task, variant, as_printed).model
+        return constructions.build(task, variant, as_printed).model
 
     return build
 
 
 def _registry_construct(task_name: str, variant: str | None, as_printed: bool):
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
     def construct(task):
-        return registry.build(task, variant, as_printed)
+        return constructions.build(task, variant, as_printed)
 
     return construct
 
@@ -260,7 +259,7 @@ def multihop_plan(task, variant: str, as_printed: bool, builder=None, construct=
 
 def tm_plan(task, variant: str, as_printed: bool, builder=None, construct=None) -> LumpedPlan:
     """Template matching at fixed l: lumped in the alphabet size m >= l."""
-    from depthcert.checkers.template_tasks import stirling2
+    from depthcert.checkers.tasks.template import stirling2
 
     l = task.l
     params = (Param("m", l),)
@@ -298,7 +297,7 @@ def tm_plan(task, variant: str, as_printed: bool, builder=None, construct=None) 
 
 def ictm_plan(task, variant: str, as_printed: bool, builder=None, construct=None) -> LumpedPlan:
     """In-context template matching at fixed k, l: lumped in the alphabet m and the answers n_a."""
-    from depthcert.checkers.template_tasks import count_templates, enumerate_patterns
+    from depthcert.checkers.tasks.template import count_templates, enumerate_patterns
 
     k, l = task.k, task.l
     m0 = next(m for m in range(1, l + 2) if count_templates(l, m) >= k)
@@ -888,10 +887,6 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None, construc
     deterministic map: once a pair repeats (exact equality of the lumped tables), the sequence is
     periodic from there, and the finitely many pairs seen are every pair for every h.  Each is
     decided for every N at once (the lumped pass)."""
-    import numpy as np
-
-    from dataclasses import replace as dc_replace
-
     from depthcert.constructions.multihop import THEOREM
 
     t0 = time.perf_counter()
@@ -951,7 +946,6 @@ def _multihop_linear_symbolic(task, construct, rep, ring_, built, t0):
     from depthcert.constructions.indexed import Repeat
     from depthcert.constructions.multihop import symbolic_task
     from depthcert.proofs import all_sizes_symbolic as S
-    from depthcert.proofs.all_sizes_families import Tables
 
     k = task.k
     try:
@@ -1235,37 +1229,8 @@ NOT_COVERED = {
 }
 
 
-def load_family(spec: str):
-    """MODULE:FUNCTION or path/to/file.py:FUNCTION -> the builder function (task, as_printed) ->
-    Construction; BadInput naming what is wrong."""
-    import importlib
-    import importlib.util
-    import os
-
-    module, sep, func = spec.rpartition(":")
-    if not sep or not module or not func:
-        raise BadInput(f"--family {spec!r}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
-    try:
-        if module.endswith(".py"):
-            if not os.path.isfile(module):
-                raise BadInput(f"--family: no file {module}")
-            ms = importlib.util.spec_from_file_location(f"depthcert_family_{abs(hash(module))}", module)
-            mod = importlib.util.module_from_spec(ms)
-            ms.loader.exec_module(mod)
-        else:
-            mod = importlib.import_module(module)
-    except BadInput:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the user's module: one line naming the failure
-        raise BadInput(f"--family: importing {module} failed: {type(exc).__name__}: {exc}") from None
-    fn = getattr(mod, func, None)
-    if not callable(fn):
-        raise BadInput(f"--family: {module} has no function {func}")
-    return fn
-
-
 def plan_for(task, variant: str | None, as_printed: bool, construct=None):
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
     name = task.name
     if construct is not None:
@@ -1281,7 +1246,7 @@ def plan_for(task, variant: str | None, as_printed: bool, construct=None):
         if name == "ictm":
             return ictm_plan(task, variant, as_printed, construct=construct)
         return ("not-covered", variant, f"no all-sizes method for a family of task {name} (icqa, tm, ictm, multihop)")
-    table = registry.variants(name)
+    table = constructions.variants(name)
     if not table:
         raise BadInput(f"no construction for task {name!r}")
     variant = variant or table[0]
@@ -1329,142 +1294,7 @@ def _prove(task, variant: str | None, as_printed: bool, construct=None) -> Repor
         return prove_multihop_linear(task, as_printed, construct=construct)
     if construct is not None:
         return Report(task.name, variant, "user family", "not-proven", "", "none", reason=f"not covered: {why}")
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
-    c = registry.build(task, variant, as_printed)
+    c = constructions.build(task, variant, as_printed)
     return Report(task.name, variant, c.theorem, "not-proven", "", "none", reason=f"not covered: {why}")
-
-
-# ----------------------------------------------------------------------------- command line
-
-
-SIZE_NAMES = {"icqa": {"k": "k", "n_questions": "n_q", "n_answers": "n_a"}, "sc": {"length": "L", "alphabet": "M"},
-              "multihop": {"n_entities": "N"}, "tm": {"alphabet": "m"}, "ictm": {"alphabet": "m", "n_answers": "n_a"}}
-
-
-def verify_all_sizes(args, task) -> int:
-    """Entry point of `verify-construction TASK [sizes] --all-sizes [--json]`."""
-    for flag, value in (("--weights", args.weights), ("--dataset", args.dataset), ("--export", args.export),
-                        ("--point", args.point), ("--cot", args.cot)):
-        if value not in (None, False):
-            raise BadInput(f"--all-sizes proves a construction of the registry; it takes no {flag}")
-    if args.symmetry != "auto":
-        raise BadInput("--all-sizes decides its own reductions; it takes no --symmetry")
-    if getattr(args, "n_points", None) is not None or getattr(args, "seed", None) is not None:
-        pass  # sc: the proof covers every seed and sample
-    family = getattr(args, "family", None)
-    construct = None
-    if family and task.name == "sc":
-        raise BadInput("--family --all-sizes proves families of icqa, tm, ictm or multihop (tasks with an orbit "
-                       "identity here); sc has none")
-    if family:
-        user = load_family(family)
-        construct = lambda t: user(t, args.as_printed)  # noqa: E731
-    rep = prove(task, args.variant, args.as_printed, construct)
-    if family:
-        rep.variant = f"family {family}"
-        rep.theorem = "user family (constructions/indexed.py)"
-        if rep.rests_on:
-            rep.rests_on = (f"the family's builder {family}, evaluated with symbolic sizes (the finite check builds "
-                            "with the same function)",) + tuple(rep.rests_on[1:])
-    if args.as_printed:
-        rep.theorem += " [as printed]"
-    rep.instance = _instance(rep, task, args, construct)
-    if args.json:
-        print(json.dumps(rep.to_json()))
-    else:
-        print_report(rep)
-    return rep.exit_code
-
-
-def _instance(rep: Report, task, args, construct=None) -> str:
-    """At the sizes given on the command line: the model built there (the finite check's build) and
-    checked exactly with `verify`, next to the proof's margin formula evaluated there."""
-    from depthcert.checkers.exhaustive import plan_points, verify
-    from depthcert.constructions import registry
-
-    names = SIZE_NAMES.get(task.name, {})
-    given = [k for k in task.params if k in names and getattr(args, k, None) is not None]
-    if not given:
-        return ""
-    values = {names[k]: v for k, v in task.params.items() if k in names}
-    sym = None
-    if rep.status in ("proven", "partial") and rep.lumped is not None and all(p.name in values for p in rep.lumped[2]):
-        sym = symbolic_margin(rep, values)
-    text = _size_text(values) + ": built, "
-    try:
-        c = construct(task) if construct is not None else registry.build(task, args.variant, args.as_printed)
-        model = c.model
-        pp = plan_points(model, task, "auto")
-        if pp.n_eval > CONFIRM_MAX_POINTS:
-            return text + f"verify not run ({pp.n_eval} points to evaluate, limit {CONFIRM_MAX_POINTS})" + (
-                "" if sym is None else f"; the proof's margin there {format_rational(sym)}")
-        v = verify(model, task, plan=pp, progress=False)
-        _EVAL[0] += v.seconds
-    except BadInput as exc:
-        return text + f"verify not run ({exc})"
-    got = "none (a single class)" if v.min_margin is None else str(format_rational(v.min_margin))
-    text += f"verify {v.verdict} on {v.points_total} points ({v.points_checked} evaluated), margin {got}"
-    if rep.lumped is not None and rep.status in ("proven", "partial") and all(p.name in values for p in rep.lumped[2]):
-        if sym == v.min_margin:
-            text += " = the proof's margin there"
-        else:
-            want = "none" if sym is None else format_rational(sym)
-            text += f"; the proof's margin there is {want}: DISAGREES"
-            rep.status = "fails"
-            rep.failure = {"size": values, "how": "the instance checked by verify disagrees with the proof"}
-    elif rep.status in ("proven", "partial") and rep.margin is not None and rep.lumped is None:
-        if got == rep.margin:  # a proof whose margin is one constant (multi-hop linear)
-            text += " = the proof's margin"
-        elif v.min_margin is not None:
-            text += f"; the proof's margin is {rep.margin}: DISAGREES"
-            rep.status = "fails"
-            rep.failure = {"size": values, "how": "the instance checked by verify disagrees with the proof"}
-    if not v.verified and rep.status in ("proven", "partial"):
-        rep.status = "fails"
-        rep.failure = {"size": values, "how": "the instance built here is refuted by verify"}
-    return text
-
-
-STATUS_TEXT = {"proven": "PROVEN FOR ALL SIZES", "partial": "PROVEN FOR ALL SIZES OF SOME PARAMETERS",
-               "fails": "FAILS", "not-proven": "NOT PROVEN FOR ALL SIZES"}
-
-
-def print_report(rep: Report) -> None:
-    print(f"verify-construction {rep.task} --all-sizes")
-    rows = [("theorem", rep.theorem), ("variant", rep.variant), ("method", rep.method)]
-    if rep.claim and rep.status in ("proven", "partial"):
-        rows.append(("claim", rep.claim))
-    for p, why in rep.finite:
-        rows.append(("finite only", f"{p}: {why}"))
-    if rep.margin is not None and rep.status in ("proven", "partial"):
-        text = rep.margin_note or "the exact minimum over every point of every size claimed"
-        rows.append(("margin", f"{rep.margin} ({text})"))
-    if rep.instance:
-        rows.append(("instance", rep.instance))
-    if rep.status in ("proven", "partial"):
-        for i, r in enumerate(rep.rests_on):
-            rows.append(("rests on" if i == 0 else "", r))
-    rows.append(("verdict", STATUS_TEXT[rep.status]))
-    if rep.reason:
-        rows.append(("reason", rep.reason))
-    if rep.failure:
-        f = rep.failure
-        rows.append(("fails at", _size_text(f["size"]) + f" ({f['how']})"))
-        if "competitor" in f:
-            rows.append(("margin", f"label - {f['competitor']} = {f['margin']} there (formula on its region: "
-                                   f"{f['margin_formula']})"))
-        if "confirmed" in f:
-            rows.append(("confirmed", f["confirmed"]))
-        if "counterexample" in f:
-            ce = f["counterexample"]
-            rows.append(("point", f"{ce['point']}: {ce['input']}  expected {ce['expected']}, predicted {ce['predicted']}"))
-    for key, val in rows:
-        print(f"  {key:<11} {val}")
-    if rep.steps:
-        print("proof:" if rep.status != "not-proven" else "analysis (not a proof for every size):")
-        for i, s in enumerate(rep.steps, 1):
-            print(f"  {i}. {s.title}")
-            for line in s.lines:
-                print(f"       {line}")
-    print(f"  wall time   {rep.seconds:.2f} s in all, {rep.eval_seconds:.2f} s evaluating")

@@ -533,7 +533,7 @@ def main(argv=None) -> int:
         params = [(p["name"], int(p["base"]), p.get("after")) for p in cert["params"]]
         ctx = Ctx(params)
         leaves, failures, margins = [], [], []
-        derived = rederive(cert, ctx, data)
+        rederive(cert, ctx, data)
         for pt in cert["points"]:
             failures += check_point(pt, ctx, leaves, margins)
         if any(m is None for m in margins):

@@ -29,7 +29,8 @@ from depthcert.constructions.indexed import finite_build, is_symbolic
 from depthcert.proofs.all_sizes import icqa_plan, prove, prove_lumped, symbolic_margin
 from depthcert.proofs.all_sizes_lumped import (Family, LMatrix, Param, Region, Ring, Space, Split, decide, matmul,
                                                patterns, whole_region)
-from depthcert.proofs.cli import _verify_construction, run_main
+from depthcert.cli.common import run_main
+from depthcert.cli.verify_construction import _verify_construction
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKER = os.path.join(ROOT, "proofs", "check_all_sizes.py")
@@ -671,7 +672,7 @@ from fractions import Fraction
 
 from depthcert.constructions import copy_matching
 from depthcert.constructions.indexed import IndexedHead, IndexedMatrix, SymbolicModel, finite_build, is_symbolic
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 
 def build(task, as_printed=False):
