@@ -16,7 +16,7 @@ Methods (docs/all-sizes.md has the worked proofs):
     TM (ternary), ICTM, multi-hop: symbolic in the vocabulary sizes at a fixed structure;
     multi-hop `linear` also in every hop count (its hop layers are one layer repeated, and the
     lumped states repeat: periodicity).
-  * Lemma 4 derivation (proofs/all_sizes_lemma4.py): Theorem 1's layer, head by head.
+  * Lemma 4 derivation (proofs/all_sizes_lemma4.py): Theorem 1's builder run with a symbolic head index.
 Base cases are always verified exactly with checkers.exhaustive.verify, and the symbolic margins
 are required to equal verify's exact margins at every base case.
 """
@@ -1142,25 +1142,29 @@ def _one_layer(tab, li: int):
 SC_SIZES = ((1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3), (2, 4), (3, 2), (3, 3), (4, 2))
 
 
-def prove_sc(as_printed: bool = False, builder=None) -> Report:
-    """Theorem 1: the Lemma 4 layer for every L >= 1, M >= 1, then Lemma 3."""
-    from depthcert.constructions.memorization import THEOREM
-    from depthcert.proofs.all_sizes_lemma4 import prove_layer
+def prove_sc(as_printed: bool = False, construct=None, variant: str | None = None) -> Report:
+    """Theorem 1 for every L >= 1, M >= 1: the builder run with symbolic L, M and a generic copy head
+    h (constructions/memorization.py), the last column derived for every sequence, the read-out's
+    logits in closed form (proofs/all_sizes_lemma4.py).  `construct`: task -> Construction (the
+    registry's by default; the finite checks call the same function)."""
+    from depthcert.checkers.exhaustive import verify
+    from depthcert.constructions.memorization import THEOREM, symbolic_task
+    from depthcert.proofs.all_sizes_lemma4 import derive, smallest_failure
 
     t0 = time.perf_counter()
-    rep = Report("sc", "heads", THEOREM, "not-proven",
+    variant = variant or "heads"
+    construct = construct or _registry_construct("sc", variant, as_printed)
+    rep = Report("sc", variant, THEOREM, "not-proven",
                  "correct on every point for all L >= 1 (sequence length before CLS), M >= 1 (alphabet), every "
-                 "seed and every --n-points sample", "Lemma 4 layer derived head by head (sympy), then Lemma 3")
+                 "seed and every --n-points sample",
+                 "the builder run with symbolic L, M and a generic copy head h; the last column derived for every "
+                 "sequence; the read-out's logits in closed form")
     rep.params = ("L >= 1", "M >= 1")
-    build = builder or _registry_builder("sc", None, as_printed)
-    built, rows = {}, []
-    from depthcert.checkers.exhaustive import verify
+    rep.finite = ()
 
-    for L, M in SC_SIZES:
+    def base(L, M):
         task = _task("sc", {"length": L, "alphabet": M})
-        model = build(task)
-        built[(L, M)] = model
-        v = verify(model, task, progress=False)
+        v = verify(construct(task).model, task, progress=False)
         _EVAL[0] += v.seconds
         row = {"size": {"L": L, "M": M}, "points": v.points_total, "evaluated": v.points_checked,
                "verdict": v.verdict, "min_margin": None if v.min_margin is None else format_rational(v.min_margin),
@@ -1169,49 +1173,87 @@ def prove_sc(as_printed: bool = False, builder=None) -> Report:
             ce = v.counterexample
             row["counterexample"] = {"point": ce.index, "input": task.render(ce.tokens), "expected": ce.expected,
                                      "predicted": ce.predicted}
-        rows.append(row)
+        return row
+
+    for L, M in SC_SIZES:
+        row = base(L, M)
         rep.base_cases.append(row)
-        if not v.verified:
+        if row["verdict"] != "verified":
             rep.status = "fails"
             rep.failure = {"size": {"L": L, "M": M}, "how": "base case refuted by verify",
                            **({"counterexample": row["counterexample"]} if "counterexample" in row else {})}
             rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
             rep.seconds = time.perf_counter() - t0
             return rep
+    task = symbolic_task()
     try:
-        proof = prove_layer(built)
+        c = construct(task)
+        spec = getattr(c, "symbolic", None)
+        if spec is None or not hasattr(spec, "copies"):
+            return _not_proven(rep, "the builder returned no Lemma 4 object for every size (Construction.symbolic)", t0)
+        der = derive(spec, task)
+        for row in rep.base_cases:  # the finite path (integer sizes) against the symbolic object held there
+            L, M = row["size"]["L"], row["size"]["M"]
+            finite = _task("sc", {"length": L, "alphabet": M})
+            held = construct(symbolic_task({"h": 0, "L": L, "M": M})).symbolic.instantiate(finite)
+            if held != construct(finite).model:
+                return _not_proven(rep, f"the finite build at L={L}, M={M} is not the symbolic object held at those "
+                                        "sizes and instantiated (the builder does not go through one object)", t0)
+    except SizeBranchError as exc:
+        rep.finite = (("L, M", "the builder's output is not one construction for every size (reason)"),)
+        return _not_proven(rep, f"the builder branches on a size at {exc.where} ({exc.what})", t0)
     except NotAFamily as exc:
-        return _not_proven(rep, f"the layer is not the Lemma 4 family: {exc}", t0)
-    f = proof.formulas
+        return _not_proven(rep, f"the layer is not the Lemma 4 shape: {exc}", t0)
     rep.steps.append(Step("family", (
-        f"{proof.heads_checked} heads at {len(proof.sizes)} sizes recognised exactly: copy head h < L "
-        "(W_QK one entry a_h at (position j_h, position q_h), W_V = s_h (rows o_h..o_h+d-1 <- token block)), "
-        "cancel head L (W_QK = b I on positions, W_V = c I)",
-        "fitted (sympy) and checked on every head: " + ", ".join(f"{k} = {sp.sstr(v)}" for k, v in f.items()))))
-    rep.steps.append(Step("derivation", tuple(f"{text}: {'holds' if ok else 'FAILS'}" for text, ok in proof.identities)
-                          + ("so for every L, M and every sequence x: h_L^(1) = sum_{h<L} e_{h(M+1) + x_h}, the "
-                             "concatenated one-hots (Lemma 4), pairwise non-parallel",
-                             "Lemma 3 (each step keeps every earlier point strictly correct) gives W_O: every point "
-                             "correct, margin > 0")))
-    if not proof.ok:
-        return _not_proven(rep, "an identity of the derivation fails", t0)
-    observed = all(r["_margin"] is None or r["_margin"] == Fraction(1, 2 ** ((r["size"]["L"] - 1) * (r["size"]["M"] - 1)))
-                   for r in rows)
-    rep.margin = "> 0"
-    rep.margin_note = ("proven positive; no closed form: Lemma 3's classifier is built point by point. At every base "
-                       "case the exact margin is 2^-((L-1)(M-1))" + ("" if observed else " except some (see base cases)")
-                       + ", observed, not proven")
+        "the builder the finite check calls, run once with symbolic L, M and a generic copy head index h over "
+        "0 <= h <= L - 1, L >= 1, M >= 1: every size comparison it makes is decided over that range",
+        *der.shapes,
+        f"the finite builds at the {len(rep.base_cases)} base sizes equal that object held at their sizes and "
+        "instantiated")))
+    lines = tuple(f"{cond.text}: " + {True: "holds", False: "FAILS", None: "undecided"}[cond.decided()]
+                  for cond in der.conditions)
+    rep.steps.append(Step("derivation", lines + (
+        "so for every L, M and every sequence x: h_last = g sum_{h<L} e_{o_h + x_h} (Lemma 4's concatenated "
+        "one-hots), g = a s / m; the logit of the class of s is g w #{h : x_h = s_h}",
+        f"label - other = g w #{{h : x_h != s_h}} >= g w = {der.margin}, with equality at a sequence differing in "
+        "one position (M >= 2; M = 1 has one class)")))
+    bad = der.failing()
+    if bad:
+        found = smallest_failure(der)
+        if found is None:
+            return _not_proven(rep, f"undecided for every size: {bad[0].text}", t0)
+        size, h, cond = found
+        rep.status = "fails"
+        rep.failure = {"size": size, "how": f"{cond.text} fails at head h = {h}"}
+        try:
+            row = base(size["L"], size["M"])
+            rep.failure["confirmed"] = f"verify at this size: {row['verdict'].upper()}" + (
+                f", point {row['counterexample']['point']}: {row['counterexample']['input']}, expected "
+                f"{row['counterexample']['expected']}, predicted {row['counterexample']['predicted']}"
+                if "counterexample" in row else f", margin {row['min_margin']}")
+        except BadInput as exc:
+            rep.failure["confirmed"] = f"not run ({exc})"
+        rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
+        rep.seconds = time.perf_counter() - t0
+        return rep
+    L_, M_ = sp.Symbol("L"), sp.Symbol("M")
+    cross = [r for r in rep.base_cases if r["size"]["M"] >= 2
+             and r["_margin"] != Fraction(str(der.margin.subs({L_: r["size"]["L"], M_: r["size"]["M"]})))]
     rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
-    rep.margin_note = ""
-    rep.reason = ("not proven for every size: Theorem 1's builder is not written with set-indexed blocks "
-                  "(constructions/indexed.py): its Lemma 4 slots overlap the token and position rows "
-                  "(d' = max(nd, d+n), not one set-indexed table) and its Lemma 3 classifier is fitted point by "
-                  "point, so the heads above were read at the 10 sample sizes listed and the classifier enters no "
-                  "proof; every size stays finite-only (checked exactly by `verify` at the sizes run)")
-    rep.status = "not-proven"
-    rep.method = "evidence only (weights read at sample sizes): " + rep.method
-    rep.finite = (("L, M", "read at sample sizes (reason)"),)
-    rep.margin = None
+    rep.steps.append(Step("cross-check", (
+        f"the symbolic margin {der.margin} equals verify's exact minimum margin at every base case with M >= 2"
+        if not cross else "verify's margins differ from the symbolic margin at some base cases",)))
+    if cross:
+        return _not_proven(rep, "the symbolic margin differs from verify's at a base case", t0)
+    rep.margin = str(format_rational(Fraction(str(der.margin)))) if der.margin.is_number else str(der.margin)
+    rep.margin_note = ("the exact minimum over every point of every full dataset claimed, M >= 2; M = 1 has one "
+                       "class; an --n-points sample's is at least this")
+    rep.rests_on = (
+        f"the builder the finite check calls (constructions.build -> {_builder_of('sc', variant)}), evaluated with "
+        "symbolic sizes; its rules become matrices in constructions/head_family.py (rules_matrix, template_readout)",
+        "the kernel's semantics as the derivation uses them (relu attention averaged per layer, residual, one-hot "
+        "token and position embedding, read-out at the last column)")
+    rep.status = "proven"
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -1235,6 +1277,8 @@ def plan_for(task, variant: str | None, as_printed: bool, construct=None):
     name = task.name
     if construct is not None:
         variant = variant or "family"
+        if name == "sc":
+            return ("sc", variant, None)
         if name == "icqa":
             return icqa_plan(construct=construct, as_printed=as_printed, variant=variant)
         if name == "multihop" and variant == "linear":
@@ -1289,7 +1333,7 @@ def _prove(task, variant: str | None, as_printed: bool, construct=None) -> Repor
         return prove_lumped(plan)
     kind, variant, why = plan
     if kind == "sc":
-        return prove_sc(as_printed)
+        return prove_sc(as_printed, construct, variant)
     if kind == "multihop-linear":
         return prove_multihop_linear(task, as_printed, construct=construct)
     if construct is not None:

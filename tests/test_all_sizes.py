@@ -141,44 +141,151 @@ def test_icqa_margin_at_the_readme_scale():
 # ----------------------------------------------------------------------------- Theorem 1
 
 
-def test_sc_is_not_proven_for_every_size(capsys):
-    """Theorem 1's builder is not set-indexed (overlapping Lemma 4 slots, a Lemma 3 classifier fitted
-    point by point): its head-by-head reading at sample sizes is evidence, not a proof (exit 3)."""
+def test_sc_proven_for_every_size_margin_1(capsys):
+    """Theorem 1's builder run with symbolic L, M and a generic copy head h: every condition of the
+    Lemma 4 derivation holds over the range and the closed-form read-out gives margin exactly 1."""
     code, out, err = run(["sc", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
+    assert code == 0 and info["status"] == "proven" and info["margin"] == "1", (out, err)
+    assert info["finite_only"] == [] and info["all_sizes"] == ["L >= 1", "M >= 1"]
+    assert "memorization.build" in info["rests_on"][0]
+    derivation = info["steps"][1]["lines"]
+    assert sum(line.endswith(": holds") for line in derivation) == 12 and not any("FAILS" in x for x in derivation)
+    assert all(r["verdict"] == "verified" for r in info["base_cases"])
+    assert "equal that object held at their sizes" in info["steps"][0]["lines"][-1]
+
+
+def test_sc_instance_is_built_and_verified(capsys):
+    code, out, _ = run(["sc", "--length", "3", "--alphabet", "4", "--all-sizes"], capsys)
+    assert code == 0
+    assert "instance    L=3, M=4: built, verify verified on 64 points (64 evaluated), margin 1 = the proof's margin" in out
+
+
+def test_sc_lemma3_read_out_is_not_proven_for_every_size(capsys):
+    """The paper's Lemma 3 classifier is fitted point by point: no read-out for every size (exit 3)."""
+    code, out, _ = run(["sc", "--variant", "lemma3", "--all-sizes", "--json"], capsys)
+    info = json.loads(out)
     assert code == 3 and info["status"] == "not-proven" and info["margin"] is None
-    assert "not written with set-indexed blocks" in info["reason"] and "Lemma 3" in info["reason"]
-    assert [f["parameter"] for f in info["finite_only"]] == ["L, M"]
-    fitted = info["steps"][0]["lines"][1]
-    for formula in ("a = 1", "j = h", "q = L", "s = L + 1", "o = M*h + h", "b = 1", "c = -L - 1"):
-        assert formula in fitted
-
-
-def test_sc_changed_layer_is_not_proven_even_where_it_verifies():
-    """Doubling every copy head's W_V doubles the last column (2 x the concatenation): every base
-    case still verifies (margins double), but the layer is no longer the Lemma 4 family the
-    derivation proves (a_h s_h / n = 2, not 1): not proven (exit 3), never silently accepted."""
-    from depthcert.proofs.all_sizes import prove_sc
-
-    def build(task):
-        m = registry.build(task).model
-        heads = [replace(h, W_V=h.W_V * 2) for h in m.layers[0][:-1]] + [m.layers[0][-1]]
-        return replace(m, layers=(tuple(heads),))
-
-    rep = prove_sc(builder=build)
-    assert all(r["verdict"] == "verified" for r in rep.base_cases)
-    assert rep.base_cases[4]["min_margin"] == 1  # L=2, M=2: twice 1/2
-    assert rep.status == "not-proven" and rep.exit_code == 3 and "identity" in rep.reason
-    assert "copy weight a_h s_h / n = 1: FAILS" in rep.steps[1].lines
+    assert "Lemma 3" in info["reason"] and "point by point" in info["reason"]
 
 
 @pytest.mark.parametrize("L,M", [(1, 2), (2, 2), (2, 5), (3, 2), (3, 3), (3, 4), (4, 3), (5, 2)])
-def test_sc_observed_margin_at_enumerated_sizes(L, M):
-    """Observed (the proof only shows margin > 0): Lemma 3's exact margin is 2^-((L-1)(M-1))."""
+def test_sc_margins_of_both_read_outs_at_enumerated_sizes(L, M):
+    """The closed-form read-out's margin is 1 (the proof's); Lemma 3's is 2^-((L-1)(M-1)) (observed)."""
     for seed in (0, 7):
         task = make_task("sc", length=L, alphabet=M, seed=seed)
         v = verify(registry.build(task).model, task, progress=False)
-        assert v.verified and v.min_margin == Fraction(1, 2 ** ((L - 1) * (M - 1)))
+        assert v.verified and v.min_margin == 1
+        v3 = verify(registry.build(task, "lemma3").model, task, progress=False)
+        assert v3.verified and v3.min_margin == Fraction(1, 2 ** ((L - 1) * (M - 1)))
+
+
+def test_sc_heads_are_lemma4s():
+    """The rules materialise to the same matrices as the block-matrix Lemma 4 heads (lemma4_heads)."""
+    from depthcert.constructions.memorization import layouts, lemma4_heads
+
+    for L, M in ((1, 2), (3, 3), (4, 2)):
+        model = registry.build(make_task("sc", length=L, alphabet=M)).model
+        inp, slots = layouts(M + 1, L + 1)
+        old = lemma4_heads(inp, slots, L + 1, "token", L)
+        assert len(old) == len(model.layers[0])
+        for a, b in zip(old, model.layers[0]):
+            assert (np.array(a.W_QK) == np.array(b.W_QK)).all() and (np.array(a.W_V) == np.array(b.W_V)).all()
+
+
+def sc_tamper(kind):
+    """Theorem 1's builder with its rules changed (the audit's SC tampers, written into the builder's
+    functions, so the run for every size and every finite build see the same change)."""
+    from depthcert.constructions import memorization as mem
+    from depthcert.constructions.head_family import Copy, Entry, HeadFamily, HeadRules, Template
+
+    def rules(d, n):
+        copies, last = mem.lemma4_rules(d, n)
+        L, M = n - 1, d - 1
+
+        def head(h):
+            r = copies.head(h)
+            if kind == "scaled head" and L * M > 50:
+                return HeadRules(r.qk, (Copy(r.v[0].dst, "token", 2 * n),))
+            if kind == "swap" and L >= 5 and h <= 1:
+                return HeadRules((Entry("position", 1 - h, "position", n - 1, 1),), r.v)
+            if kind == "extra attention entry" and L >= 6:
+                return HeadRules(r.qk + (Entry("position", n - 1, "position", n - 1, 1),), r.v)
+            if kind == "extra entry everywhere":
+                return HeadRules(r.qk + (Entry("position", n - 1, "position", n - 1, 1),), r.v)
+            if kind == "key drift":  # = h for L <= 5, h + 1 at L = 6
+                return HeadRules((Entry("position", h + (L - 1) * (L - 2) * (L - 3) * (L - 4) * (L - 5) / 120,
+                                        "position", n - 1, 1),), r.v)
+            return r
+
+        return HeadFamily(copies.count, head), last
+
+    def read(d, n):
+        t = mem.template(d, n)
+        L, M = n - 1, d - 1
+
+        def at(h):
+            offset, w = t.at(h)
+            if kind == "negation" and M >= 6:
+                return offset, -w
+            if kind == "quartic":  # 1 for L <= 4, -1 at L = 5
+                return offset, w - (L - 1) * (L - 2) * (L - 3) * (L - 4) / 12
+            return offset, w
+
+        return Template(t.count, at)
+
+    def build(task, as_printed=False):
+        return mem.build(task, as_printed, rules=rules, read=read)
+
+    return build
+
+
+@pytest.mark.parametrize("kind,line", [("scaled head", "if kind == \"scaled head\" and L * M > 50:"),
+                                       ("swap", "if kind == \"swap\" and L >= 5 and h <= 1:"),
+                                       ("extra attention entry", "if kind == \"extra attention entry\" and L >= 6:"),
+                                       ("negation", "if kind == \"negation\" and M >= 6:")])
+def test_sc_tamper_at_unread_sizes_is_refused_naming_the_line(kind, line):
+    from depthcert.proofs.all_sizes import prove_sc
+
+    rep = prove_sc(construct=sc_tamper(kind))
+    assert rep.status == "not-proven" and rep.exit_code == 3
+    assert "branches on a size at tests/test_all_sizes.py:" in rep.reason and line in rep.reason, rep.reason
+    assert all(r["verdict"] == "verified" for r in rep.base_cases)  # every small case still verifies
+
+
+@pytest.mark.parametrize("kind,size", [("quartic", {"L": 5, "M": 2}), ("key drift", {"L": 6, "M": 2})])
+def test_sc_polynomial_tamper_is_refuted_at_its_smallest_failing_size(kind, size):
+    from depthcert.proofs.all_sizes import prove_sc
+
+    build = sc_tamper(kind)
+    rep = prove_sc(construct=build)
+    assert rep.status == "fails" and rep.exit_code == 1 and rep.failure["size"] == size, rep.failure
+    assert rep.failure["confirmed"].startswith("verify at this size: REFUTED")
+    below = make_task("sc", length=size["L"] - 1, alphabet=2)
+    assert verify(build(below).model, below, progress=False).verified
+
+
+def test_sc_extra_entry_on_every_head_is_not_the_lemma4_shape():
+    from depthcert.proofs.all_sizes import prove_sc
+
+    rep = prove_sc(construct=sc_tamper("extra entry everywhere"))
+    assert rep.status != "proven" and rep.exit_code in (1, 3)
+
+
+def test_sc_correct_change_is_proven_with_its_own_margin():
+    """Doubling every copy head's W_V doubles the last column: still correct, and the proof's margin is
+    the code's (2), equal to verify's at every base case."""
+    from depthcert.constructions import memorization as mem
+    from depthcert.constructions.head_family import Copy, HeadFamily, HeadRules
+    from depthcert.proofs.all_sizes import prove_sc
+
+    def rules(d, n):
+        copies, last = mem.lemma4_rules(d, n)
+        return HeadFamily(copies.count, lambda h: HeadRules(copies.head(h).qk, (Copy(h * d, "token", 2 * n),))), last
+
+    rep = prove_sc(construct=lambda task: mem.build(task, rules=rules))
+    assert rep.status == "proven" and rep.margin == "2"
+    assert all(r["min_margin"] in (None, 2) for r in rep.base_cases)
 
 
 # ----------------------------------------------------------------------------- tampering
@@ -362,40 +469,6 @@ def test_tamper_margin_formulas_equal_verify(tamper_report):
 def test_tamper_certificate_rechecks_as_failing(tamper_report, tmp_path):
     rc, out, err = recheck(tmp_path, tamper_report.to_json())
     assert rc == 1 and "margin(s) not > 0" in out and "offsets [9, 0, 0]" in out, (out, err)
-
-
-def _sc_tamper(kind):
-    """Theorem 1's construction changed at sizes no small case reads (the audit's SC tampers)."""
-
-    def build(task):
-        m = registry.build(task).model
-        L, M = task.L, task.M
-        if kind == "scaled head" and L * M > 50:
-            heads = (replace(m.layers[0][0], W_V=m.layers[0][0].W_V * 2),) + tuple(m.layers[0][1:])
-            return replace(m, layers=(heads,))
-        if kind == "quartic" and (L - 1) * (L - 2) * (L - 3) * (L - 4) > 0:
-            return replace(m, W_O=-m.W_O)
-        if kind == "negation" and M >= 6:
-            return replace(m, W_O=-m.W_O)
-        if kind == "swap" and L >= 5:
-            heads = (m.layers[0][1], m.layers[0][0]) + tuple(m.layers[0][2:])
-            return replace(m, layers=(heads,))
-        if kind == "extra attention entry" and L >= 6:
-            qk = m.layers[0][0].W_QK.copy()
-            qk[-1, -1] += 1
-            qk.flags.writeable = False
-            return replace(m, layers=((replace(m.layers[0][0], W_QK=qk),) + tuple(m.layers[0][1:]),))
-        return m
-
-    return build
-
-
-@pytest.mark.parametrize("kind", ["scaled head", "quartic", "negation", "swap", "extra attention entry"])
-def test_sc_tampers_are_never_proven(kind):
-    from depthcert.proofs.all_sizes import prove_sc
-
-    rep = prove_sc(builder=_sc_tamper(kind))
-    assert rep.status != "proven" and rep.exit_code == 3
 
 
 def test_tm_tamper_from_m7_is_refused_naming_the_line():

@@ -56,9 +56,6 @@ def verify_all_sizes(args, task) -> int:
         pass  # sc: the proof covers every seed and sample
     family = getattr(args, "family", None)
     construct = None
-    if family and task.name == "sc":
-        raise BadInput("--family --all-sizes proves families of icqa, tm, ictm or multihop (tasks with an orbit "
-                       "identity here); sc has none")
     if family:
         user = load_family(family)
         construct = lambda t: user(t, args.as_printed)  # noqa: E731
