@@ -161,6 +161,13 @@ def test_sc_instance_is_built_and_verified(capsys):
     assert "instance    L=3, M=4: built, verify verified on 64 points (64 evaluated), margin 1 = the proof's margin" in out
 
 
+def test_sc_instance_of_a_sample_has_at_least_the_proofs_margin(capsys):
+    """An --n-points sample's margin can exceed the full dataset's minimum: that agrees with the proof."""
+    code, out, _ = run(["sc", "--length", "3", "--alphabet", "3", "--n-points", "3", "--seed", "1", "--all-sizes"],
+                       capsys)
+    assert code == 0 and "margin 2 >= the proof's margin 1 (its minimum over the full dataset; this is a sample)" in out
+
+
 def test_sc_lemma3_read_out_is_not_proven_for_every_size(capsys):
     """The paper's Lemma 3 classifier is fitted point by point: no read-out for every size (exit 3)."""
     code, out, _ = run(["sc", "--variant", "lemma3", "--all-sizes", "--json"], capsys)
