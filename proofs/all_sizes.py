@@ -8,15 +8,17 @@ is small enough to run); 2 bad input (one line); 3 not proven for every size: so
 stay finite-only (named, with the reason), or the method does not reach the construction.
 
 Methods (docs/all-sizes.md has the worked proofs):
-  * lumped evaluation (proofs/all_sizes_lumped.py): the construction's weights, read at several
-    sizes, are one invariant table per matrix under a product of symmetric groups (checked
-    exactly); one representative per orbit is run with the set sizes as polynomials (sympy), so
+  * lumped evaluation (proofs/all_sizes_lumped.py): the builder the finite check calls, run with
+    symbolic sizes (constructions/indexed.py), gives one set-indexed table per matrix, invariant
+    under a product of symmetric groups at every size; one representative per orbit is run with the set sizes as polynomials (sympy), so
     every score and logit is a polynomial in the size parameters and every ReLU sign and every
     margin is decided for all integers at once.  ICQA (Theorem 3): symbolic in k, n_q, n_a.
     TM (ternary), ICTM, multi-hop: symbolic in the vocabulary sizes at a fixed structure;
     multi-hop `linear` also in every hop count (its hop layers are one layer repeated, and the
     lumped states repeat: periodicity).
-  * Lemma 4 derivation (proofs/all_sizes_lemma4.py): Theorem 1's builder run with a symbolic head index.
+  * Lemma 4 derivation (proofs/all_sizes_lemma4.py): Theorem 1's builder run with symbolic L, M
+    and a generic copy head index h (constructions/head_family.py); the last column and every
+    logit derived for every sequence.
 Base cases are always verified exactly with checkers.exhaustive.verify, and the symbolic margins
 are required to equal verify's exact margins at every base case.
 """
@@ -1289,7 +1291,7 @@ def plan_for(task, variant: str | None, as_printed: bool, construct=None):
             return tm_plan(task, variant, as_printed, construct=construct)
         if name == "ictm":
             return ictm_plan(task, variant, as_printed, construct=construct)
-        return ("not-covered", variant, f"no all-sizes method for a family of task {name} (icqa, tm, ictm, multihop)")
+        return ("not-covered", variant, f"no all-sizes method for a family of task {name} (icqa, sc, tm, ictm, multihop)")
     table = constructions.variants(name)
     if not table:
         raise BadInput(f"no construction for task {name!r}")

@@ -68,10 +68,11 @@ def _build_parser() -> _Parser:
                    help="points per chunk of a sharded run (--workers, --dask, --journal; default 65536)")
     p.add_argument("--all-sizes", action="store_true",
                    help="prove the construction correct for every value of its size parameters (at or above "
-                   "stated base values), not only the sizes given; exit 0 proven, 1 a size where it fails")
+                   "stated base values), not only the sizes given; exit 0 proven, 1 a size where it fails, 3 not "
+                   "proven for every size (the parameters that stay finite-only are named)")
     p.add_argument("--family", metavar="MODULE:FUNCTION",
                    help="verify (or with --all-sizes prove) your own construction: FUNCTION(task, as_printed) -> "
-                   "Construction, written with constructions/indexed.py (MODULE may be a FILE.py)")
+                   "Construction, written with constructions/indexed.py or head_family.py (MODULE may be a FILE.py)")
     p.add_argument("--cot", action="store_true",
                    help="verify chain-of-thought generation: the model generates its intermediate steps "
                    "autoregressively and every step of every input is checked (tasks that define steps)")
