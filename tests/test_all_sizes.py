@@ -821,3 +821,17 @@ def test_user_sc_family_proven_from_the_command_line(capsys, tmp_path):
     info = json.loads(out)
     assert code == 0 and info["status"] == "proven" and info["margin"] == "3", err
     assert info["instance"] == "L=2, M=3: built, verify verified on 9 points (9 evaluated), margin 3 = the proof's margin"
+
+
+def test_head_rules_fill_the_matrices_and_refuse_rows_outside_the_stream():
+    from depthcert.checkers.layout import Layout
+    from depthcert.constructions.head_family import Copy, Entry, Scaled, rules_matrix
+
+    lay = Layout.of(("token", 2), ("position", 3)).padded(7, "pad")
+    W = rules_matrix((Entry("position", 0, "position", 2, 5), Copy(5, "token", 3), Scaled("position", -1)), lay)
+    assert W[2, 4] == 5 and W[5, 0] == 3 and W[6, 1] == 3 and [W[i, i] for i in range(2, 5)] == [-1, -1, -1]
+    assert sum(1 for v in W.flat if v) == 6
+    with pytest.raises(ValueError, match="a copy into rows 6..7"):
+        rules_matrix((Copy(6, "token", 1),), lay)
+    with pytest.raises(ValueError, match="outside block"):
+        rules_matrix((Entry("position", 3, "position", 0, 1),), lay)
