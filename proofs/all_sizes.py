@@ -1151,7 +1151,7 @@ def prove_sc(as_printed: bool = False, construct=None, variant: str | None = Non
     registry's by default; the finite checks call the same function)."""
     from depthcert.checkers.exhaustive import verify
     from depthcert.constructions.memorization import THEOREM, symbolic_task
-    from depthcert.proofs.all_sizes_lemma4 import derive, smallest_failure
+    from depthcert.proofs.all_sizes_lemma4 import derive, poly_terms, smallest_failure
 
     t0 = time.perf_counter()
     variant = variant or "heads"
@@ -1255,6 +1255,12 @@ def prove_sc(as_printed: bool = False, construct=None, variant: str | None = Non
         "symbolic sizes; its rules become matrices in constructions/head_family.py (rules_matrix, template_readout)",
         "the kernel's semantics as the derivation uses them (relu attention averaged per layer, residual, one-hot "
         "token and position embedding, read-out at the last column)")
+    rep.certificate = {
+        "format": "depthcert.all-sizes", "version": 1, "task": "sc", "variant": variant, "kind": "lemma4",
+        "params": [{"name": "h", "base": 0}, {"name": "L", "base": 1, "after": "h"}, {"name": "M", "base": 1}],
+        "rules": {name: poly_terms(v) for name, v in der.rules.items()},
+        "claim": rep.claim, "margin": rep.margin,
+    }
     rep.status = "proven"
     rep.seconds = time.perf_counter() - t0
     return rep

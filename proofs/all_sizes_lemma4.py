@@ -79,6 +79,7 @@ class Lemma4Derivation:
     conditions: tuple[Condition, ...]
     margin: sp.Expr  # g w, in L and M
     shapes: tuple[str, ...]  # what the builder's rules were read as
+    rules: dict  # name -> Size or number: the builder's rules the derivation reads (the certificate's)
 
     def failing(self):
         return [c for c in self.conditions if c.decided() is not True]
@@ -134,7 +135,17 @@ def derive(spec, task) -> Lemma4Derivation:
               f"cancel head: W_QK = {to_sympy(b)} I on the positions, W_V = {to_sympy(c)} I",
               f"read-out: the class of s has {to_sympy(w)} at row {to_sympy(off)} + s_h for every h < L",
               f"layer: m = {to_sympy(m)} heads averaged, d' = {to_sympy(spec.dim)} rows (d = M + 1, n = L + 1)")
-    return Lemma4Derivation(conds, margin, shapes)
+    rules = {"count": spec.copies.count, "q": e.col, "j": e.row, "a": a, "s": s, "o": o, "b": b, "c": c, "m": m,
+             "dim": spec.dim, "read_count": tpl.count, "read_offset": off, "w": w}
+    return Lemma4Derivation(conds, margin, shapes, rules)
+
+
+def poly_terms(v, nv: int = 3) -> list:
+    """A rule as the certificate's polynomial: [[exponents], "coefficient"] per term."""
+    if isinstance(v, Size):
+        return [[list(m), str(c)] for m, c in sorted(v.terms.items())]
+    f = Fraction(v)
+    return [[[0] * nv, str(f)]] if f else []
 
 
 def smallest_failure(derivation: Lemma4Derivation, max_L: int = 12, max_M: int = 6):

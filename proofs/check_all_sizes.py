@@ -23,7 +23,12 @@ up to it (so a set with a fixed member is non-empty), the model sets are the tas
 range lies inside the task's; the top-level claim, range and margin equal what it derived.  A
 task it has no dataset formula for is refused (exit 2): it cannot re-derive that proof.
 
-What it takes on trust: that the tables are the construction's at every size (the producer ran
+A Theorem 1 certificate ("kind": "lemma4") is checked differently: the builder's rules as
+polynomials in h, L, M, every condition of the Lemma 4 derivation re-decided here (the slot
+offsets at 0, h + 1 and L - 1 composed from o(h)), the margin re-derived as a s w / m and the claim
+compared with Theorem 1's.
+
+What it takes on trust: that the tables (or rules) are the construction's at every size (the producer ran
 the builder with symbolic sizes; docs/all-sizes.md), and that a representative's stabilizer is the
 product of the symmetric groups of its point sets (how its point sets are defined).
 """
@@ -519,6 +524,80 @@ def _text(p: Poly, ctx: Ctx) -> str:
     return " + ".join(parts) or "0"
 
 
+# ----------------------------------------------------------------------------- Theorem 1 (sc)
+
+SC_CLAIM = ("correct on every point for all L >= 1 (sequence length before CLS), M >= 1 (alphabet), every seed "
+            "and every --n-points sample")
+SC_PARAMS = [("h", 0, None), ("L", 1, "h"), ("M", 1, None)]
+SC_RULES = ("count", "q", "j", "a", "s", "o", "b", "c", "m", "dim", "read_count", "read_offset", "w")
+
+
+def check_lemma4(cert: dict, data: dict) -> tuple[list, str]:
+    """Theorem 1's derivation re-decided from the builder's rules (polynomials in h, L, M; d = M + 1
+    token rows, n = L + 1 positions): (failed conditions, margin re-derived).  The slot offsets at
+    h = 0, h + 1 and L - 1 are computed here from the rule o(h) (a polynomial: the builder branched
+    on no size).  Raises Invalid when the claim, range or margin is not the one derived."""
+    if cert.get("task") != "sc":
+        raise Invalid("a lemma4 certificate is for task sc")
+    params = [(p["name"], int(p["base"]), p.get("after")) for p in cert["params"]]
+    if params != SC_PARAMS:
+        raise Invalid(f"the claimed range {', '.join(_describe(*p) for p in params)} is not Theorem 1's "
+                      f"({', '.join(_describe(*p) for p in SC_PARAMS)})")
+    ctx = Ctx(params)
+    nv = ctx.nv
+    rules = cert["rules"]
+    if set(rules) != set(SC_RULES):
+        raise Invalid(f"the rules are {sorted(rules)}, not {sorted(SC_RULES)}")
+    r = {k: Poly.parse(v, nv) for k, v in rules.items()}
+    h, L, M = (Poly.var(i, nv) for i in range(3))
+    one = Poly.const(1, nv)
+    d = M + one
+    o_at = lambda e: r["o"].compose([e, L, M])  # noqa: E731
+    zeros, free = [0] * nv, [True] * nv
+
+    def pos(p):
+        try:
+            return ctx.sign(p, zeros, free, []) == "pos"
+        except Invalid:
+            return False
+
+    per_position = r["a"] * r["s"] * r["w"]
+    conds = [
+        ("count = L", (r["count"] - L).is_zero()),
+        ("q_h = n - 1", (r["q"] - L).is_zero()),
+        ("j_h = h", (r["j"] - h).is_zero()),
+        ("a_h > 0", pos(r["a"])),
+        ("b > 0", pos(r["b"])),
+        ("m = L + 1 heads", (r["m"] - r["count"] - one).is_zero()),
+        ("m + b c = 0", (r["m"] + r["b"] * r["c"]).is_zero()),
+        ("o_0 = 0", o_at(Poly.const(0, nv)).is_zero()),
+        ("o_{h+1} - o_h = d", (o_at(h + one) - r["o"] - d).is_zero()),
+        ("o_{L-1} + d <= d'", _nonneg(ctx, r["dim"] - o_at(L - one) - d, zeros, free)),
+        ("read-out count = L", (r["read_count"] - L).is_zero()),
+        ("o'_h = o_h", (r["read_offset"] - r["o"]).is_zero()),
+        ("a_h s_h w_h > 0", pos(per_position)),
+        ("a_h s_h w_h free of h", all(m[0] == 0 for m in per_position.t)),
+    ]
+    failed = [text for text, ok in conds if not ok]
+    margin = None
+    if not failed:
+        claimed = _q(cert.get("margin"))
+        if not (per_position - r["m"] * claimed).is_zero():
+            raise Invalid(f"the certificate's margin {cert.get('margin')!r} is not a s w / m = "
+                          f"({_text(per_position, ctx)}) / ({_text(r['m'], ctx)})")
+        margin = str(claimed)
+    for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
+        if "claim" in obj and obj["claim"] != SC_CLAIM:
+            raise Invalid(f"the {where}'s claim {obj['claim']!r} is not the one derived: {SC_CLAIM!r}")
+        if "margin" in obj and not failed and obj["margin"] != margin:
+            raise Invalid(f"the {where}'s margin {obj['margin']!r} is not the one re-derived: {margin}")
+    if data is not cert and not failed and data.get("status") not in ("proven", None):
+        raise Invalid(f"the report's status {data.get('status')!r} does not match a valid proof")
+    if data is not cert and "all_sizes" in data and data["all_sizes"] != ["L >= 1", "M >= 1"]:
+        raise Invalid(f"the report's range {data['all_sizes']} is not the certificate's")
+    return failed, margin
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -530,6 +609,16 @@ def main(argv=None) -> int:
         cert = data.get("certificate", data) if isinstance(data, dict) else None
         if not isinstance(cert, dict) or cert.get("format") != "depthcert.all-sizes" or cert.get("version") != 1:
             raise Invalid("not a depthcert.all-sizes version 1 certificate")
+        if cert.get("kind") == "lemma4":
+            failed, margin = check_lemma4(cert, data)
+            if failed:
+                print(f"sc {cert['variant']}: {len(failed)} condition(s) of the Lemma 4 derivation fail: "
+                      + "; ".join(failed))
+                return 1
+            print(f"sc {cert['variant']}: valid; every condition of the Lemma 4 derivation re-decided from the "
+                  "builder's rules (coefficient test); claim and margin re-derived; every margin > 0 for all "
+                  f"L >= 1, M >= 1; minimum margin {margin}")
+            return 0
         params = [(p["name"], int(p["base"]), p.get("after")) for p in cert["params"]]
         ctx = Ctx(params)
         leaves, failures, margins = [], [], []

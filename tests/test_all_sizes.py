@@ -835,3 +835,27 @@ def test_head_rules_fill_the_matrices_and_refuse_rows_outside_the_stream():
         rules_matrix((Copy(6, "token", 1),), lay)
     with pytest.raises(ValueError, match="outside block"):
         rules_matrix((Entry("position", 3, "position", 0, 1),), lay)
+
+
+def test_rechecker_accepts_the_sc_certificate(capsys, tmp_path):
+    code, out, _ = run(["sc", "--all-sizes", "--json"], capsys)
+    rc, stdout, err = recheck(tmp_path, json.loads(out))
+    assert code == 0 and rc == 0, err
+    assert stdout.strip() == ("sc heads: valid; every condition of the Lemma 4 derivation re-decided from the builder's "
+                              "rules (coefficient test); claim and margin re-derived; every margin > 0 for all L >= 1, "
+                              "M >= 1; minimum margin 1")
+
+
+@pytest.mark.parametrize("path,value,rc_want,needle", [
+    (("margin",), "1000", 2, "margin '1000' is not"),
+    (("certificate", "margin"), "2", 2, "margin '2' is not a s w / m"),
+    (("claim",), "correct on every point for all L >= 0", 2, "claim"),
+    (("certificate", "params", 1, "base"), 0, 2, "not Theorem 1's"),
+    (("certificate", "rules", "w"), [[[0, 0, 0], "-1"]], 1, "a_h s_h w_h > 0"),
+    (("certificate", "rules", "o"), [[[1, 0, 0], "1"], [[1, 0, 1], "1"], [[2, 0, 0], "1"]], 1, "o_{h+1} - o_h = d"),
+    (("certificate", "rules", "j"), [[[0, 1, 0], "1"], [[0, 0, 0], "-1"]], 1, "j_h = h"),
+])
+def test_rechecker_rejects_edited_sc_certificates(path, value, rc_want, needle, capsys, tmp_path):
+    code, out, _ = run(["sc", "--all-sizes", "--json"], capsys)
+    rc, stdout, err = recheck(tmp_path, _edit(json.loads(out), path, value))
+    assert rc == rc_want and needle in (err if rc == 2 else stdout), (stdout, err)
