@@ -9,10 +9,10 @@ second named partition of the same stream.
 
 The layer is written once for every size (`lemma4_rules`: copy head h as rules in h, d, n; see
 constructions/head_family.py), so `verify-construction sc --all-sizes` reads the same object with
-symbolic sizes.  Read-outs: `heads` (the default) uses the closed form W_O[y(s)] = the
-concatenation of s's one-hots (class y(s) scores the number of positions where a sequence agrees
-with s: margin 1 at every size); `lemma3` applies the paper's Lemma 3 incremental classifier to the
-layer's actual outputs (an existence proof followed literally, fitted point by point).
+symbolic sizes.  Read-outs: by default the closed form W_O[y(s)] = the concatenation of s's
+one-hots (class y(s) scores the number of positions where a sequence agrees with s: margin 1 at
+every size); as printed (`--as-printed`), the paper's Lemma 3 incremental classifier applied to the
+layer's actual outputs (the paper's existence proof followed literally, fitted point by point).
 """
 from __future__ import annotations
 
@@ -136,21 +136,23 @@ def spec(task, readout: bool = True, rules=lemma4_rules, read=template) -> Lemma
 
 def build(task: SequenceClassification, as_printed: bool = False, rules=lemma4_rules,
           read=template) -> Construction:
-    """Lemma 4's layer and the closed-form read-out.  Also accepts a user dataset
-    (checkers.tasks.dataset_file.DatasetTask) of equal-length sequences sharing their last token (the
-    CLS) with pairwise distinct labels."""
+    """Lemma 4's layer and the closed-form read-out (as printed: the paper's Lemma 3 classifier).  Also
+    accepts a user dataset (checkers.tasks.dataset_file.DatasetTask) of equal-length sequences sharing
+    their last token (the CLS) with pairwise distinct labels."""
+    if as_printed:
+        return build_lemma3(task, rules)
     s = spec(task, True, rules, read)
     model = None if is_symbolic(task) else s.instantiate(task)  # the same object, filled in at the task's sizes
     return Construction("sc", "heads", THEOREM, model, as_printed, "copy token i into slot i (n-1 heads), cancel "
                         "the residual (1 head), read-out: the sequences' one-hots", symbolic=s)
 
 
-def build_lemma3(task: SequenceClassification, as_printed: bool = False) -> Construction:
+def build_lemma3(task: SequenceClassification, rules=lemma4_rules) -> Construction:
     """Lemma 4's layer and the paper's Lemma 3 classifier, fitted on the layer's actual outputs."""
     if is_symbolic(task):
-        raise SizeBranch("Lemma 3's classifier is fitted point by point on the layer's outputs: no read-out "
-                         "stated for every size", "constructions/memorization.py: build_lemma3")
-    s = spec(task, readout=False)
+        raise SizeBranch("Lemma 3's classifier (as printed) is fitted point by point on the layer's outputs: no "
+                         "read-out stated for every size", "constructions/memorization.py: build_lemma3")
+    s = spec(task, False, rules)
     inp = s.layout()
     heads = s.heads(inp)
     n = task.length
@@ -170,5 +172,5 @@ def build_lemma3(task: SequenceClassification, as_printed: bool = False) -> Cons
             labels.append(int(y))
     W_O = lemma3_classifier(vectors, labels, n_classes=len(task.classes))
     model = Model(task.vocab, n, task.classes, inp, (tuple(heads),), W_O, name="memorization")
-    return Construction("sc", "lemma3", THEOREM, model, as_printed,
+    return Construction("sc", "heads", THEOREM, model, True,
                         "copy token i into slot i (n-1 heads), cancel the residual (1 head), Lemma 3 classifier")

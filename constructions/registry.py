@@ -26,7 +26,7 @@ MEMBERS = (parsing_mapping, parsing_copying_matching, multihop, composition, gro
 
 def _builders() -> dict[str, dict[str, Builder]]:
     table: dict[str, dict[str, Builder]] = {
-        "sc": {"heads": memorization.build, "lemma3": memorization.build_lemma3},
+        "sc": {"heads": memorization.build},
         "icqa": {"copy-matching": copy_matching.build},
     }
     for mod in MEMBERS:

@@ -169,8 +169,8 @@ def test_sc_instance_of_a_sample_has_at_least_the_proofs_margin(capsys):
 
 
 def test_sc_lemma3_read_out_is_not_proven_for_every_size(capsys):
-    """The paper's Lemma 3 classifier is fitted point by point: no read-out for every size (exit 3)."""
-    code, out, _ = run(["sc", "--variant", "lemma3", "--all-sizes", "--json"], capsys)
+    """As printed, the paper's Lemma 3 classifier is fitted point by point: no read-out for every size (exit 3)."""
+    code, out, _ = run(["sc", "--as-printed", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
     assert code == 3 and info["status"] == "not-proven" and info["margin"] is None
     assert "Lemma 3" in info["reason"] and "point by point" in info["reason"]
@@ -178,12 +178,13 @@ def test_sc_lemma3_read_out_is_not_proven_for_every_size(capsys):
 
 @pytest.mark.parametrize("L,M", [(1, 2), (2, 2), (2, 5), (3, 2), (3, 3), (3, 4), (4, 3), (5, 2)])
 def test_sc_margins_of_both_read_outs_at_enumerated_sizes(L, M):
-    """The closed-form read-out's margin is 1 (the proof's); Lemma 3's is 2^-((L-1)(M-1)) (observed)."""
+    """The closed-form read-out's margin is 1 (the proof's); Lemma 3's (as printed) is 2^-((L-1)(M-1))
+    (observed)."""
     for seed in (0, 7):
         task = make_task("sc", length=L, alphabet=M, seed=seed)
         v = verify(registry.build(task).model, task, progress=False)
         assert v.verified and v.min_margin == 1
-        v3 = verify(registry.build(task, "lemma3").model, task, progress=False)
+        v3 = verify(registry.build(task, as_printed=True).model, task, progress=False)
         assert v3.verified and v3.min_margin == Fraction(1, 2 ** ((L - 1) * (M - 1)))
 
 
