@@ -1252,7 +1252,9 @@ def prove_sc(as_printed: bool = False, construct=None, variant: str | None = Non
                        "class; an --n-points sample's is at least this")
     rep.rests_on = (
         f"the builder the finite check calls (constructions.build -> {_builder_of('sc', variant)}), evaluated with "
-        "symbolic sizes; its rules become matrices in constructions/head_family.py (rules_matrix, template_readout)",
+        "symbolic sizes; its rules become the model in memorization.Lemma4.instantiate (one layer: the copy heads, "
+        "then the cancel head; stream [token; position; pad]) and constructions/head_family.py (rules_matrix, "
+        "template_readout)",
         "the kernel's semantics as the derivation uses them (relu attention averaged per layer, residual, one-hot "
         "token and position embedding, read-out at the last column)")
     rep.certificate = {
