@@ -6,7 +6,9 @@ direct block-matrix build of the same model, measured in one run.
 A finite build runs the builder once on the task held at its sizes (Size objects, every comparison
 decided at that point) and instantiates the symbolic model into Fraction matrices.  The baseline
 is the pre-issue-24 ICQA builder (checkers.layout.BlockMatrix written directly), kept here.  Also
-printed: the symbolic run alone (the all-sizes proof's first step) for each ported construction.
+printed: the symbolic run alone (the all-sizes proof's first step) for each ported construction,
+and Theorem 1's build with its closed-form read-out against the printed one (Lemma 3's classifier,
+fitted point by point) on the same dataset.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from depthcert.checkers.layout import BlockMatrix, Layout  # noqa: E402
 from depthcert.checkers.model import Head, Model  # noqa: E402
 from depthcert.checkers.tasks import make_task  # noqa: E402
-from depthcert.constructions import copy_matching, multihop, parsing_copying_matching, parsing_mapping, registry  # noqa: E402
+from depthcert.constructions import (copy_matching, memorization, multihop, parsing_copying_matching,  # noqa: E402
+                                     parsing_mapping, registry)
 from depthcert.constructions.attention import instructive_attention  # noqa: E402
 
 
@@ -56,9 +59,15 @@ def main() -> None:
     runs = [("icqa", lambda: registry.build(copy_matching.symbolic_task())),
             ("multihop linear k=3", lambda: registry.build(multihop.symbolic_task(3), "linear")),
             ("tm ternary l=4", lambda: registry.build(parsing_mapping.symbolic_task(4), "ternary")),
-            ("ictm k=2 l=2", lambda: registry.build(parsing_copying_matching.symbolic_task(2, 2)))]
+            ("ictm k=2 l=2", lambda: registry.build(parsing_copying_matching.symbolic_task(2, 2))),
+            ("sc", lambda: registry.build(memorization.symbolic_task()))]
     for name, fn in runs:
         print(f"symbolic run, {name}: {best(fn, 3) * 1e3:.1f} ms")
+    for L, M in ((4, 3), (5, 3), (6, 3)):
+        task = make_task("sc", length=L, alphabet=M)
+        a, b = best(lambda: registry.build(task), 2), best(lambda: registry.build(task, as_printed=True), 1)
+        print(f"sc L={L} M={M} ({M ** L} points): closed-form read-out {a * 1e3:.1f} ms, Lemma 3 (as printed) "
+              f"{b * 1e3:.1f} ms, ratio {b / a:.1f}")
 
 
 if __name__ == "__main__":
