@@ -18,10 +18,13 @@ class Construction:
     task: str
     variant: str
     theorem: str
-    model: Model
+    model: Model | None  # None only for a symbolic build (constructions/indexed.py)
     as_printed: bool
     description: str = ""
     notes: tuple[str, ...] = field(default=())
+    # the construction for every size (constructions/indexed.SymbolicModel) when the builder is
+    # written with set-indexed blocks; `model` is then that object instantiated at the task's sizes
+    symbolic: object = None
 
 
 Builder = Callable[[Task, bool], Construction]

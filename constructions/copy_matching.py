@@ -6,42 +6,77 @@ column of a triple becomes the sum of its triple, the last column becomes q_c + 
 Layer 2: W_QK = I on the (question, question) block, W_V = I: the last column attends with
 score 1 exactly to the triple whose question equals the query (and to the final pair), adding
 its answer three times.  W_O reads the answer block.
+
+Written once for every size (constructions/indexed.py): the rows are the questions Q (n_q), the
+response token, the answers A (n_a), the three positions of each triple (indexed by the triples
+T, k of them) and the final pair.  `build` on a concrete task runs the same code with symbolic
+sizes and instantiates it; on a symbolic task (the all-sizes proof) it returns the symbolic model.
 """
 from __future__ import annotations
 
-from depthcert.checkers.layout import BlockMatrix, Layout
-from depthcert.checkers.model import Head, Model
 from depthcert.checkers.tasks import ICQA
-from depthcert.constructions.attention import instructive_attention, position_map
+from depthcert.constructions.attention import position_map
 from depthcert.constructions.construction import Construction
+from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment,
+                                             SizeRange, SymbolicModel, SymbolicTask, finite_build,
+                                             is_symbolic)
 
 THEOREM = "Theorem 3 (two-layer copy-matching)"
+SIZES = SizeRange.of(("k", 1), ("n_q", 0, "k"), ("n_a", 0, "k"))
+ROLES = ("0", "1", "2")  # the (question, =, answer) positions of a triple
+FINAL = ("F0", "F1")  # the final (question, =) pair
 
 
-def layout(task: ICQA) -> Layout:
-    return Layout.of(("question", task.n_q), ("response", 1), ("answer", task.n_a), ("position", task.length))
+def symbolic_task(point: dict | None = None) -> SymbolicTask:
+    """ICQA with symbolic k, n_q, n_a over the whole range, or held at one point (a finite build)."""
+    return SymbolicTask("icqa", SIZES if point is None else SIZES.at(point))
+
+
+def sizes_of(task: ICQA) -> dict:
+    return {"k": task.k, "n_q": task.n_q, "n_a": task.n_a}
+
+
+def layouts(task):
+    """(stream rows, positions, classes) as set-indexed layouts."""
+    Q, A, T = IndexSet("Q", task.n_q), IndexSet("A", task.n_a), IndexSet("T", task.k)
+    stream = IndexedLayout(Segment("question", Q, ("tok:Q",)), Segment("response", None, ("tok:=",)),
+                           Segment("answer", A, ("tok:A",)),
+                           Segment("position", T, tuple(f"pos{r}" for r in ROLES)),
+                           Segment("position", None, tuple(f"pos{r}" for r in FINAL)))
+    positions = IndexedLayout(Segment("position", T, tuple(f"col{r}" for r in ROLES)),
+                              Segment("position", None, tuple(f"col{r}" for r in FINAL)))
+    classes = IndexedLayout(Segment("answer", A, ("cls:A",)))
+    return stream, positions, classes
 
 
 def copy_map(k: int):
-    """Lemma 1 map of layer 1: within each triple and within the final pair, every column
-    attends to the others (key j, query k)."""
+    """Lemma 1 map of layer 1 as a concrete n x n (key j, query k) 0/1 matrix (used by multihop)."""
     n = 3 * k + 2
     groups = [list(range(3 * t, 3 * t + 3)) for t in range(k)] + [[n - 2, n - 1]]
     return position_map(n, [(j, q) for g in groups for j in g for q in g if j != q])
 
 
-def identity(lay: Layout):
-    m = BlockMatrix(lay, lay)
-    for b in lay.names:
-        m.set(b, b, 1)
-    return m.build()
+def copy_attention(stream: IndexedLayout) -> IndexedMatrix:
+    """Lemma 1 on the positions: within each triple and within the final pair, every position
+    attends to the others with score 1 (non-negative, so relu keeps it)."""
+    qk = IndexedMatrix(stream, stream)
+    for a in ROLES:
+        for b in ROLES:
+            if a != b:
+                qk.same(f"pos{a}", f"pos{b}", same=1, other=0)
+    qk.set("posF0", "posF1", 1).set("posF1", "posF0", 1)
+    return qk
 
 
-def build(task: ICQA, as_printed: bool = False) -> Construction:
-    lay = layout(task)
-    layer1 = Head(instructive_attention(lay, copy_map(task.k)), identity(lay))
-    layer2 = Head(BlockMatrix(lay, lay).set("question", "question", 1).build(), identity(lay))
-    W_O = BlockMatrix(Layout.of(("answer", task.n_a)), lay).set("answer", "answer", 1).build()
-    model = Model(task.vocab, task.length, task.classes, lay, ((layer1,), (layer2,)), W_O, name="copy-matching")
-    return Construction("icqa", "copy-matching", THEOREM, model, as_printed,
-                        "layer 1 copies each (q, =, a) triple together; layer 2 matches the query question")
+def build(task, as_printed: bool = False) -> Construction:
+    if not is_symbolic(task):
+        return finite_build(build, task, symbolic_task, sizes_of(task), as_printed)
+    stream, positions, classes = layouts(task)
+    layer1 = IndexedHead(copy_attention(stream), IndexedMatrix(stream, stream).identity())
+    layer2 = IndexedHead(IndexedMatrix(stream, stream).same("tok:Q", "tok:Q", same=1),
+                         IndexedMatrix(stream, stream).identity())
+    W_O = IndexedMatrix(classes, stream).same("cls:A", "tok:A", same=1)
+    sym = SymbolicModel("copy-matching", stream, positions, classes, ((layer1,), (layer2,)), W_O, task.range)
+    return Construction("icqa", "copy-matching", THEOREM, None, as_printed,
+                        "layer 1 copies each (q, =, a) triple together; layer 2 matches the query question",
+                        symbolic=sym)

@@ -3,15 +3,22 @@ sequence-classification dataset with distinct labels.
 
 Heads 0..n-2 (Lemma 1 instructive attention from the CLS position to position i) copy token i
 into slot i with W_V = n * (slot_i <- token); head n-1 attends to itself with W_V = -n I and
-cancels the residual.  The last column becomes the concatenation [x_0; ...; x_{n-2}; 0], and
-the Lemma 3 classifier separates these pairwise non-parallel vectors.  The slots overlap the
-token and position blocks, as in the paper (that is why d' = max(nd, d+n)); they are a second
-named partition of the same stream.
+cancels the residual.  The last column becomes the concatenation [x_0; ...; x_{n-2}; 0].  The slots
+overlap the token and position blocks, as in the paper (that is why d' = max(nd, d+n)); they are a
+second named partition of the same stream.
+
+The layer is written once for every size (`lemma4_rules`: copy head h as rules in h, d, n; see
+constructions/head_family.py), so `verify-construction sc --all-sizes` reads the same object with
+symbolic sizes.  Read-outs: by default the closed form W_O[y(s)] = the concatenation of s's
+one-hots (class y(s) scores the number of positions where a sequence agrees with s: margin 1 at
+every size); as printed (`--as-printed`), the paper's Lemma 3 incremental classifier applied to the
+layer's actual outputs (the paper's existence proof followed literally, fitted point by point).
 """
 from __future__ import annotations
 
 from fractions import Fraction
 
+from depthcert.checkers.budget import charge_weights
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.layout import BlockMatrix, Layout
@@ -20,8 +27,19 @@ from depthcert.checkers.tasks import SequenceClassification
 from depthcert.constructions.attention import instructive_attention, position_map
 from depthcert.constructions.classifier import lemma3_classifier, lemma3_guard
 from depthcert.constructions.construction import Construction
+from depthcert.constructions.head_family import (Copy, Entry, HeadFamily, HeadRules, Scaled, Template, family_heads,
+                                                 rules_matrix, template_readout)
+from depthcert.constructions.indexed import SizeBranch, SizeRange, SymbolicTask, is_symbolic
 
 THEOREM = "Theorem 1 / Lemma 4 (one-layer memorization, n heads)"
+# the range of a run for every size: h is the index of a generic copy head, 0 <= h <= L - 1
+SIZES = SizeRange.of(("h", 0), ("L", 1, "h"), ("M", 1))
+
+
+def symbolic_task(point: dict | None = None) -> SymbolicTask:
+    """SC with symbolic L (sequence length before CLS), M (alphabet) and a generic head index h."""
+    return SymbolicTask("sc", SIZES if point is None else SIZES.at(point),
+                        derived={"d": lambda s: s["M"] + 1, "n": lambda s: s["L"] + 1})
 
 
 def layouts(d: int, n: int) -> tuple[Layout, Layout]:
@@ -46,6 +64,47 @@ def lemma4_heads(lay: Layout, slots: Layout, n: int, source: str, copies: int) -
     return heads
 
 
+class Lemma4:
+    """Theorem 1's construction for every size: d token rows, n positions, d' rows, the copy heads
+    as a family, the cancel head, the read-out (a Template, or None for Lemma 3's)."""
+
+    def __init__(self, d, n, copies: HeadFamily, last: tuple, readout: Template | None):
+        self.d, self.n = d, n
+        self.dim = n * d if n * d >= d + n else d + n  # max(n d, d + n), decided for every size
+        self.copies, self.last, self.readout = copies, last, readout
+
+    def layout(self) -> Layout:
+        return Layout.of(("token", int(self.d)), ("position", int(self.n))).padded(int(self.dim), "pad")
+
+    def heads(self, lay: Layout) -> tuple[Head, ...]:
+        return tuple(Head(rules_matrix(r.qk, lay), rules_matrix(r.v, lay))
+                     for r in family_heads(self.copies) + list(self.last))
+
+    def instantiate(self, task) -> Model:
+        """The concrete model for the task's dataset: the rules filled in, the read-out over its points."""
+        lay = self.layout()
+        heads = self.heads(lay)
+        charge_weights(len(task.classes) * lay.dim, f"the read-out, {len(task.classes)} classes x {lay.dim}")
+        W_O = template_readout(self.readout, task, lay.dim)
+        return Model(task.vocab, task.length, task.classes, lay, (heads,), W_O, name="memorization")
+
+
+def lemma4_rules(d, n) -> tuple[HeadFamily, tuple]:
+    """Lemma 4 for every size: copy head h < n - 1 attends from the last position to position h and
+    writes n * token into rows h d ..; the cancel head attends each position to itself, W_V = -n I."""
+
+    def copy_head(h):
+        return HeadRules(qk=(Entry("position", h, "position", n - 1, 1),), v=(Copy(h * d, "token", n),))
+
+    cancel = HeadRules(qk=(Scaled("position", 1),), v=(Scaled(None, -n),))
+    return HeadFamily(n - 1, copy_head), (cancel,)
+
+
+def template(d, n) -> Template:
+    """The closed-form read-out: the class of s has weight 1 at row h d + s_h of slot h, h < n - 1."""
+    return Template(n - 1, lambda h: (h * d, 1))
+
+
 def _check_dataset_shape(task) -> None:
     if isinstance(task, SequenceClassification):
         return
@@ -63,14 +122,40 @@ def _check_dataset_shape(task) -> None:
         raise BadInput("Theorem 1 (Lemma 3) needs pairwise distinct labels; the dataset repeats a label")
 
 
-def build(task: SequenceClassification, as_printed: bool = False) -> Construction:
-    """Also accepts a user dataset (checkers.dataset_file.DatasetTask) of equal-length sequences
-    sharing their last token (the CLS) with pairwise distinct labels."""
-    _check_dataset_shape(task)
-    d, n = len(task.vocab), task.length
-    inp, slots = layouts(d, n)
-    heads = lemma4_heads(inp, slots, n, "token", n - 1)
+def spec(task, readout: bool = True, rules=lemma4_rules, read=template) -> Lemma4:
+    """The construction for every size (a symbolic task) or at the task's sizes (`rules`, `read`:
+    the builder's functions, replaceable by a caller who changes the construction)."""
+    if is_symbolic(task):
+        d, n = task.d, task.n
+    else:
+        _check_dataset_shape(task)
+        d, n = len(task.vocab), task.length
+    copies, last = rules(d, n)
+    return Lemma4(d, n, copies, last, read(d, n) if readout else None)
 
+
+def build(task: SequenceClassification, as_printed: bool = False, rules=lemma4_rules,
+          read=template) -> Construction:
+    """Lemma 4's layer and the closed-form read-out (as printed: the paper's Lemma 3 classifier).  Also
+    accepts a user dataset (checkers.tasks.dataset_file.DatasetTask) of equal-length sequences sharing
+    their last token (the CLS) with pairwise distinct labels."""
+    if as_printed:
+        return build_lemma3(task, rules)
+    s = spec(task, True, rules, read)
+    model = None if is_symbolic(task) else s.instantiate(task)  # the same object, filled in at the task's sizes
+    return Construction("sc", "heads", THEOREM, model, as_printed, "copy token i into slot i (n-1 heads), cancel "
+                        "the residual (1 head), read-out: the sequences' one-hots", symbolic=s)
+
+
+def build_lemma3(task: SequenceClassification, rules=lemma4_rules) -> Construction:
+    """Lemma 4's layer and the paper's Lemma 3 classifier, fitted on the layer's actual outputs."""
+    if is_symbolic(task):
+        raise SizeBranch("Lemma 3's classifier (as printed) is fitted point by point on the layer's outputs: no "
+                         "read-out stated for every size", "constructions/memorization.py: build_lemma3")
+    s = spec(task, False, rules)
+    inp = s.layout()
+    heads = s.heads(inp)
+    n = task.length
     lemma3_guard(task.size, inp.dim)  # before the probe: it costs as much as the classifier's input
     # Read the layer's actual last column on every point (W_O = I), then apply Lemma 3 to
     # those exact vectors: the classifier rests on what the layer computes, not on the lemma.
@@ -87,5 +172,5 @@ def build(task: SequenceClassification, as_printed: bool = False) -> Constructio
             labels.append(int(y))
     W_O = lemma3_classifier(vectors, labels, n_classes=len(task.classes))
     model = Model(task.vocab, n, task.classes, inp, (tuple(heads),), W_O, name="memorization")
-    return Construction("sc", "heads", THEOREM, model, as_printed,
+    return Construction("sc", "heads", THEOREM, model, True,
                         "copy token i into slot i (n-1 heads), cancel the residual (1 head), Lemma 3 classifier")

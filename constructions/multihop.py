@@ -32,6 +32,9 @@ from depthcert.checkers.model import Head, Model
 from depthcert.checkers.tasks.multihop import MultiHop
 from depthcert.constructions.attention import constrained_attention, instructive_attention, position_map
 from depthcert.constructions.construction import Construction
+from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Repeat, Segment,
+                                             SizeRange, SymbolicModel, SymbolicTask, finite_build, is_symbolic,
+                                             precheck_weights)
 
 THEOREM = "Section 7 (nested in-context QA by repeated copy-matching)"
 MASK = -1  # Lemma 2 mask: content scores are 0/1, so -1 already silences a masked pair
@@ -86,18 +89,98 @@ def _model(task: MultiHop, lay: Layout, layers, read_block: str, name: str) -> M
                  notes={"row_tokens": tags})
 
 
+# ----------------------------------------------------------------------------- set-indexed (every N)
+#
+# linear, doubling and paper are written once for every number of entities N (and, for linear,
+# every number of hops: its hop layer is one layer repeated): the entities are the set E, the
+# rows of the entity, dst* and class blocks are indexed by it; k (the pairs) is held fixed.
+
+
+def symbolic_task(k: int, hops: int | None = None, point: dict | None = None) -> SymbolicTask:
+    """Multi-hop with symbolic N >= k (and symbolic hops >= 1 when hops is None), k fixed."""
+    params = ((("hops", 1),) if hops is None else ()) + (("N", k),)
+    rng = SizeRange.of(*params)
+    fixed = {"k": k, "length": 3 * k + 2} | ({"hops": hops} if hops is not None else {})
+    return SymbolicTask("multihop", rng if point is None else rng.at(point),
+                        derived={"n_entities": lambda sz: sz["N"]}, fixed=fixed)
+
+
+def _layouts(task, dst_blocks: tuple[str, ...]):
+    E = IndexSet("N", task.n_entities)
+    n = task.length
+    stream = IndexedLayout(Segment("entity", E, ("tok:N",)), Segment("relation", None, ("tok:>",)),
+                           Segment("position", None, tuple(f"pos{j}" for j in range(n))),
+                           *[Segment(b, E, (b,)) for b in dst_blocks])
+    positions = IndexedLayout(Segment("position", None, tuple(f"col{j}" for j in range(n))))
+    classes = IndexedLayout(Segment("class", E, ("cls:N",)))
+    return stream, positions, classes
+
+
+def _copy(task, stream, dst: str, with_query: bool) -> IndexedHead:
+    """Lemma 1 copy: y_i (key 3i+2) into `dst` of pair column 3i; s (key 3k) into the last column."""
+    n, k = task.length, task.k
+    qk = IndexedMatrix(stream, stream)
+    for i in range(k):
+        qk.set(f"pos{3 * i + 2}", f"pos{3 * i}", 1)
+    if with_query:
+        qk.set(f"pos{n - 2}", f"pos{n - 1}", 1)
+    return IndexedHead(qk, IndexedMatrix(stream, stream).same(dst, "tok:N", same=1))
+
+
+def _hop(task, stream, queries, read: str, cur: str) -> IndexedHead:
+    """One hop for every query column in `queries` (Lemma 2 mask -1 on every other position pair)."""
+    n = task.length
+    allowed = {(3 * i, q) for i in range(task.k) for q in queries}
+    qk = IndexedMatrix(stream, stream).same("tok:N", cur, same=1)
+    for j in range(n):
+        for q in range(n):
+            if (j, q) not in allowed:
+                qk.set(f"pos{j}", f"pos{q}", MASK)
+    v = IndexedMatrix(stream, stream)
+    if read == cur:
+        v.same(cur, cur, same=1)
+    else:
+        v.same(cur, read, same=1)
+    v.same(cur, "tok:N", same=-1)
+    return IndexedHead(qk, v)
+
+
+def _symbolic(task, name: str, stream, positions, classes, layers, read_block: str) -> SymbolicModel:
+    W_O = IndexedMatrix(classes, stream).same("cls:N", read_block, same=1)
+    return SymbolicModel(name, stream, positions, classes, tuple(layers), W_O, task.range)
+
+
+def _row_tags(task):
+    def notes(model):
+        lay = model.layout
+        return {"row_tokens": {lay.index(b, i): (b, e) for b in lay.names if b.startswith("dst")
+                               for i, e in enumerate(task.entities)}}
+
+    return notes
+
+
+def _finite(build, task, as_printed: bool, symbolic_hops: bool, blocks: tuple[str, ...] = ("dst",), layers: int = 1):
+    lay = layout(task, blocks)  # refuses a stream over MAX_DIM before any table is made
+    precheck_weights((2 * layers + 1) * lay.dim * lay.dim, f"{layers} layers of {lay.dim} x {lay.dim} matrices")
+    sizes = {"N": task.n_entities} | ({"hops": task.hops} if symbolic_hops else {})
+    return finite_build(build, task, lambda pt: symbolic_task(task.k, None if symbolic_hops else task.hops, pt),
+                        sizes, as_printed, notes=_row_tags(task))
+
+
 def build_linear(task, as_printed: bool = False) -> Construction:
     """Copy once, then h hops of the last column: h + 1 layers, one head each, d' = 2N + 1 + n."""
-    task = _check(task)
-    _guard_layers_per_hop(task, "linear", task.hops + 1)
-    lay = layout(task)
+    if not is_symbolic(task):
+        task = _check(task)
+        _guard_layers_per_hop(task, "linear", task.hops + 1)
+        return _finite(build_linear, task, as_printed, symbolic_hops=True, layers=task.hops + 1)
+    stream, positions, classes = _layouts(task, ("dst",))
     last = task.length - 1
-    layers = [copy_head(task, lay, "dst", True)] + [hop_head(task, lay, [last], "dst", "dst") for _ in range(task.hops)]
-    model = _model(task, lay, layers, "dst", "multihop-linear")
+    layers = [(_copy(task, stream, "dst", True),), Repeat((_hop(task, stream, [last], "dst", "dst"),), task.hops)]
+    sym = _symbolic(task, "multihop-linear", stream, positions, classes, layers, "dst")
     return Construction(
-        "multihop", "linear", THEOREM, model, as_printed,
+        "multihop", "linear", THEOREM, None, as_printed,
         f"copy (Lemma 1) then {task.hops} hop layers of the last column: {task.hops + 1} layers",
-        ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
+        ("no printed version exists; --as-printed builds the same weights",) if as_printed else (), symbolic=sym,
     )
 
 
@@ -110,18 +193,22 @@ def doubling_schedule(hops: int) -> list[tuple[bool, bool]]:
 
 def build_doubling(task, as_printed: bool = False) -> Construction:
     """Pointer doubling: copy, then floor(log2 h) + 1 stages; 1 head per layer, d' = 2N + 1 + n."""
-    task = _check(task)
-    lay = layout(task)
+    if not is_symbolic(task):
+        task = _check(task)
+        return _finite(build_doubling, task, as_printed, symbolic_hops=False,
+                       layers=len(doubling_schedule(task.hops)) + 1)
+    stream, positions, classes = _layouts(task, ("dst",))
     last = task.length - 1
-    layers = [copy_head(task, lay, "dst", True)]
+    pairs = [3 * i for i in range(task.k)]
+    layers = [(_copy(task, stream, "dst", True),)]
     for pairs_hop, last_hops in doubling_schedule(task.hops):
-        queries = (pair_columns(task) if pairs_hop else []) + ([last] if last_hops else [])
-        layers.append(hop_head(task, lay, queries, "dst", "dst"))
-    model = _model(task, lay, layers, "dst", "multihop-doubling")
+        queries = (pairs if pairs_hop else []) + ([last] if last_hops else [])
+        layers.append((_hop(task, stream, queries, "dst", "dst"),))
+    sym = _symbolic(task, "multihop-doubling", stream, positions, classes, layers, "dst")
     return Construction(
-        "multihop", "doubling", THEOREM, model, as_printed,
+        "multihop", "doubling", THEOREM, None, as_printed,
         f"copy then pointer doubling over the bits of h = {task.hops}: {len(layers)} layers",
-        ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
+        ("no printed version exists; --as-printed builds the same weights",) if as_printed else (), symbolic=sym,
     )
 
 
@@ -144,36 +231,43 @@ def build_paper(task, as_printed: bool = False) -> Construction:
     Fixed: round t copies y_i into a fresh block dst_t (round 1 also copies s into dst1 of the
     last column, which holds the current entity from then on) and hops with dst_t.
     """
-    task = _check(task)
+    if not is_symbolic(task):
+        task = _check(task)
+        _guard_layers_per_hop(task, "paper", 2 * task.hops)
+        blocks = () if as_printed else tuple(f"dst{t + 1}" for t in range(task.hops))
+        return _finite(build_paper, task, as_printed, symbolic_hops=False, blocks=blocks, layers=2 * task.hops)
     h, n = task.hops, task.length
-    _guard_layers_per_hop(task, "paper", 2 * h)
     if as_printed:
-        from depthcert.constructions.copy_matching import copy_map
-
-        lay = layout(task, ())
-        ident = BlockMatrix(lay, lay)
-        for b in lay.names:
-            ident.set(b, b, 1)
-        ident = ident.build()
-        copy = Head(instructive_attention(lay, copy_map(task.k)), ident)
-        match = Head(BlockMatrix(lay, lay).set("entity", "entity", 1).build(), ident)
-        model = _model(task, lay, [copy, match] * h, "entity", "multihop-paper-as-printed")
+        stream, positions, classes = _layouts(task, ())
+        ident = IndexedMatrix(stream, stream).identity()
+        qk = IndexedMatrix(stream, stream)
+        groups = [[3 * t, 3 * t + 1, 3 * t + 2] for t in range(task.k)] + [[n - 2, n - 1]]
+        for g in groups:
+            for j in g:
+                for q in g:
+                    if j != q:
+                        qk.set(f"pos{j}", f"pos{q}", 1)
+        copy = IndexedHead(qk, ident)
+        match = IndexedHead(IndexedMatrix(stream, stream).same("tok:N", "tok:N", same=1), ident)
+        sym = _symbolic(task, "multihop-paper-as-printed", stream, positions, classes, [(copy,), (match,)] * h,
+                        "tok:N")
         return Construction(
-            "multihop", "paper", THEOREM, model, True,
-            f"Theorem 3's printed copy-matching layers repeated {h} times: {2 * h} layers",
+            "multihop", "paper", THEOREM, None, True,
+            f"Theorem 3's printed copy-matching layers repeated {h} times: {2 * h} layers", symbolic=sym,
         )
     blocks = tuple(f"dst{t + 1}" for t in range(h))
-    lay = layout(task, blocks)
+    stream, positions, classes = _layouts(task, blocks)
     last = n - 1
     layers = []
     for t, block in enumerate(blocks):
-        layers.append(copy_head(task, lay, block, t == 0))
-        layers.append(hop_head(task, lay, [last], block, "dst1"))
-    model = _model(task, lay, layers, "dst1", "multihop-paper")
+        layers.append((_copy(task, stream, block, t == 0),))
+        layers.append((_hop(task, stream, [last], block, "dst1"),))
+    sym = _symbolic(task, "multihop-paper", stream, positions, classes, layers, "dst1")
     return Construction(
-        "multihop", "paper", THEOREM, model, False,
+        "multihop", "paper", THEOREM, None, False,
         f"{h} rounds of copy (into dst_t) + hop: {2 * h} layers",
         ("Theorem 3's W_V = I copy merges x_i and y_i into one entity block; the fix copies y_i into its own block",),
+        symbolic=sym,
     )
 
 

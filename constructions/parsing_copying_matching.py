@@ -38,10 +38,10 @@ from fractions import Fraction
 import numpy as np
 
 from depthcert.checkers.layout import BlockMatrix, Layout, eye, zeros
-from depthcert.checkers.model import Head, Model
 from depthcert.checkers.tasks.template import InContextTemplateMatching
-from depthcert.constructions.attention import constrained_attention, instructive_attention
 from depthcert.constructions.construction import Construction
+from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment, SizeRange,
+                                             SymbolicModel, SymbolicTask, finite_build, is_symbolic, precheck_weights)
 
 THEOREM = "Theorem 6 (three-layer parsing-copying-matching)"
 ALL_FIXES = frozenset({"qk1-stray-block", "layer3-rows", "final-answers", "final-self-mask"})
@@ -55,53 +55,6 @@ def layout(task: InContextTemplateMatching) -> Layout:
 def position_blocks(task: InContextTemplateMatching) -> Layout:
     """The n positions as blocks: ctx0..ctx{k-1} (l+2 each) and query (l+1)."""
     return Layout.of(*[(f"ctx{b}", task.l + 2) for b in range(task.k)], ("query", task.l + 1))
-
-
-def rect_eye(rows: int, cols: int) -> np.ndarray:
-    """The paper's I_{rows x cols}: ones on the main diagonal of a rectangle."""
-    out = zeros(rows, cols)
-    for i in range(min(rows, cols)):
-        out[i, i] = Fraction(1)
-    return out
-
-
-def mask_value(W: np.ndarray, lay: Layout) -> Fraction:
-    """A concrete Lemma 2 mask: -(1 + the largest content score h_j^T W h_k can reach).
-
-    On H^(0) each column is one token row plus one position row, so the content part of a score is
-    W[tok_j, tok_k] + W[pos_j, tok_k] + W[tok_j, pos_k]; each term is bounded by its block's maximum.
-    """
-    tok = slice(0, lay.offset("position"))
-    pos = lay.slice("position")
-    parts = [W[tok, tok], W[pos, tok], W[tok, pos]]
-    bound = sum(max(Fraction(0), max(p.flat, default=Fraction(0))) for p in parts)
-    return -(bound + 1)
-
-
-def layer1(task, lay: Layout, fixes: frozenset) -> Head:
-    """Parsing: token matches within each (question, =, answer) block and within the query block."""
-    d1 = task.m
-    split = Layout.of(("question", d1), ("after_question", lay.dim - d1))
-    content = BlockMatrix(split, split).set("question", "question", 1)
-    if "qk1-stray-block" not in fixes:
-        content.set("after_question", "question", rect_eye(lay.dim - d1, d1))  # printed I_{(d'-d1) x d1}
-    W = content.build()
-    pb = position_blocks(task)
-    allowed = np.zeros((task.length, task.length), dtype=bool)
-    for b in pb.names:
-        s = pb.slice(b)
-        allowed[s, s] = True
-    # Lemma 2: W_pp = 0 inside each block, a concrete negative value (the printed -infinity) outside
-    mask = constrained_attention(lay, BlockMatrix(lay, lay), allowed, mask_value(W, lay))
-    qk = W + mask
-    qk.flags.writeable = False
-    cols = Layout.of(("tokens", lay.offset("position")), *[(f"pos_{b}", pb.size(b)) for b in pb.names],
-                     ("template", task.l + 2))
-    v = BlockMatrix(lay, cols)
-    for b in range(task.k):
-        v.set("template", f"pos_ctx{b}", 1)  # I_{(l+2) x (l+2)}, k times
-    v.set("template", "pos_query", rect_eye(task.l + 2, task.l + 1))  # I_{(l+2) x (l+1)}
-    return Head(qk, v.build())
 
 
 def alpha2(task, fixes: frozenset) -> np.ndarray:
@@ -127,57 +80,148 @@ def alpha2(task, fixes: frozenset) -> np.ndarray:
     return alpha
 
 
-def layer2(task, lay: Layout, fixes: frozenset) -> Head:
-    qk = instructive_attention(lay, alpha2(task, fixes))
-    v = BlockMatrix(lay, lay)
-    for b in ("question", "response", "answer"):
-        v.set(b, b, 1)  # I_d
-    for b in ("position", "template"):
-        v.set(b, b, -1)  # -I_{d'-d}
-    return Head(qk, v.build())
+# ----------------------------------------------------------------------------- set-indexed (every m, n_a)
+#
+# Written once for every alphabet size m and number of answers n_a at a fixed (k, l): the question
+# tokens and the answers are sets; positions and template rows are single rows (k, l fixed).
 
 
-def layer3(task, lay: Layout, fixes: frozenset) -> tuple[Head, ...]:
+def smallest_alphabet(k: int, l: int) -> int:
+    """The smallest m with at least k templates of length l (the task's own lower bound)."""
+    from depthcert.checkers.tasks.template import count_templates
+
+    return next(m for m in range(1, l + 2) if count_templates(l, m) >= k)
+
+
+def symbolic_task(k: int, l: int, point: dict | None = None) -> SymbolicTask:
+    """ICTM with symbolic m >= m0 (enough templates) and n_a >= k, at fixed k, l."""
+    rng = SizeRange.of(("m", smallest_alphabet(k, l)), ("n_a", k))
+    return SymbolicTask("ictm", rng if point is None else rng.at(point),
+                        fixed={"k": k, "l": l, "length": k * (l + 2) + l + 1})
+
+
+def _layouts(task):
+    X, A = IndexSet("m", task.m), IndexSet("n_a", task.n_a)
+    n, l = task.length, task.l
+    stream = IndexedLayout(Segment("question", X, ("tok:m",)), Segment("response", None, ("tok:=",)),
+                           Segment("answer", A, ("tok:n_a",)),
+                           Segment("position", None, tuple(f"pos{j}" for j in range(n))),
+                           Segment("template", None, tuple(f"template[{i}]" for i in range(l + 2))))
+    positions = IndexedLayout(Segment("position", None, tuple(f"col{j}" for j in range(n))))
+    classes = IndexedLayout(Segment("answer", A, ("cls:n_a",)))
+    return stream, positions, classes
+
+
+def _after_question_rows(task, stream):
+    """The rows after the question block, in order, as (family, member): response, answers,
+    positions, template (the rows of the printed stray I_{(d'-d1) x d1})."""
+    out = [("tok:=", 0)] + [("tok:n_a", a) for a in range(task.n_a)]
+    out += [(f"pos{j}", 0) for j in range(task.length)] + [(f"template[{i}]", 0) for i in range(task.l + 2)]
+    return out
+
+
+def _content_bound(qk: IndexedMatrix, stream) -> Fraction:
+    """mask_value's bound on the content score: the largest entry (>= 0) of each of the (token,
+    token), (position, token), (token, position) parts, added."""
+    tok = [f for f in stream.families if f.startswith("tok:")]
+    pos = [f for f in stream.families if f.startswith("pos")]
+    parts = {"tt": [Fraction(0)], "pt": [Fraction(0)], "tp": [Fraction(0)]}
+    for (rf, cf, _), v in qk.table.items():
+        where = ("t" if rf in tok else "p" if rf in pos else "") + ("t" if cf in tok else "p" if cf in pos else "")
+        if where in parts:
+            parts[where].append(v)
+    for (rf, _, cf, _), v in qk.members.items():
+        where = ("t" if rf in tok else "p" if rf in pos else "") + ("t" if cf in tok else "p" if cf in pos else "")
+        if where in parts:
+            parts[where].append(v)
+    return sum(max(vs) for vs in parts.values())
+
+
+def _layer1(task, stream, fixes) -> IndexedHead:
+    qk = IndexedMatrix(stream, stream).same("tok:m", "tok:m", same=1)
+    if "qk1-stray-block" not in fixes:  # printed I_{(d'-d1) x d1} under the (question, question) block
+        rows = _after_question_rows(task, stream)
+        for i in range(min(len(rows), task.m)):
+            qk.member(rows[i][0], rows[i][1], "tok:m", i, 1)
+    mask = -(_content_bound(qk, stream) + 1)
+    pb = position_blocks(task)
+    block_of = {}
+    for b in pb.names:
+        for j in range(pb.slice(b).start, pb.slice(b).stop):
+            block_of[j] = b
+    n = task.length
+    for j in range(n):
+        for q in range(n):
+            if block_of[j] != block_of[q]:
+                qk.set(f"pos{j}", f"pos{q}", qk.get(f"pos{j}", f"pos{q}") + mask)
+    v = IndexedMatrix(stream, stream)
     l = task.l
-    if "layer3-rows" in fixes:
-        sub = Layout.of(("front", lay.offset("template")), ("template_q", l), ("template_ra", 2))
-        where = "template_q"
-    else:
-        sub = Layout.of(("front", lay.dim - l), ("last_l", l))  # printed: the last l rows of d'
-        where = "last_l"
-    value = BlockMatrix(lay, lay)
-    for b in lay.names:
-        value.set(b, b, -1)
-    value = value.build()
+    for b in range(task.k):
+        start = pb.slice(f"ctx{b}").start
+        for r in range(l + 2):
+            v.set(f"template[{r}]", f"pos{start + r}", 1)
+    start = pb.slice("query").start
+    for r in range(l + 1):
+        v.set(f"template[{r}]", f"pos{start + r}", 1)
+    return IndexedHead(qk, v)
+
+
+def _layer2(task, stream, fixes) -> IndexedHead:
+    alpha = alpha2(task, fixes)
+    if (alpha < 0).any():
+        raise ValueError("Lemma 1 attention scores must be non-negative")
+    qk = IndexedMatrix(stream, stream)
+    n = task.length
+    for j in range(n):
+        for q in range(n):
+            if alpha[j, q]:
+                qk.set(f"pos{j}", f"pos{q}", alpha[j, q])
+    v = IndexedMatrix(stream, stream)
+    for f in stream.families:
+        sign = 1 if f.startswith("tok:") else -1  # I on question, response, answer; -I on position, template
+        if stream.families[f] is None:
+            v.set(f, f, sign)
+        else:
+            v.same(f, f, same=sign)
+    return IndexedHead(qk, v)
+
+
+def _layer3(task, stream, fixes) -> tuple[IndexedHead, ...]:
+    l = task.l
+    first = 0 if "layer3-rows" in fixes else 2  # printed: the last l rows of d', template rows 2..l+1
+    value = IndexedMatrix(stream, stream).identity(-1)
     heads = []
     for i in range(2 * l):
-        Mi = zeros(l, l)
-        Mi[i % l, i % l] = Fraction(1 if i < l else -1)
-        qk = BlockMatrix(sub, sub).set(where, where, Mi).build()
+        qk = IndexedMatrix(stream, stream)
+        row = f"template[{first + i % l}]"
+        qk.set(row, row, 1 if i < l else -1)
         if "final-self-mask" in fixes:
-            qk = qk.copy()
-            qk[lay.index("response", 0), lay.index("response", 0)] = Fraction(-(l * l))
-            qk.flags.writeable = False
-        heads.append(Head(qk, value))
+            qk.set("tok:=", "tok:=", -(l * l))
+        heads.append(IndexedHead(qk, value))
     return tuple(heads)
 
 
-def build(task: InContextTemplateMatching, as_printed: bool = False) -> Construction:
+def build(task, as_printed: bool = False) -> Construction:
     """Theorem 6 as printed, or with the smallest fixes (module docstring)."""
     return build_with(task, frozenset() if as_printed else ALL_FIXES)
 
 
-def build_with(task: InContextTemplateMatching, fixes: frozenset) -> Construction:
+def build_with(task, fixes: frozenset) -> Construction:
     """Theorem 6 with a chosen subset of ALL_FIXES (frozenset() = as printed)."""
-    lay = layout(task)
-    layers = ((layer1(task, lay, fixes),), (layer2(task, lay, fixes),), layer3(task, lay, fixes))
-    W_O = BlockMatrix(Layout.of(("answer", task.n_a)), lay).set("answer", "answer", 1).build()
-    model = Model(task.vocab, task.length, task.classes, lay, layers, W_O, name="parsing-copying-matching")
-    return Construction("ictm", "parsing-copying-matching", THEOREM, model, not fixes,
+    if not is_symbolic(task):
+        lay = layout(task)  # refuses a stream over MAX_DIM before any table is made
+        precheck_weights((2 * (2 * task.l + 2) + 1) * lay.dim * lay.dim, f"3 layers of {lay.dim} x {lay.dim} matrices")
+        return finite_build(lambda t, _ap: build_with(t, fixes), task,
+                            lambda pt: symbolic_task(task.k, task.l, pt), {"m": task.m, "n_a": task.n_a}, not fixes)
+    stream, positions, classes = _layouts(task)
+    layers = ((_layer1(task, stream, fixes),), (_layer2(task, stream, fixes),), _layer3(task, stream, fixes))
+    W_O = IndexedMatrix(classes, stream).same("cls:n_a", "tok:n_a", same=1)
+    sym = SymbolicModel("parsing-copying-matching", stream, positions, classes, layers, W_O, task.range)
+    return Construction("ictm", "parsing-copying-matching", THEOREM, None, not fixes,
                         "layer 1 parses each question into its template; layer 2 copies answers and "
                         "subtracts the query's template; layer 3 (2l heads) subtracts the answers of "
                         "mismatched blocks from the final =",
-                        (f"fixes: {', '.join(sorted(fixes))}",) if fixes else ())
+                        (f"fixes: {', '.join(sorted(fixes))}",) if fixes else (), symbolic=sym)
 
 
 BUILDERS = {"ictm": {"parsing-copying-matching": build}}

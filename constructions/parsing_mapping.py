@@ -32,12 +32,15 @@ from fractions import Fraction
 import numpy as np
 
 from depthcert.checkers.errors import BadInput
+from depthcert.checkers.tasks import CLS
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.layout import BlockMatrix, Layout, eye
 from depthcert.checkers.model import Head, Model
 from depthcert.checkers.tasks.template import TemplateMatching
-from depthcert.constructions.attention import instructive_attention, position_map
 from depthcert.constructions.classifier import lemma3_classifier, lemma3_guard
+from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment, SizeBranch,
+                                             SizeRange, SymbolicModel, SymbolicTask, finite_build, is_symbolic,
+                                             precheck_weights)
 from depthcert.constructions.memorization import lemma4_heads
 from depthcert.constructions.construction import Construction
 
@@ -105,28 +108,107 @@ def build_heads(task: TemplateMatching, as_printed: bool = False) -> Constructio
     return build_heads_with(task, frozenset() if as_printed else ALL_FIXES)
 
 
-def build_ternary_with(task: TemplateMatching, fixes: frozenset) -> Construction:
+def symbolic_task(l: int, point: dict | None = None) -> SymbolicTask:
+    """Template matching with a symbolic alphabet m at a fixed l: m >= l for a proof for every size
+    (every template occurs), or held at any m >= 1 for a finite build."""
+    rng = SizeRange.of(("m", l)) if point is None else SizeRange.of(("m", 1)).at(point)
+    return SymbolicTask("tm", rng, fixed={"l": l, "length": l + 1})
+
+
+def _stream(task):
+    n = task.length
+    return IndexedLayout(Segment("token", IndexSet("m", task.m), ("tok:m",)), Segment("response", None, (f"tok:{CLS}",)),
+                         Segment("position", None, tuple(f"pos{j}" for j in range(n))))
+
+
+def _parsing(task, stream, as_printed: bool) -> IndexedHead:
+    """Layer 1 (one head) on the set-indexed stream; as_printed reads the value from the first n rows
+    (one entry per member: a finite build only)."""
+    qk = IndexedMatrix(stream, stream).same("tok:m", "tok:m", same=1)
+    v = IndexedMatrix(stream, stream).same("tok:m", "tok:m", same=-1).set(f"tok:{CLS}", f"tok:{CLS}", -1)
+    n = task.length
+    if as_printed:
+        rows = [("tok:m", i) for i in range(task.m)] + [(f"tok:{CLS}", 0)] + [(f"pos{j}", 0) for j in range(n)]
+        for i in range(n):
+            v.member(f"pos{i}", 0, rows[i][0], rows[i][1], 1)
+    else:
+        for j in range(n):
+            v.set(f"pos{j}", f"pos{j}", 1)
+    return IndexedHead(qk, v)
+
+
+def _indexed_classifier(task, stream, classes, layers, notes) -> IndexedMatrix:
+    """Lemma 3 on the last column of one representative per template, computed at the alphabet
+    m0 = l (the representatives use at most l tokens), or at m itself when m < l (fewer templates);
+    written as a table when a class weighs every alphabet token alike.  Otherwise the read-out is not
+    set-indexed: a finite build computes it at its own m, one entry per member; a run for every
+    size stops (SizeBranch)."""
+    from depthcert.checkers.tasks.template import TemplateMatching as TM
+
+    def fit(m0: int):
+        values0 = {"m": m0}
+        layers0 = tuple(tuple(Head(h.W_QK.instantiate(values0), h.W_V.instantiate(values0)) for h in layer)
+                        for layer in layers)
+        here: list[str] = []
+        W0 = classifier(TM(task.l, m0), stream.layout(values0), layers0, here)
+        return W0, stream.rows(values0), classes.rows(values0), here
+
+    per_member = any(h.W_QK.members or h.W_V.members for layer in layers for h in layer)
+    m0 = int(task.m) if per_member or task.m < task.l else task.l  # per-member entries: a finite build at m
+    W0, rows0, crows, here = fit(m0)
+    invariant = all(len({W0[ci, r] for r, (f, _) in enumerate(rows0) if f == "tok:m"}) <= 1 for ci in range(len(crows)))
+    if not invariant:
+        if task.range.point is None:
+            raise SizeBranch("the Lemma 3 classifier weighs the alphabet tokens differently: not set-indexed",
+                             "constructions/parsing_mapping.py: _indexed_classifier")
+        if m0 != task.range.point["m"]:
+            W0, rows0, crows, here = fit(task.range.point["m"])
+    notes.extend(here)
+    W = IndexedMatrix(classes, stream)
+    for ci, (cf, _) in enumerate(crows):
+        for r, (f, e) in enumerate(rows0):
+            if f != "tok:m":
+                W.set(cf, f, W0[ci, r])
+            elif invariant:
+                W.set(cf, f, W0[ci, r])
+            else:
+                W.member(cf, 0, f, e, W0[ci, r])
+    return W
+
+
+def build_ternary_with(task, fixes: frozenset) -> Construction:
     """The ternary variant with a chosen subset of ALL_FIXES (frozenset() = as printed)."""
     as_printed = not fixes
-    lay = base_layout(task)
+    if not is_symbolic(task):
+        lay = base_layout(task)
+        precheck_weights(5 * lay.dim * lay.dim, f"2 layers of {lay.dim} x {lay.dim} matrices")
+        c = finite_build(lambda t, _ap: build_ternary_with(t, fixes), task, lambda pt: symbolic_task(task.l, pt),
+                         {"m": task.m}, as_printed)
+        return c
+    stream = _stream(task)
     n, l = task.length, task.l
-    alpha = position_map(n, [])
+    qk2 = IndexedMatrix(stream, stream)
     for i in range(l):
-        alpha[i, n - 1] = Fraction(3 ** (l - 1 - i))
-    qk2 = instructive_attention(lay, alpha)
-    v2 = BlockMatrix(lay, lay)
+        qk2.set(f"pos{i}", f"pos{n - 1}", 3 ** (l - 1 - i))
+    v2 = IndexedMatrix(stream, stream)
     if "layer2-source" not in fixes:
-        for b in lay.names:
-            v2.set(b, b, 1)  # W_V^(2) = I
+        v2.identity()  # W_V^(2) = I
     else:
-        v2.set("position", "position", 1)  # the template lives here; token rows keep a residue
-    layers = ((parsing_layer(lay, n, "value-columns" not in fixes),), (Head(qk2, v2.build()),))
+        for j in range(n):
+            v2.set(f"pos{j}", f"pos{j}", 1)  # the template lives here; token rows keep a residue
+    layers = ((_parsing(task, stream, "value-columns" not in fixes),), (IndexedHead(qk2, v2),))
+    from depthcert.checkers.tasks.template import TemplateMatching as TM
+
+    names = TM(l, int(task.m) if task.m < l else l).classes
+    classes = IndexedLayout(Segment("class", None, tuple(f"cls:{c}" for c in names)))
+    positions = IndexedLayout(Segment("position", None, tuple(f"col{j}" for j in range(n))))
     notes: list[str] = []
-    model = _model(task, lay, layers, "parsing-mapping-ternary", notes)
-    return Construction("tm", "ternary", THEOREM, model, as_printed,
+    W_O = _indexed_classifier(task, stream, classes, layers, notes)
+    sym = SymbolicModel("parsing-mapping-ternary", stream, positions, classes, layers, W_O, task.range)
+    return Construction("tm", "ternary", THEOREM, None, as_printed,
                         "layer 1 parses the sequence into its template matrix; layer 2 (one head) "
                         "writes each row as a ternary number into the CLS column; Lemma 3 classifier",
-                        tuple(notes))
+                        tuple(notes), symbolic=sym)
 
 
 def build_heads_with(task: TemplateMatching, fixes: frozenset) -> Construction:

@@ -8,21 +8,22 @@ is small enough to run); 2 bad input (one line); 3 not proven for every size: so
 stay finite-only (named, with the reason), or the method does not reach the construction.
 
 Methods (docs/all-sizes.md has the worked proofs):
-  * lumped evaluation (proofs/all_sizes_lumped.py): the construction's weights, read at several
-    sizes, are one invariant table per matrix under a product of symmetric groups (checked
-    exactly); one representative per orbit is run with the set sizes as polynomials (sympy), so
+  * lumped evaluation (proofs/all_sizes_lumped.py): the builder the finite check calls, run with
+    symbolic sizes (constructions/indexed.py), gives one set-indexed table per matrix, invariant
+    under a product of symmetric groups at every size; one representative per orbit is run with the set sizes as polynomials (sympy), so
     every score and logit is a polynomial in the size parameters and every ReLU sign and every
     margin is decided for all integers at once.  ICQA (Theorem 3): symbolic in k, n_q, n_a.
     TM (ternary), ICTM, multi-hop: symbolic in the vocabulary sizes at a fixed structure;
     multi-hop `linear` also in every hop count (its hop layers are one layer repeated, and the
     lumped states repeat: periodicity).
-  * Lemma 4 derivation (proofs/all_sizes_lemma4.py): Theorem 1's layer, head by head.
+  * Lemma 4 derivation (proofs/all_sizes_lemma4.py): Theorem 1's builder run with symbolic L, M
+    and a generic copy head index h (constructions/head_family.py); the last column and every
+    logit derived for every sequence.
 Base cases are always verified exactly with checkers.exhaustive.verify, and the symbolic margins
 are required to equal verify's exact margins at every base case.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -33,6 +34,7 @@ import sympy as sp
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import decimal_text, format_rational
+from depthcert.constructions.indexed import SizeBranch as SizeBranchError
 from depthcert.proofs.all_sizes_families import (NotAFamily, PointView, View, check_point_sizes, merge,
                                                  missing_classes, model_tables, point_h0, refine)
 from depthcert.proofs.all_sizes_lumped import (LHead, LMatrix, LumpedModel, Param, PassLog, Region, Ring, Split,
@@ -72,6 +74,8 @@ class Report:
     seconds: float = 0.0
     eval_seconds: float = 0.0  # of which spent in verify (base cases, confirmations)
     lumped: tuple | None = field(default=None, repr=False)  # (leaves, ring, params): symbolic_margin()
+    rests_on: tuple[str, ...] = ()  # what a proof for every size rests on (printed and in the JSON)
+    evidence_margin: str | None = None  # the margin of an analysis that is not a proof (table reading)
 
     @property
     def exit_code(self) -> int:
@@ -92,6 +96,7 @@ class Report:
             "steps": [{"title": s.title, "lines": list(s.lines)} for s in self.steps],
             "base_cases": [{k: v for k, v in r.items() if not k.startswith("_")} for r in self.base_cases],
             "failure": self.failure, "reason": self.reason,
+            "rests_on": list(self.rests_on), "evidence_margin": self.evidence_margin,
             "instance": self.instance, "seconds": round(self.seconds, 3),
             "evaluating_seconds": round(self.eval_seconds, 3),
         }
@@ -137,6 +142,10 @@ class LumpedPlan:
     coverage: Callable  # [(key, used counts)] -> [Step lines], ok
     method: str
     group_note: str
+    # the one-source route: a symbolic task (sizes over the whole range) and the builder the
+    # finite check calls (task -> Construction); the weights then come from the builder itself
+    symbolic: Callable | None = None
+    construct: Callable | None = None
 
 
 def _task(name: str, options: dict):
@@ -158,10 +167,24 @@ def _registry_builder(task_name: str, variant: str | None, as_printed: bool):
     return build
 
 
-def icqa_plan(builder=None, as_printed: bool = False, variant: str | None = None) -> LumpedPlan:
-    """Theorem 3: lumped in k, n_q and n_a (Sym(Q) x Sym(A) x Sym(T), one orbit)."""
+def _registry_construct(task_name: str, variant: str | None, as_printed: bool):
+    from depthcert import constructions
+
+    def construct(task):
+        return constructions.build(task, variant, as_printed)
+
+    return construct
+
+
+def icqa_plan(construct=None, as_printed: bool = False, variant: str | None = None) -> LumpedPlan:
+    """Theorem 3: lumped in k, n_q and n_a (Sym(Q) x Sym(A) x Sym(T), one orbit).  The weights are
+    the builder's own, run once with symbolic sizes (`construct`: task -> Construction, the
+    registry's by default; the finite checks call the same function)."""
+    from depthcert.constructions.copy_matching import symbolic_task
+
     params = (Param("k", 1), Param("n_q", 0, after="k"), Param("n_a", 0, after="k"))
-    extraction = tuple({"k": k, "n_q": q, "n_a": a} for k, q, a in ((2, 2, 2), (3, 3, 4), (3, 5, 5), (4, 6, 6)))
+    # sizes where the representative's H0 (the kernel's embedding of point 0) is read
+    extraction = tuple({"k": k, "n_q": q, "n_a": a} for k, q, a in ((2, 2, 2), (3, 3, 4), (3, 5, 5)))
     base = tuple({"k": k, "n_q": q, "n_a": a} for k, q, a in
                  ((1, 1, 1), (1, 2, 3), (2, 2, 2), (2, 3, 3), (2, 4, 3), (3, 3, 3), (3, 5, 5)))
 
@@ -181,13 +204,15 @@ def icqa_plan(builder=None, as_printed: bool = False, variant: str | None = None
 
     from depthcert.constructions.copy_matching import THEOREM
 
+    construct = construct or _registry_construct("icqa", variant, as_printed)
     return LumpedPlan(
         "icqa", variant or "copy-matching", THEOREM, params, {}, (),
         lambda v: {"k": v["k"], "n_questions": v["n_q"], "n_answers": v["n_a"]},
-        builder or _registry_builder("icqa", variant, as_printed), T.icqa_view, T.ICQA_SIZES, extraction, base,
+        lambda task: construct(task).model, T.icqa_view, T.ICQA_SIZES, extraction, base,
         points, lambda used: whole_region(params), coverage,
-        "lumped evaluation over Sym(Q) x Sym(A) x Sym(T), symbolic in k, n_q, n_a",
+        "the builder run with symbolic k, n_q, n_a, then lumped evaluation over Sym(Q) x Sym(A) x Sym(T)",
         "Q = questions (n_q), A = answers (n_a), T = (q, =, a) position triples (k)",
+        symbolic=symbolic_task, construct=construct,
     )
 
 
@@ -215,7 +240,7 @@ def _vocab_points(groups_of: Callable):
     return points
 
 
-def multihop_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
+def multihop_plan(task, variant: str, as_printed: bool, builder=None, construct=None) -> LumpedPlan:
     """Multi-hop at fixed k, hops: lumped in the number of entities N >= k."""
     k, h = task.k, task.hops
     params = (Param("N", k),)
@@ -230,23 +255,26 @@ def multihop_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedP
                 f"the {len(reps)} representatives have pairwise different first-occurrence forms (distinct orbits)"), \
             cov.ok and len({key for key, _ in reps}) == len(reps)
 
-    from depthcert.constructions.multihop import THEOREM
+    from depthcert.constructions.multihop import THEOREM, symbolic_task
 
+    symbolic = None if builder is not None else (lambda: symbolic_task(k, h))
+    construct = None if builder is not None else (construct or _registry_construct("multihop", variant, as_printed))
     return LumpedPlan(
         "multihop", variant, THEOREM, params, {"hops": h, "k": k},
         (("k", "the number of orbits (functional graphs, k^k * k) grows with k: no finite lumping"),
          ("hops", "each hop count is its own stack of layers; checked at the given h only")),
         lambda v: {"hops": h, "k": k, "n_entities": v["N"]},
-        builder or _registry_builder("multihop", variant, as_printed),
+        builder or (lambda t: construct(t).model),
         lambda t, m: T.model_view(t, m, {"N": t.entities}, {"N": t.n_entities}),
         {"N": "N"}, extraction, base, _vocab_points(lambda t: {"N": t.entities}),
         lambda used: Region((max(0, used["N"] - k),), (True,)), coverage,
+        ("the builder run with symbolic N, then " if builder is None else "") +
         f"lumped evaluation over Sym(entities), symbolic in N, at k={k}, hops={h}",
-        "N = entities",
+        "N = entities", symbolic=symbolic, construct=construct,
     )
 
 
-def tm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
+def tm_plan(task, variant: str, as_printed: bool, builder=None, construct=None) -> LumpedPlan:
     """Template matching at fixed l: lumped in the alphabet size m >= l."""
     from depthcert.checkers.tasks.template import stirling2
 
@@ -265,23 +293,26 @@ def tm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
                 f"{len(reps)} representatives = Bell({l}) = {n_t} templates, pairwise different"), \
             cov.ok and len({key for key, _ in reps}) == len(reps) == n_t
 
-    from depthcert.constructions.parsing_mapping import THEOREM
+    from depthcert.constructions.parsing_mapping import THEOREM, symbolic_task
 
+    symbolic = None if builder is not None else (lambda: symbolic_task(l))
+    construct = None if builder is not None else (construct or _registry_construct("tm", variant, as_printed))
     return LumpedPlan(
         "tm", variant, THEOREM, params, {"l": l},
         (("l", "the template count Bell(l) and the ternary weights 3^(l-1-i) grow with l, and the Lemma 3 "
                "classifier is fitted per l: no finite lumping"),),
         lambda v: {"l": l, "alphabet": v["m"]},
-        builder or _registry_builder("tm", variant, as_printed),
+        builder or (lambda t: construct(t).model),
         lambda t, mdl: T.model_view(t, mdl, {"m": t.tokens}, {"m": t.m}),
         {"m": "m"}, extraction, base, _vocab_points(lambda t: {"m": t.tokens}),
         lambda used: Region((max(0, used["m"] - l),), (True,)), coverage,
+        ("the builder run with symbolic m, then " if builder is None else "") +
         f"lumped evaluation over Sym(alphabet), symbolic in m, at l={l} (m < l: exact base cases)",
-        "m = alphabet tokens",
+        "m = alphabet tokens", symbolic=symbolic, construct=construct,
     )
 
 
-def ictm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
+def ictm_plan(task, variant: str, as_printed: bool, builder=None, construct=None) -> LumpedPlan:
     """In-context template matching at fixed k, l: lumped in the alphabet m and the answers n_a."""
     from depthcert.checkers.tasks.template import count_templates, enumerate_patterns
 
@@ -301,20 +332,23 @@ def ictm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
                 f"the {len(reps)} representatives have pairwise different first-occurrence forms (distinct orbits)"), \
             cov.ok and len({key for key, _ in reps}) == len(reps)
 
-    from depthcert.constructions.parsing_copying_matching import THEOREM
+    from depthcert.constructions.parsing_copying_matching import THEOREM, symbolic_task
 
+    symbolic = None if builder is not None else (lambda: symbolic_task(k, l))
+    construct = None if builder is not None else (construct or _registry_construct("ictm", variant, as_printed))
     return LumpedPlan(
         "ictm", variant, THEOREM, params, {"k": k, "l": l},
         (("k", "the number of orbits (template tuples and question patterns) grows with k"),
          ("l", "the number of orbits grows with l, and the layer-3 heads (2l) and mask -l^2 depend on l")),
         lambda v: {"k": k, "l": l, "alphabet": v["m"], "n_answers": v["n_a"]},
-        builder or _registry_builder("ictm", variant, as_printed),
+        builder or (lambda t: construct(t).model),
         lambda t, mdl: T.model_view(t, mdl, {"m": t.tokens, "n_a": t.answers}, {"m": t.m, "n_a": t.n_a}),
         {"m": "m", "n_a": "n_a"}, extraction, base,
         _vocab_points(lambda t: {"m": t.tokens, "n_a": t.answers}),
         lambda used: Region((max(0, used["m"] - m0), max(0, used["n_a"] - k)), (True, True)), coverage,
+        ("the builder run with symbolic m, n_a, then " if builder is None else "") +
         f"lumped evaluation over Sym(alphabet) x Sym(answers), symbolic in m, n_a, at k={k}, l={l}",
-        "m = alphabet tokens, n_a = answers",
+        "m = alphabet tokens, n_a = answers", symbolic=symbolic, construct=construct,
     )
 
 
@@ -387,7 +421,9 @@ def prove_lumped(plan: LumpedPlan) -> Report:
             rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
             rep.seconds = time.perf_counter() - t0
             return rep
-    # 2. the family: read every matrix at every size built
+    # 2. the family: from the builder run with symbolic sizes (one source), or read at sizes built
+    if plan.symbolic is not None:
+        return _prove_symbolic(plan, rep, ring_, built, t0)
     try:
         for values in plan.extraction:
             built.setdefault(tuple(values.items()), _build(plan, values))
@@ -420,6 +456,76 @@ def prove_lumped(plan: LumpedPlan) -> Report:
         f"{n_entries} non-zero classes over {len(rows)} row families, heads per layer {fam.heads}",
         "so the model is equivariant under the product of the sets' symmetric groups at every size")))
 
+    return _after_family(plan, rep, ring_, fam, spaces, family_sizes, t0)
+
+
+def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0: float) -> Report:
+    """Step 2 of the one-source route: the builder run with symbolic sizes gives every table; the
+    finite models used by the proof are checked to be that object instantiated."""
+    from depthcert.proofs import all_sizes_symbolic as S
+
+    try:
+        sym = S.run_symbolic(plan.construct, plan.symbolic())
+        fam = S.tables(sym, ring_)
+        spaces = S.spaces(sym)
+        sizes = S.set_sizes(sym, ring_)
+    except S.NotSymbolic as exc:
+        return _not_proven(rep, str(exc), t0)
+    for s_, poly in plan.sort_polys.items():
+        if s_ not in sizes or sizes[s_] != ring_.parse(poly):
+            return _not_proven(rep, f"the builder's set {s_} has size "
+                                    f"{poly_text(sizes[s_]) if s_ in sizes else 'none'}, not {poly}", t0)
+    family_sizes = {}
+    for values in tuple(b.values for b in built.values()) + plan.extraction:
+        if not sym.range.contains(values):
+            continue  # a base case below the symbolic range: verified exactly only
+        key = tuple(values.items())
+        b = built.get(key) or _build(plan, values)
+        task = b.task
+        b = _Built(values, task, b.model, S.concrete_view(sym, task, values))
+        built[key] = b
+        if sym.instantiate(task, values) != b.model:
+            return _not_proven(rep, f"the finite build at {_size_text(values)} is not the symbolic model "
+                                    "instantiated there (the builder does not go through one symbolic object)", t0)
+        if _in_region(plan.params, values):
+            family_sizes[key] = b
+    sized = S.non_constant(fam)
+    rep.steps.append(Step("family", (
+        f"sets: {plan.group_note}",
+        f"the builder the finite check calls, run once with symbolic {', '.join(p.name for p in plan.params)} over "
+        f"{', '.join(p.describe() for p in plan.params)}: every size comparison it makes is decided over that range "
+        "(none left to a sample size)",
+        f"its output is one set-indexed table per matrix: {S.table_count(fam)} non-zero classes over "
+        f"{len(spaces[0])} row families, heads per layer {fam.heads}; "
+        + (f"{len(sized)} entr{'y depends' if len(sized) == 1 else 'ies depend'} on the sizes: " + "; ".join(sized[:4])
+           + ("; ..." if len(sized) > 4 else "") if sized else "every entry is a constant"),
+        "a set-indexed table is invariant under the product of the sets' symmetric groups at every size",
+        f"the finite builds at the {len(family_sizes)} sizes used here in that range equal that object instantiated "
+        "(the finite check builds by the same instantiation)")))
+    rep.rests_on = (
+        f"the builder the finite check calls (registry.build -> {_builder_name(plan)}), evaluated with symbolic sizes",
+        "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "
+        "one-hot token and position embedding, read-out at the last column)",
+        "the task's symmetry: the orbit identity of step 2 (the dataset is the orbit of its representatives)")
+    return _after_family(plan, rep, ring_, fam, spaces, family_sizes, t0)
+
+
+def _builder_name(plan: LumpedPlan) -> str:
+    return _builder_of(plan.task, plan.variant)
+
+
+def _builder_of(task: str, variant: str) -> str:
+    from depthcert.constructions import registry
+
+    try:
+        fn = registry._builders()[task][variant]
+        return f"{fn.__module__}.{fn.__qualname__}"
+    except (KeyError, AttributeError):
+        return "the given builder"
+
+
+def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, family_sizes: dict, t0: float) -> Report:
+    rows, cols, classes = spaces
     # 3. representatives: H0 read at every size where they occur
     reps: dict = {}
     for key, b in family_sizes.items():
@@ -475,7 +581,7 @@ def prove_lumped(plan: LumpedPlan) -> Report:
                     bad = first_failure(ring_, poly, region, conds)
                     if bad is not None:
                         failures.append((tuple(bad[p.name] for p in plan.params), bad, rkey, other, poly))
-            cert_points.append(_cert_point(rkey, lm, pv, tree, ring_))
+            cert_points.append(_cert_point(rkey, lm, pv, tree, ring_, _model_sets(pv, rows, classes, plan, ring_)))
     except Undecided as exc:
         return _not_proven(rep, f"a sign is not decided: {exc}", t0)
     except NotAFamily as exc:
@@ -512,7 +618,7 @@ def prove_lumped(plan: LumpedPlan) -> Report:
     rep.certificate = {"format": "depthcert.all-sizes", "version": 1, "task": plan.task, "variant": plan.variant,
                        "fixed": plan.fixed,
                        "params": [{"name": p.name, "base": p.base, "after": p.after} for p in plan.params],
-                       "points": cert_points}
+                       "claim": rep.claim, "margin": closed, "points": cert_points}
     if failures:
         failures.sort(key=lambda f: f[0])
         _, bad, rkey, other, poly = failures[0]
@@ -524,7 +630,30 @@ def prove_lumped(plan: LumpedPlan) -> Report:
         rep.failure.update(_confirm(plan, bad))
         rep.seconds = time.perf_counter() - t0
         return rep
+    if plan.symbolic is None:
+        return _table_only(rep, t0)
     rep.status = "partial" if plan.finite else "proven"
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+TABLE_ONLY = ("its builder is not written with set-indexed blocks (constructions/indexed.py), so no run of it covers "
+              "every size: its weights were read at the sample sizes listed, and a change at a size never read "
+              "escapes that reading. The analysis below holds for the weights read; every size stays finite-only "
+              "(checked exactly by `verify` at the sizes run)")
+
+
+def _table_only(rep: Report, t0: float) -> Report:
+    """A proof whose family step read tables at sample sizes: evidence, not a proof for every size."""
+    rep.status = "not-proven"
+    rep.reason = "not proven for every size: " + TABLE_ONLY
+    rep.method = "evidence only (weights read at sample sizes): " + rep.method
+    rep.finite = ((", ".join(p.split(" ")[0] for p in rep.params) or "all", "read at sample sizes (reason)"),) + tuple(
+        rep.finite)
+    rep.evidence_margin = rep.margin
+    rep.margin = None
+    rep.certificate = None
+    rep.lumped = None
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -708,7 +837,23 @@ def _confirm(plan: LumpedPlan, bad: dict) -> dict:
     return out
 
 
-def _cert_point(rkey, lm: LumpedModel, pv: PointView, tree: dict, ring_: Ring) -> dict:
+def _model_sets(pv: PointView, rows, classes, plan: LumpedPlan, ring_: Ring) -> dict:
+    """Every model set with its size and the point parts it splits into (for the re-checker's
+    orbit identity): a part is ('fixed', label) (one element) or ('sort', point set)."""
+    sort_of = {f.name: f.sort for f in rows.families + classes.families}
+    out: dict = {}
+    for f in pv.rows + pv.classes:
+        S = sort_of.get(f.model)
+        if S is None:
+            continue
+        entry = out.setdefault(S, {"size": _terms(_parse(ring_, plan.sort_polys[S])), "parts": []})
+        part = [f.spec[0], f.spec[1]]
+        if part not in entry["parts"]:
+            entry["parts"].append(part)
+    return out
+
+
+def _cert_point(rkey, lm: LumpedModel, pv: PointView, tree: dict, ring_: Ring, model_sets: dict | None = None) -> dict:
     def mat(M: LMatrix):
         return [[r, c, p, _terms(v)] for (r, c, p), v in sorted(M.data.items())]
 
@@ -730,6 +875,7 @@ def _cert_point(rkey, lm: LumpedModel, pv: PointView, tree: dict, ring_: Ring) -
         "layers": [[{"W_QK": mat(h.W_QK), "W_V": mat(h.W_V)} for h in layer] for layer in lm.layers],
         "W_O": mat(lm.W_O), "H0": mat(lm.H0), "last": lm.last, "label": lm.label,
         "tree": node(tree),
+        **({"model_sets": model_sets} if model_sets else {}),
     }
 
 
@@ -748,7 +894,7 @@ def _ptext(p) -> str:
 HOP_SIZES = (1, 2, 3)
 
 
-def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Report:
+def prove_multihop_linear(task, as_printed: bool = False, builder=None, construct=None) -> Report:
     """Multi-hop `linear` for every hops >= 1 and every N >= k, at fixed k.
 
     The model for h hops is the copy layer followed by h copies of one hop layer (checked: the
@@ -758,20 +904,21 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Repor
     deterministic map: once a pair repeats (exact equality of the lumped tables), the sequence is
     periodic from there, and the finitely many pairs seen are every pair for every h.  Each is
     decided for every N at once (the lumped pass)."""
-    import numpy as np
-
-    from dataclasses import replace as dc_replace
-
     from depthcert.constructions.multihop import THEOREM
 
     t0 = time.perf_counter()
     k = task.k
     params = (Param("N", k),)
     ring_ = Ring(params)
-    build = builder or _registry_builder("multihop", "linear", as_printed)
+    if builder is None:
+        construct = construct or _registry_construct("multihop", "linear", as_printed)
+        build = lambda t: construct(t).model  # noqa: E731
+    else:
+        build = builder
     rep = Report("multihop", "linear", THEOREM, "not-proven",
                  f"correct on every point for all hops >= 1, N >= {k} at k={k}",
-                 f"lumped evaluation over Sym(entities), symbolic in N, and periodicity of the hop layer in h, at k={k}")
+                 ("the builder run with symbolic hops and N, then " if builder is None else "")
+                 + f"lumped evaluation over Sym(entities), symbolic in N, and periodicity of the hop layer in h, at k={k}")
     rep.params = ("hops >= 1", f"N >= {k}")
     rep.finite = (("k", "the number of orbits (functional graphs, k^k * k) grows with k: no finite lumping"),)
 
@@ -794,6 +941,78 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Repor
                 rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
                 rep.seconds = time.perf_counter() - t0
                 return rep
+    if builder is None:
+        out = _multihop_linear_symbolic(task, construct, rep, ring_, built, t0)
+        if isinstance(out, Report):
+            return out
+        copy_f, hop_f, spaces = out
+        rows, cols, classes = spaces
+    else:
+        out = _multihop_linear_tables(task, build, rep, built, view_of, t0)
+        if isinstance(out, Report):
+            return out
+        copy_f, hop_f, spaces = out
+        rows, cols, classes = spaces
+    return _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, classes, t0,
+                                 symbolic=builder is None)
+
+
+def _multihop_linear_symbolic(task, construct, rep, ring_, built, t0):
+    """The family of multi-hop linear from its builder run with symbolic N and hops: layers =
+    (copy, Repeat(hop, hops)); no weight may depend on the hops (one hop layer for every h)."""
+    from depthcert.constructions.indexed import Repeat
+    from depthcert.constructions.multihop import symbolic_task
+    from depthcert.proofs import all_sizes_symbolic as S
+
+    k = task.k
+    try:
+        sym_task = symbolic_task(k)
+        sym = S.run_symbolic(construct, sym_task)
+        if (len(sym.layers) != 2 or isinstance(sym.layers[0], Repeat) or not isinstance(sym.layers[1], Repeat)
+                or not (sym.layers[1].count is sym_task.hops or sym.layers[1].count == sym_task.hops)):
+            raise S.NotSymbolic("the model is not (copy layer, one hop layer repeated hops times)")
+        copy_f = S.layer_tables(sym.layers[0], ring_)
+        hop_f = S.layer_tables(sym.layers[1].layer, ring_)
+        copy_f.o = {key: S.as_poly(ring_, v) for key, v in sym.W_O.table.items()}
+        spaces = S.spaces(sym)
+        if S.set_sizes(sym, ring_).get("N") != ring_.gen["N"]:
+            raise S.NotSymbolic("the builder's entity set is not of size N")
+    except S.NotSymbolic as exc:
+        return _not_proven(rep, str(exc), t0)
+    except SizeBranchError as exc:  # a comparison while reading the repeat count
+        return _not_proven(rep, f"the builder branches on a size at {exc.where} ({exc.what})", t0)
+    for h in HOP_SIZES:
+        for N in (k + 1, k + 2, k + 3):
+            if (h, N) not in built:
+                t = _task("multihop", {"hops": h, "k": k, "n_entities": N})
+                built[(h, N)] = _Built({"hops": h, "N": N}, t, construct(t).model, None)
+    for key, b in list(built.items()):
+        values = {"hops": b.values["hops"], "N": b.values["N"]}
+        if sym.instantiate(b.task, values) != b.model:
+            return _not_proven(rep, f"the finite build at hops={values['hops']}, N={values['N']} is not the symbolic "
+                                    "model instantiated there", t0)
+        built[key] = _Built(b.values, b.task, b.model, S.concrete_view(sym, b.task, values))
+    rep.steps.append(Step("family", (
+        "sets: N = entities",
+        "the builder the finite check calls, run once with symbolic hops and N over hops >= 1, "
+        f"N >= {k} (k = {k} fixed): every size comparison it makes is decided over that range",
+        "its output is the copy layer followed by one hop layer Phi repeated hops times (a Repeat whose count is "
+        f"the symbol hops), W_O, as set-indexed tables with no weight depending on the sizes "
+        f"({S.table_count(copy_f) + S.table_count(hop_f)} non-zero classes over {len(spaces[0])} row families)",
+        f"the finite builds at the {len(built)} sizes used here equal that object instantiated")))
+    rep.rests_on = (
+        f"the builder the finite check calls (registry.build -> "
+        f"{_builder_of('multihop', 'linear')}"
+        "), evaluated with symbolic sizes",
+        "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "
+        "one-hot token and position embedding, read-out at the last column)",
+        "the task's symmetry (the orbit identity of step 2) and its label rule f^h(s) = f(f^(h-1)(s)) (step 3)")
+    return copy_f, hop_f, spaces
+
+
+def _multihop_linear_tables(task, build, rep, built, view_of, t0):
+    """The family read from models built at sample sizes (a given builder: evidence only)."""
+    k = task.k
     try:
         for h in HOP_SIZES:
             for N in (k + 1, k + 2, k + 3):
@@ -826,6 +1045,15 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Repor
         f"the copy layer, every hop layer and W_O read at {len(built)} sizes (hops {sorted({h for h, _ in built})}, "
         f"N {sorted({N for _, N in built})}) are three invariant tables: every hop layer of every model is the same "
         "table, so the model for h hops is copy + h times one layer Phi")))
+    return copy_f, hop_f, spaces
+
+
+def _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, classes, t0, symbolic: bool) -> Report:
+    import numpy as np
+
+    from dataclasses import replace as dc_replace
+
+    k = task.k
     base_task = built[(1, k + 3)].task
     idx, _ = base_task.orbit_representatives()
     total_pairs, failures, all_margins = 0, [], []
@@ -910,6 +1138,10 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None) -> Repor
     cross = [r for r in rep.base_cases if r["_margin"] is not None and str(format_rational(r["_margin"])) != rep.margin]
     rep.steps.append(Step("cross-check", (f"verify's exact minimum margin is {rep.margin} at every base case"
                                           if not cross else "verify's margins differ at some base cases",)))
+    if not symbolic:
+        return _table_only(rep, t0)
+    if cross:
+        return _not_proven(rep, "the symbolic margin differs from verify's at a base case", t0)
     rep.status = "partial"
     rep.seconds = time.perf_counter() - t0
     return rep
@@ -927,25 +1159,29 @@ def _one_layer(tab, li: int):
 SC_SIZES = ((1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3), (2, 4), (3, 2), (3, 3), (4, 2))
 
 
-def prove_sc(as_printed: bool = False, builder=None) -> Report:
-    """Theorem 1: the Lemma 4 layer for every L >= 1, M >= 1, then Lemma 3."""
-    from depthcert.constructions.memorization import THEOREM
-    from depthcert.proofs.all_sizes_lemma4 import prove_layer
+def prove_sc(as_printed: bool = False, construct=None, variant: str | None = None) -> Report:
+    """Theorem 1 for every L >= 1, M >= 1: the builder run with symbolic L, M and a generic copy head
+    h (constructions/memorization.py), the last column derived for every sequence, the read-out's
+    logits in closed form (proofs/all_sizes_lemma4.py).  `construct`: task -> Construction (the
+    registry's by default; the finite checks call the same function)."""
+    from depthcert.checkers.exhaustive import verify
+    from depthcert.constructions.memorization import THEOREM, symbolic_task
+    from depthcert.proofs.all_sizes_lemma4 import derive, poly_terms, smallest_failure
 
     t0 = time.perf_counter()
-    rep = Report("sc", "heads", THEOREM, "not-proven",
+    variant = variant or "heads"
+    construct = construct or _registry_construct("sc", variant, as_printed)
+    rep = Report("sc", variant, THEOREM, "not-proven",
                  "correct on every point for all L >= 1 (sequence length before CLS), M >= 1 (alphabet), every "
-                 "seed and every --n-points sample", "Lemma 4 layer derived head by head (sympy), then Lemma 3")
+                 "seed and every --n-points sample",
+                 "the builder run with symbolic L, M and a generic copy head h; the last column derived for every "
+                 "sequence; the read-out's logits in closed form")
     rep.params = ("L >= 1", "M >= 1")
-    build = builder or _registry_builder("sc", None, as_printed)
-    built, rows = {}, []
-    from depthcert.checkers.exhaustive import verify
+    rep.finite = ()
 
-    for L, M in SC_SIZES:
+    def base(L, M):
         task = _task("sc", {"length": L, "alphabet": M})
-        model = build(task)
-        built[(L, M)] = model
-        v = verify(model, task, progress=False)
+        v = verify(construct(task).model, task, progress=False)
         _EVAL[0] += v.seconds
         row = {"size": {"L": L, "M": M}, "points": v.points_total, "evaluated": v.points_checked,
                "verdict": v.verdict, "min_margin": None if v.min_margin is None else format_rational(v.min_margin),
@@ -954,39 +1190,94 @@ def prove_sc(as_printed: bool = False, builder=None) -> Report:
             ce = v.counterexample
             row["counterexample"] = {"point": ce.index, "input": task.render(ce.tokens), "expected": ce.expected,
                                      "predicted": ce.predicted}
-        rows.append(row)
+        return row
+
+    for L, M in SC_SIZES:
+        row = base(L, M)
         rep.base_cases.append(row)
-        if not v.verified:
+        if row["verdict"] != "verified":
             rep.status = "fails"
             rep.failure = {"size": {"L": L, "M": M}, "how": "base case refuted by verify",
                            **({"counterexample": row["counterexample"]} if "counterexample" in row else {})}
             rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
             rep.seconds = time.perf_counter() - t0
             return rep
+    task = symbolic_task()
     try:
-        proof = prove_layer(built)
+        c = construct(task)
+        spec = getattr(c, "symbolic", None)
+        if spec is None or not hasattr(spec, "copies"):
+            return _not_proven(rep, "the builder returned no Lemma 4 object for every size (Construction.symbolic)", t0)
+        der = derive(spec, task)
+        for row in rep.base_cases:  # the finite path (integer sizes) against the symbolic object held there
+            L, M = row["size"]["L"], row["size"]["M"]
+            finite = _task("sc", {"length": L, "alphabet": M})
+            held = construct(symbolic_task({"h": 0, "L": L, "M": M})).symbolic.instantiate(finite)
+            if held != construct(finite).model:
+                return _not_proven(rep, f"the finite build at L={L}, M={M} is not the symbolic object held at those "
+                                        "sizes and instantiated (the builder does not go through one object)", t0)
+    except SizeBranchError as exc:
+        rep.finite = (("L, M", "the builder's output is not one construction for every size (reason)"),)
+        return _not_proven(rep, f"the builder branches on a size at {exc.where} ({exc.what})", t0)
     except NotAFamily as exc:
-        return _not_proven(rep, f"the layer is not the Lemma 4 family: {exc}", t0)
-    f = proof.formulas
+        return _not_proven(rep, f"the layer is not the Lemma 4 shape: {exc}", t0)
     rep.steps.append(Step("family", (
-        f"{proof.heads_checked} heads at {len(proof.sizes)} sizes recognised exactly: copy head h < L "
-        "(W_QK one entry a_h at (position j_h, position q_h), W_V = s_h (rows o_h..o_h+d-1 <- token block)), "
-        "cancel head L (W_QK = b I on positions, W_V = c I)",
-        "fitted (sympy) and checked on every head: " + ", ".join(f"{k} = {sp.sstr(v)}" for k, v in f.items()))))
-    rep.steps.append(Step("derivation", tuple(f"{text}: {'holds' if ok else 'FAILS'}" for text, ok in proof.identities)
-                          + ("so for every L, M and every sequence x: h_L^(1) = sum_{h<L} e_{h(M+1) + x_h}, the "
-                             "concatenated one-hots (Lemma 4), pairwise non-parallel",
-                             "Lemma 3 (each step keeps every earlier point strictly correct) gives W_O: every point "
-                             "correct, margin > 0")))
-    if not proof.ok:
-        return _not_proven(rep, "an identity of the derivation fails", t0)
-    observed = all(r["_margin"] is None or r["_margin"] == Fraction(1, 2 ** ((r["size"]["L"] - 1) * (r["size"]["M"] - 1)))
-                   for r in rows)
-    rep.margin = "> 0"
-    rep.margin_note = ("proven positive; no closed form: Lemma 3's classifier is built point by point. At every base "
-                       "case the exact margin is 2^-((L-1)(M-1))" + ("" if observed else " except some (see base cases)")
-                       + ", observed, not proven")
+        "the builder the finite check calls, run once with symbolic L, M and a generic copy head index h over "
+        "0 <= h <= L - 1, L >= 1, M >= 1: every size comparison it makes is decided over that range",
+        *der.shapes,
+        f"the finite builds at the {len(rep.base_cases)} base sizes equal that object held at their sizes and "
+        "instantiated")))
+    lines = tuple(f"{cond.text}: " + {True: "holds", False: "FAILS", None: "undecided"}[cond.decided()]
+                  for cond in der.conditions)
+    rep.steps.append(Step("derivation", lines + (
+        "so for every L, M and every sequence x: h_last = g sum_{h<L} e_{o_h + x_h} (Lemma 4's concatenated "
+        "one-hots), g = a s / m; the logit of the class of s is g w #{h : x_h = s_h}",
+        f"label - other = g w #{{h : x_h != s_h}} >= g w = {der.margin}, with equality at a sequence differing in "
+        "one position (M >= 2; M = 1 has one class)")))
+    bad = der.failing()
+    if bad:
+        found = smallest_failure(der)
+        if found is None:
+            return _not_proven(rep, f"undecided for every size: {bad[0].text}", t0)
+        size, h, cond = found
+        rep.status = "fails"
+        rep.failure = {"size": size, "how": f"{cond.text} fails at head h = {h}"}
+        try:
+            row = base(size["L"], size["M"])
+            rep.failure["confirmed"] = f"verify at this size: {row['verdict'].upper()}" + (
+                f", point {row['counterexample']['point']}: {row['counterexample']['input']}, expected "
+                f"{row['counterexample']['expected']}, predicted {row['counterexample']['predicted']}"
+                if "counterexample" in row else f", margin {row['min_margin']}")
+        except BadInput as exc:
+            rep.failure["confirmed"] = f"not run ({exc})"
+        rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
+        rep.seconds = time.perf_counter() - t0
+        return rep
+    L_, M_ = sp.Symbol("L"), sp.Symbol("M")
+    cross = [r for r in rep.base_cases if r["size"]["M"] >= 2
+             and r["_margin"] != Fraction(str(der.margin.subs({L_: r["size"]["L"], M_: r["size"]["M"]})))]
     rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
+    rep.steps.append(Step("cross-check", (
+        f"the symbolic margin {der.margin} equals verify's exact minimum margin at every base case with M >= 2"
+        if not cross else "verify's margins differ from the symbolic margin at some base cases",)))
+    if cross:
+        return _not_proven(rep, "the symbolic margin differs from verify's at a base case", t0)
+    rep.margin = str(format_rational(Fraction(str(der.margin)))) if der.margin.is_number else str(der.margin)
+    rep.margin_note = ("the exact minimum over every point of every full dataset claimed, M >= 2; M = 1 has one "
+                       "class; an --n-points sample's is at least this")
+    rep.rests_on = (
+        f"the builder the finite check calls (constructions.build -> {_builder_of('sc', variant)}), evaluated with "
+        "symbolic sizes; its rules become the model in memorization.Lemma4.instantiate (one layer: the copy heads, "
+        "then the cancel head; stream [token; position; pad]) and constructions/head_family.py (rules_matrix, "
+        "template_readout)",
+        "the kernel's semantics as the derivation uses them (relu attention averaged per layer, residual, one-hot "
+        "token and position embedding, read-out at the last column)")
+    rep.certificate = {
+        "format": "depthcert.all-sizes", "version": 1, "task": "sc", "variant": variant, "kind": "lemma4",
+        "params": [{"name": "h", "base": 0}, {"name": "L", "base": 1, "after": "h"}, {"name": "M", "base": 1}],
+        "rules": {name: poly_terms(v) for name, v in der.rules.items()},
+        "claim": rep.claim, "margin": rep.margin,
+    }
     rep.status = "proven"
     rep.seconds = time.perf_counter() - t0
     return rep
@@ -1005,10 +1296,25 @@ NOT_COVERED = {
 }
 
 
-def plan_for(task, variant: str | None, as_printed: bool):
+def plan_for(task, variant: str | None, as_printed: bool, construct=None):
     from depthcert import constructions
 
     name = task.name
+    if construct is not None:
+        variant = variant or "family"
+        if name == "sc":
+            return ("sc", variant, None)
+        if name == "icqa":
+            return icqa_plan(construct=construct, as_printed=as_printed, variant=variant)
+        if name == "multihop" and variant == "linear":
+            return ("multihop-linear", variant, None)
+        if name == "multihop":
+            return multihop_plan(task, variant, as_printed, construct=construct)
+        if name == "tm":
+            return tm_plan(task, variant, as_printed, construct=construct)
+        if name == "ictm":
+            return ictm_plan(task, variant, as_printed, construct=construct)
+        return ("not-covered", variant, f"no all-sizes method for a family of task {name} (icqa, sc, tm, ictm, multihop)")
     table = constructions.variants(name)
     if not table:
         raise BadInput(f"no construction for task {name!r}")
@@ -1037,108 +1343,27 @@ def plan_for(task, variant: str | None, as_printed: bool):
     return ("not-covered", variant, f"no all-sizes method for task {name}")
 
 
-def prove(task, variant: str | None = None, as_printed: bool = False) -> Report:
-    """The all-sizes report for the registry's construction of `task` (variant, as printed)."""
+def prove(task, variant: str | None = None, as_printed: bool = False, construct=None) -> Report:
+    """The all-sizes report for the registry's construction of `task` (variant, as printed), or for
+    a user family `construct` (task, as_printed) -> Construction written with constructions/indexed.py."""
     _EVAL[0] = 0.0
-    rep = _prove(task, variant, as_printed)
+    rep = _prove(task, variant, as_printed, construct)
     rep.eval_seconds = _EVAL[0]
     return rep
 
 
-def _prove(task, variant: str | None, as_printed: bool) -> Report:
-    plan = plan_for(task, variant, as_printed)
+def _prove(task, variant: str | None, as_printed: bool, construct=None) -> Report:
+    plan = plan_for(task, variant, as_printed, construct)
     if isinstance(plan, LumpedPlan):
         return prove_lumped(plan)
     kind, variant, why = plan
     if kind == "sc":
-        return prove_sc(as_printed)
+        return prove_sc(as_printed, construct, variant)
     if kind == "multihop-linear":
-        return prove_multihop_linear(task, as_printed)
+        return prove_multihop_linear(task, as_printed, construct=construct)
+    if construct is not None:
+        return Report(task.name, variant, "user family", "not-proven", "", "none", reason=f"not covered: {why}")
     from depthcert import constructions
 
     c = constructions.build(task, variant, as_printed)
     return Report(task.name, variant, c.theorem, "not-proven", "", "none", reason=f"not covered: {why}")
-
-
-# ----------------------------------------------------------------------------- command line
-
-
-SIZE_NAMES = {"icqa": {"k": "k", "n_questions": "n_q", "n_answers": "n_a"}, "sc": {"length": "L", "alphabet": "M"},
-              "multihop": {"n_entities": "N"}, "tm": {"alphabet": "m"}, "ictm": {"alphabet": "m", "n_answers": "n_a"}}
-
-
-def verify_all_sizes(args, task) -> int:
-    """Entry point of `verify-construction TASK [sizes] --all-sizes [--json]`."""
-    for flag, value in (("--weights", args.weights), ("--dataset", args.dataset), ("--export", args.export),
-                        ("--point", args.point), ("--cot", args.cot)):
-        if value not in (None, False):
-            raise BadInput(f"--all-sizes proves a construction of the registry; it takes no {flag}")
-    if args.symmetry != "auto":
-        raise BadInput("--all-sizes decides its own reductions; it takes no --symmetry")
-    if getattr(args, "n_points", None) is not None or getattr(args, "seed", None) is not None:
-        pass  # sc: the proof covers every seed and sample
-    rep = prove(task, args.variant, args.as_printed)
-    if args.as_printed:
-        rep.theorem += " [as printed]"
-    rep.instance = _instance(rep, task, args)
-    if args.json:
-        print(json.dumps(rep.to_json()))
-    else:
-        print_report(rep)
-    return rep.exit_code
-
-
-def _instance(rep: Report, task, args) -> str:
-    """The proven margin evaluated at the sizes given on the command line (if any)."""
-    names = SIZE_NAMES.get(task.name, {})
-    given = [k for k in task.params if k in names and getattr(args, k, None) is not None]
-    if not given or rep.status not in ("proven", "partial") or rep.margin is None:
-        return ""
-    values = {names[k]: v for k, v in task.params.items() if k in names}
-    if rep.lumped is not None and all(p.name in values for p in rep.lumped[2]):
-        m = symbolic_margin(rep, values)
-        margin = "none (a single class)" if m is None else str(format_rational(m))
-    else:
-        margin = rep.margin
-    return f"{_size_text(values)}: covered, margin {margin}"
-
-
-STATUS_TEXT = {"proven": "PROVEN FOR ALL SIZES", "partial": "PROVEN FOR ALL SIZES OF SOME PARAMETERS",
-               "fails": "FAILS", "not-proven": "NOT PROVEN FOR ALL SIZES"}
-
-
-def print_report(rep: Report) -> None:
-    print(f"verify-construction {rep.task} --all-sizes")
-    rows = [("theorem", rep.theorem), ("variant", rep.variant), ("method", rep.method)]
-    if rep.claim and rep.status in ("proven", "partial"):
-        rows.append(("claim", rep.claim))
-    for p, why in rep.finite:
-        rows.append(("finite only", f"{p}: {why}"))
-    if rep.margin is not None and rep.status in ("proven", "partial"):
-        text = rep.margin_note or "the exact minimum over every point of every size claimed"
-        rows.append(("margin", f"{rep.margin} ({text})"))
-    if rep.instance:
-        rows.append(("instance", rep.instance))
-    rows.append(("verdict", STATUS_TEXT[rep.status]))
-    if rep.reason:
-        rows.append(("reason", rep.reason))
-    if rep.failure:
-        f = rep.failure
-        rows.append(("fails at", _size_text(f["size"]) + f" ({f['how']})"))
-        if "competitor" in f:
-            rows.append(("margin", f"label - {f['competitor']} = {f['margin']} there (formula on its region: "
-                                   f"{f['margin_formula']})"))
-        if "confirmed" in f:
-            rows.append(("confirmed", f["confirmed"]))
-        if "counterexample" in f:
-            ce = f["counterexample"]
-            rows.append(("point", f"{ce['point']}: {ce['input']}  expected {ce['expected']}, predicted {ce['predicted']}"))
-    for key, val in rows:
-        print(f"  {key:<11} {val}")
-    if rep.steps:
-        print("proof:")
-        for i, s in enumerate(rep.steps, 1):
-            print(f"  {i}. {s.title}")
-            for line in s.lines:
-                print(f"       {line}")
-    print(f"  wall time   {rep.seconds:.2f} s in all, {rep.eval_seconds:.2f} s evaluating")

@@ -205,6 +205,9 @@ def refine(table: dict, model_rows: Space, model_cols: Space, prow: tuple[PointF
             for pp in patterns(rfams[i], cfams[j]):
                 v = table.get((pa.model, pb.model, _model_pattern(pa, pb, pp, ms)))
                 if v:
+                    if hasattr(v, "ring"):  # already a polynomial (a symbolic build's weight)
+                        data[(i, j, pp)] = v
+                        continue
                     if v not in consts:
                         consts[v] = ring_.const(v)
                     data[(i, j, pp)] = consts[v]

@@ -1,144 +1,159 @@
-"""Theorem 1 for every size: the Lemma 4 layer maps every sequence to [x_0; ...; x_{L-1}; 0].
+"""Theorem 1 for every size, from the builder run with symbolic L, M and a generic head index h.
 
-The layer of constructions/memorization.py (paper Lemma 4) has L + 1 heads, one more for every
-position, so its family is read head by head rather than lumped.  At every size built, each head
-is recognised exactly as one of two shapes, with numbers read from the weights:
+`constructions.build` on the symbolic sc task returns the builder's `Lemma4` object
+(constructions/memorization.py): the copy heads as the builder's own function of h, the cancel
+head, the read-out template, every index and weight a polynomial in h, L, M (d = M + 1 token rows,
+n = L + 1 positions).  No weight is read at a sample size.  The derivation, for every sequence x
+(input column j = e_{x_j} + e_{d + j}, the layer averages its m heads):
 
-  copy head h (h < L):  W_QK has a single non-zero entry a_h at (position j_h, position q_h);
-                        W_V is s_h times the identity from the token block into the rows
-                        o_h .. o_h + d - 1 (d = M + 1 token rows, the CLS included), else 0;
-  cancel head (h = L):  W_QK = b * I on the position block, else 0;  W_V = c * I (all rows).
+  copy head h: W_QK one entry a_h at (position j_h, position q_h); with q_h = n - 1 and a_h > 0 the
+      last column attends to key j_h only, with weight a_h; W_V = s_h (rows o_h.. <- token block)
+      adds (a_h s_h / m) e_{o_h + x_{j_h}}
+  cancel head: W_QK = b I on positions, W_V = c I: with b > 0 it adds (b c / m) h_last, and
+      m + b c = 0 removes the residual
+  so with count = L, j_h = h, o_0 = 0, o_{h+1} - o_h = d, o_{L-1} + d <= d':
+      h_last = sum_{h<L} g e_{o_h + x_h},  g = a s / m  (the concatenated one-hots, scaled)
+  read-out: the class of s has w_h at row o'_h + s_h; with o'_h = o_h its logit is
+      sum_h g w [x_h = s_h], so label - other = g w #{h : x_h != s_h} >= g w,
+      with equality at a competitor differing in one position (every full dataset with M >= 2).
 
-The numbers are then fitted exactly (sympy, linear in the monomials 1, h, L, M, hL, hM, LM) and
-every fitted formula is checked on every head of every size built.  With the formulas, the
-last column of the layer is derived symbolically (n = L + 1 heads averaged, input column j
-= e_{x_j} + e_{d + j}): the scores read only position rows, so a_h [j = j_h] [L = q_h] and
-b [j = L]; the identities q_h = L, j_h = h, a_h s_h / n = 1, 1 + b c / n = 0 and o_{h+1} - o_h = d
-(sympy) give  h_L^(1) = sum_{h < L} e_{o_h + x_h}, with o_h = h d: the concatenation of the token
-one-hots.  Two distinct sequences agree in a <= L - 1 slots, so their Gram determinant is
-L^2 - a^2 >= 2L - 1 > 0: the vectors are pairwise non-parallel, which is Lemma 3's hypothesis,
-and Lemma 3 (constructions/classifier.py follows its proof) gives the classifier.
+Every condition is decided over the range by the coefficient test of constructions/indexed.py; a
+condition that fails or is undecided is evaluated at small sizes to find the smallest failing one.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
 
-import numpy as np
 import sympy as sp
 
+from depthcert.constructions.head_family import Copy, Entry, Scaled
+from depthcert.constructions.indexed import Size
 from depthcert.proofs.all_sizes_families import NotAFamily
 
-L_, M_, h_ = sp.symbols("L M h", integer=True, nonnegative=True)
-MONOMIALS = (sp.Integer(1), h_, L_, M_, h_ * L_, h_ * M_, L_ * M_)
-SIZE_MONOMIALS = (sp.Integer(1), L_, M_, L_ * M_)  # the cancel head is h = L: fit in L, M only
+
+@dataclass(frozen=True)
+class Condition:
+    text: str
+    expr: object  # Size or number
+    op: str  # "> 0" | "== 0" | ">= 0"
+
+    def decided(self):
+        """True / False over the whole range, or None (undecided)."""
+        if not isinstance(self.expr, Size):
+            v = Fraction(self.expr)
+            return _holds(v, self.op)
+        s = self.expr.range.sign(self.expr.terms)
+        table = {"> 0": {"pos": True, "zero": False, "neg": False, "nonpos": False},
+                 "== 0": {"zero": True, "pos": False, "neg": False},
+                 ">= 0": {"pos": True, "zero": True, "nonneg": True, "neg": False}}[self.op]
+        return table.get(s)
+
+    def at(self, values: dict) -> bool:
+        v = self.expr.at(values) if isinstance(self.expr, Size) else Fraction(self.expr)
+        return _holds(v, self.op)
+
+
+def _holds(v: Fraction, op: str) -> bool:
+    return v > 0 if op == "> 0" else v == 0 if op == "== 0" else v >= 0
+
+
+def _free_of_h(v) -> bool:
+    if not isinstance(v, Size):
+        return True
+    i = v.range.names.index("h")
+    return all(m[i] == 0 for m in v.terms)
+
+
+def to_sympy(v, names=("h", "L", "M")) -> sp.Expr:
+    if not isinstance(v, Size):
+        f = Fraction(v)
+        return sp.Rational(f.numerator, f.denominator)
+    syms = [sp.Symbol(n) for n in v.range.names]
+    return sp.expand(sum(sp.Rational(c.numerator, c.denominator) * sp.Mul(*[s ** e for s, e in zip(syms, m)])
+                         for m, c in v.terms.items()))
 
 
 @dataclass(frozen=True)
-class HeadShape:
-    size: tuple[int, int]  # (L, M)
-    h: int
-    kind: str  # copy | cancel
-    numbers: dict  # name -> Fraction
+class Lemma4Derivation:
+    conditions: tuple[Condition, ...]
+    margin: sp.Expr  # g w, in L and M
+    shapes: tuple[str, ...]  # what the builder's rules were read as
+    rules: dict  # name -> Size or number: the builder's rules the derivation reads (the certificate's)
+
+    def failing(self):
+        return [c for c in self.conditions if c.decided() is not True]
 
 
-def recognise(model, L: int, M: int) -> list[HeadShape]:
-    """Each head of the built layer as a copy or cancel shape (exact), or NotAFamily."""
-    d, n = M + 1, L + 1
-    if model.n_layers != 1 or len(model.layers[0]) != n:
-        raise NotAFamily(f"at L={L}, M={M}: expected 1 layer of L+1 = {n} heads, got heads {list(model.heads)}")
-    if not model.is_plain:
-        raise NotAFamily(f"at L={L}, M={M}: not the paper's model class ({model.kinds()})")
-    dim = model.dim
-    out = []
-    for h, head in enumerate(model.layers[0]):
-        qk = {(r, c): Fraction(v) for (r, c), v in _nonzero(head.W_QK)}
-        vv = {(r, c): Fraction(v) for (r, c), v in _nonzero(head.W_V)}
-        where = f"at L={L}, M={M}, head {h}"
-        if any(not (d <= r < d + n and d <= c < d + n) for r, c in qk):
-            raise NotAFamily(f"{where}: W_QK reads rows outside the position block")
-        if h < L:
-            if len(qk) != 1:
-                raise NotAFamily(f"{where}: a copy head's W_QK has {len(qk)} non-zero entries, not 1")
-            (r, c), a = next(iter(qk.items()))
-            rows = sorted(r2 for r2, _ in vv)
-            vals = set(vv.values())
-            if len(vv) != d or len(vals) != 1 or any(c2 != r2 - rows[0] for r2, c2 in vv) or rows != list(range(rows[0], rows[0] + d)):
-                raise NotAFamily(f"{where}: W_V is not s * (d rows <- token block)")
-            out.append(HeadShape((L, M), h, "copy", {"a": a, "j": Fraction(r - d), "q": Fraction(c - d),
-                                                       "s": vals.pop(), "o": Fraction(rows[0])}))
-        else:
-            diag = {r for (r, c) in qk if r == c}
-            vals = set(qk.values())
-            if len(qk) != n or diag != set(range(d, d + n)) or len(vals) != 1:
-                raise NotAFamily(f"{where}: the cancel head's W_QK is not b * I on the position block")
-            vvals = set(vv.values())
-            if len(vv) != dim or any(r != c for r, c in vv) or len(vvals) != 1:
-                raise NotAFamily(f"{where}: the cancel head's W_V is not c * I")
-            out.append(HeadShape((L, M), h, "cancel", {"b": vals.pop(), "c": vvals.pop()}))
-    return out
-
-
-def _nonzero(W):
-    for (r, c), v in np.ndenumerate(W):
-        if v != 0:
-            yield (r, c), v
-
-
-def fit(shapes: list[HeadShape], kind: str, name: str, monomials=MONOMIALS) -> sp.Expr:
-    """The number `name` of every `kind` head as one formula in the monomials (exact linear solve,
-    then checked on every head)."""
-    data = [(s.size[0], s.size[1], s.h, s.numbers[name]) for s in shapes if s.kind == kind]
-    cs = sp.symbols(f"c0:{len(monomials)}")
-    expr = sum(c * m for c, m in zip(cs, monomials))
-    eqs = [expr.subs({L_: L, M_: M, h_: h}) - sp.Rational(v.numerator, v.denominator) for L, M, h, v in data]
-    sol = sp.linsolve(eqs, cs)
-    if not sol:
-        raise NotAFamily(f"the {kind} heads' {name} is not one formula in {', '.join(map(str, monomials))} "
-                         "across the sizes built")
-    (values,) = sol
-    if any(v.free_symbols for v in values):  # the sizes built must determine the formula
-        raise NotAFamily(f"the {kind} heads' {name} is not determined by the sizes built")
-    formula = sp.expand(sum(v * m for v, m in zip(values, monomials)))
-    for L, M, h, v in data:
-        if formula.subs({L_: L, M_: M, h_: h}) != sp.Rational(v.numerator, v.denominator):
-            raise NotAFamily(f"the {kind} heads' {name} fits no single formula")
-    return formula
-
-
-@dataclass(frozen=True)
-class Lemma4Proof:
-    formulas: dict  # name -> sympy expression
-    identities: tuple[tuple[str, bool], ...]
-    sizes: tuple[tuple[int, int], ...]
-    heads_checked: int
-
-    @property
-    def ok(self) -> bool:
-        return all(ok for _, ok in self.identities)
-
-
-def prove_layer(built: dict) -> Lemma4Proof:
-    """built: (L, M) -> model.  Recognise, fit, and check the identities of the derivation."""
-    shapes = []
-    for (L, M), model in sorted(built.items()):
-        shapes += recognise(model, L, M)
-    f = {}
-    for name in ("a", "j", "q", "s", "o"):
-        f[name] = fit(shapes, "copy", name)
-    for name in ("b", "c"):
-        f[name] = fit(shapes, "cancel", name, SIZE_MONOMIALS)
-    n, d = L_ + 1, M_ + 1
-    ids = (
-        ("copy head h attends from the last position: q_h = L", sp.simplify(f["q"] - L_) == 0),
-        ("copy head h attends to position h: j_h = h", sp.simplify(f["j"] - h_) == 0),
-        ("its score is a positive constant: a_h > 0", bool(f["a"].is_number and f["a"] > 0)),
-        ("copy weight a_h s_h / n = 1", sp.simplify(f["a"] * f["s"] / n - 1) == 0),
-        ("cancel head: 1 + b c / n = 0 (the residual h_L is removed)", sp.simplify(1 + f["b"] * f["c"] / n) == 0),
-        ("cancel score b > 0 (relu keeps it)", bool(f["b"].is_number and f["b"] > 0)),
-        ("slots do not overlap: o_{h+1} - o_h = d, o_0 = 0", sp.simplify(f["o"].subs(h_, h_ + 1) - f["o"] - d) == 0
-         and sp.simplify(f["o"].subs(h_, 0)) == 0),
-        ("Lemma 3 hypothesis: L^2 - (L-1)^2 = 2L - 1 > 0 (Gram determinant of two distinct sequences)",
-         sp.expand(L_**2 - (L_ - 1) ** 2 - (2 * L_ - 1)) == 0),
+def derive(spec, task) -> Lemma4Derivation:
+    """The derivation's conditions for the builder's Lemma4 object at symbolic sizes (NotAFamily when
+    a head is not of the two shapes; SizeBranch propagates from the builder's functions)."""
+    h, L = task.h, task.L
+    d, n = spec.d, spec.n
+    m = spec.copies.count + len(spec.last)
+    copy = spec.copies.head(h)
+    qk = [r for r in copy.qk if not (isinstance(r, Entry) and not isinstance(r.value, Size) and r.value == 0)]
+    if len(qk) != 1 or not isinstance(qk[0], Entry) or (qk[0].row_block, qk[0].col_block) != ("position", "position"):
+        raise NotAFamily(f"copy head h: W_QK is {qk!r}, not one entry of the (position, position) block")
+    e = qk[0]
+    if len(copy.v) != 1 or not isinstance(copy.v[0], Copy) or copy.v[0].src_block != "token":
+        raise NotAFamily(f"copy head h: W_V is {copy.v!r}, not one copy of the token block")
+    a, s, o = e.value, copy.v[0].value, copy.v[0].dst
+    if len(spec.last) != 1:
+        raise NotAFamily(f"{len(spec.last)} heads after the copy heads, not the one cancel head")
+    cancel = spec.last[0]
+    if (len(cancel.qk) != 1 or not isinstance(cancel.qk[0], Scaled) or cancel.qk[0].block != "position"
+            or len(cancel.v) != 1 or not isinstance(cancel.v[0], Scaled) or cancel.v[0].block is not None):
+        raise NotAFamily("the last head is not b I on the positions with W_V = c I")
+    b, c = cancel.qk[0].value, cancel.v[0].value
+    o0 = spec.copies.head(0).v[0].dst
+    o_next = spec.copies.head(h + 1).v[0].dst
+    o_last = spec.copies.head(L - 1).v[0].dst
+    tpl = spec.readout
+    if tpl is None:
+        raise NotAFamily("no read-out stated for every size")
+    off, w = tpl.at(h)
+    conds = (
+        Condition("the copy heads are one per position before the CLS: count = L", spec.copies.count - L, "== 0"),
+        Condition("copy head h attends from the last position: q_h = n - 1", e.col - (n - 1), "== 0"),
+        Condition("copy head h attends to position h: j_h = h", e.row - h, "== 0"),
+        Condition("its score is positive (relu keeps it): a_h > 0", a, "> 0"),
+        Condition("cancel score b > 0 (relu keeps it)", b, "> 0"),
+        Condition("cancel head removes the residual: m + b c = 0 (m = L + 1 heads)", m + b * c, "== 0"),
+        Condition("slots start at row 0: o_0 = 0", o0, "== 0"),
+        Condition("slots do not overlap: o_{h+1} - o_h = d", o_next - o - d, "== 0"),
+        Condition("the last slot fits: o_{L-1} + d <= d'", spec.dim - o_last - d, ">= 0"),
+        Condition("the read-out covers every slot: count = L", tpl.count - L, "== 0"),
+        Condition("the read-out reads slot h: o'_h = o_h", off - o, "== 0"),
+        Condition("each agreeing position raises the logit: a_h s_h w_h > 0", a * s * w, "> 0"),
     )
-    return Lemma4Proof(f, ids, tuple(sorted(built)), len(shapes))
+    if not (_free_of_h(a * s * w)):
+        raise NotAFamily(f"the per-position weight a_h s_h w_h = {a * s * w} depends on the head index h")
+    margin = sp.simplify(to_sympy(a * s * w) / to_sympy(m))
+    shapes = (f"copy head h (h < L): W_QK = {to_sympy(a)} at (position {to_sympy(e.row)}, position {to_sympy(e.col)}), "
+              f"W_V = {to_sympy(s)} (rows {to_sympy(o)}.. <- token block)",
+              f"cancel head: W_QK = {to_sympy(b)} I on the positions, W_V = {to_sympy(c)} I",
+              f"read-out: the class of s has {to_sympy(w)} at row {to_sympy(off)} + s_h for every h < L",
+              f"layer: m = {to_sympy(m)} heads averaged, d' = {to_sympy(spec.dim)} rows (d = M + 1, n = L + 1)")
+    rules = {"count": spec.copies.count, "q": e.col, "j": e.row, "a": a, "s": s, "o": o, "b": b, "c": c, "m": m,
+             "dim": spec.dim, "read_count": tpl.count, "read_offset": off, "w": w}
+    return Lemma4Derivation(conds, margin, shapes, rules)
+
+
+def poly_terms(v, nv: int = 3) -> list:
+    """A rule as the certificate's polynomial: [[exponents], "coefficient"] per term."""
+    if isinstance(v, Size):
+        return [[list(m), str(c)] for m, c in sorted(v.terms.items())]
+    f = Fraction(v)
+    return [[[0] * nv, str(f)]] if f else []
+
+
+def smallest_failure(derivation: Lemma4Derivation, max_L: int = 12, max_M: int = 6):
+    """The smallest L (then M, from 2, M = 1 last) where a condition fails at some head h < L, or None."""
+    for L in range(1, max_L + 1):
+        for M in list(range(2, max_M + 1)) + [1]:
+            for h in range(L):
+                bad = [c for c in derivation.conditions if not c.at({"h": h, "L": L, "M": M})]
+                if bad:
+                    return {"L": L, "M": M}, h, bad[0]
+    return None

@@ -15,9 +15,22 @@ its sign the same way.  Exit 0: every margin is > 0 wherever its competitor exis
 construction's lumped tables are correct for every size); 1: some margin is not > 0 (the
 failing region is printed); 2: malformed or inconsistent certificate.
 
-What it takes on trust (checked by the producer, not here): that the tables are those of the
-construction at every size (read and merged from built models), and that the representatives'
-orbits cover the dataset (a sympy count identity).  See docs/all-sizes.md.
+It also re-derives, and refuses a certificate that disagrees: the orbit-size identity (|G| / |Stab|
+summed over the representatives equals the task's dataset size, as factorial ratios of linear
+forms, with the dataset size of the task known here, not read from the certificate); every set
+size (model sets and point sets) is >= 0 over the claimed range, the parts of every model set add
+up to it (so a set with a fixed member is non-empty), the model sets are the task's; the claimed
+range lies inside the task's; the top-level claim, range and margin equal what it derived.  A
+task it has no dataset formula for is refused (exit 2): it cannot re-derive that proof.
+
+A Theorem 1 certificate ("kind": "lemma4") is checked differently: the builder's rules as
+polynomials in h, L, M, every condition of the Lemma 4 derivation re-decided here (the slot
+offsets at 0, h + 1 and L - 1 composed from o(h)), the margin re-derived as a s w / m and the claim
+compared with Theorem 1's.
+
+What it takes on trust: that the tables (or rules) are the construction's at every size (the producer ran
+the builder with symbolic sizes; docs/all-sizes.md), and that a representative's stabilizer is the
+product of the symmetric groups of its point sets (how its point sets are defined).
 """
 from __future__ import annotations
 
@@ -236,7 +249,7 @@ def conditions(fa, fb, pat, sizes, nv):
     return [sizes[s] - Poly.const(n, nv) for s, n in need.items()]
 
 
-def check_point(pt: dict, ctx: Ctx, log) -> list:
+def check_point(pt: dict, ctx: Ctx, log, margins_seen: list) -> list:
     nv = ctx.nv
     rows = [tuple(f) for f in pt["rows"]]
     cols = [tuple(f) for f in pt["cols"]]
@@ -322,6 +335,9 @@ def check_point(pt: dict, ctx: Ctx, log) -> list:
             if ctx.substitute(Poly.parse(want[name]["value"], nv), offsets, free) != ctx.substitute(poly, offsets, free):
                 raise Invalid(f"margin against {name} differs from the certificate's on {offsets}/{free}")
             s = ctx.sign(poly, offsets, free, conds)
+            if s != "absent":
+                sub = ctx.substitute(poly, offsets, free)
+                margins_seen.append(sub.const_term() if not sub.variables() else None)
             if s not in ("pos", "absent"):
                 failures.append((pt["representative"], name, list(offsets), list(free), want[name]["text"], s))
         log.append(1)
@@ -338,6 +354,266 @@ def check_point(pt: dict, ctx: Ctx, log) -> list:
                 raise Invalid(f"representative {pt['representative']}: its range starts above a size where it exists")
     run(root, root["offsets"], root["free"])
     return failures
+
+
+# ----------------------------------------------------------------------------- re-derivations
+
+# What this checker knows about each task, independently of the certificate: the task's own
+# parameter range, its index sets' sizes, and its dataset size as a ratio of factorials of linear
+# forms times a polynomial (icqa: A(n_q, k) A(n_a, k) k = n_q! n_a! k! / ((n_q-k)! (n_a-k)! (k-1)!)).
+def _icqa(fixed: dict):
+    if fixed:
+        return None
+    return {"range": [("k", 1, None), ("n_q", 0, "k"), ("n_a", 0, "k")],
+            "sets": {"Q": {"n_q": 1}, "A": {"n_a": 1}, "T": {"k": 1}},
+            "size_num": [{"n_q": 1}, {"n_a": 1}, {"k": 1}],
+            "size_den": [{"n_q": 1, "k": -1}, {"n_a": 1, "k": -1}, {"k": 1, "": -1}]}
+
+
+def _multihop(fixed: dict):
+    """At fixed (hops, k): A(N, k) k^k k sequences (k distinct sources, f on them, a start)."""
+    if set(fixed) != {"hops", "k"} or not all(isinstance(v, int) and v >= 1 for v in fixed.values()):
+        return None
+    k = fixed["k"]
+    return {"range": [("N", k, None)], "sets": {"N": {"N": 1}}, "size_num": [{"N": 1}],
+            "size_den": [{"N": 1, "": -k}], "size_poly": {(): k ** k * k}}
+
+
+def _tm(fixed: dict):
+    """At a fixed length l: m^l sequences."""
+    if set(fixed) != {"l"} or not isinstance(fixed["l"], int) or fixed["l"] < 1:
+        return None
+    return {"range": [("m", 1, None)], "sets": {"m": {"m": 1}}, "size_num": [], "size_den": [],
+            "size_poly": {("m",) * fixed["l"]: 1}}
+
+
+TASKS = {"icqa": _icqa, "multihop": _multihop, "tm": _tm}
+
+
+def _linear(form: dict, ctx: Ctx) -> Poly:
+    out = Poly({}, ctx.nv)
+    for name, c in form.items():
+        out = out + (Poly.const(c, ctx.nv) if name == "" else Poly.var(ctx.names.index(name), ctx.nv) * c)
+    return out
+
+
+def _factorial_ratio(num: list, den: list, ctx: Ctx):
+    """num!/den! (lists of linear Polys) as (polynomial numerator, polynomial denominator, the
+    remaining numerator forms, the remaining denominator forms), pairing forms that differ by a
+    constant c (x! / (x - c)! = x (x-1) ... (x-c+1))."""
+    for p in num + den:
+        if any(sum(m) > 1 for m in p.t):
+            raise Invalid("a set size is not linear in the parameters: no factorial identity re-derived")
+    num, den = list(num), list(den)
+    pn, pd = Poly.const(1, ctx.nv), Poly.const(1, ctx.nv)
+    changed = True
+    while changed:
+        changed = False
+        for i, x in enumerate(num):
+            for j, y in enumerate(den):
+                d = x - y
+                if d.variables():
+                    continue
+                c = d.const_term()
+                if c.denominator != 1:
+                    continue
+                c = int(c)
+                hi, n = (x, c) if c >= 0 else (y, -c)
+                prod = Poly.const(1, ctx.nv)
+                for t in range(n):
+                    prod = prod * (hi - Poly.const(t, ctx.nv))
+                if c >= 0:
+                    pn = pn * prod
+                else:
+                    pd = pd * prod
+                del num[i], den[j]
+                changed = True
+                break
+            if changed:
+                break
+    key = lambda p: sorted(p.t.items())  # noqa: E731
+    return pn, pd, sorted((key(p) for p in num)), sorted((key(p) for p in den))
+
+
+def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
+    """The orbit identity, the set sizes and the claim, re-derived; raises Invalid on any mismatch."""
+    task = cert.get("task")
+    fixed = cert.get("fixed") or {}
+    info = TASKS[task](fixed) if task in TASKS else None
+    if info is None:
+        raise Invalid(f"no dataset formula for task {task!r}" + (f" at {fixed}" if fixed else "")
+                      + " here: the orbit identity cannot be re-derived")
+    own = {n: (b, a) for n, b, a in info["range"]}
+    for n, b, a in ctx.params:
+        if n not in own or own[n][1] != a or b < own[n][0]:
+            raise Invalid(f"the claimed range {_describe(n, b, a)} is not inside the task's range "
+                          f"({', '.join(_describe(*p) for p in info['range'])})")
+    if [n for n, _, _ in ctx.params] != [n for n, _, _ in info["range"]]:
+        raise Invalid("the parameters are not the task's")
+    zeros, free = [0] * ctx.nv, [True] * ctx.nv
+    total = None
+    for pt in cert["points"]:
+        sorts = {s_: Poly.parse(t, ctx.nv) for s_, t in pt["sorts"].items()}
+        msets = pt.get("model_sets")
+        if not isinstance(msets, dict) or set(msets) != set(info["sets"]):
+            raise Invalid(f"representative {pt['representative']}: model sets {sorted(msets or {})} are not the "
+                          f"task's {sorted(info['sets'])}")
+        for name, size in list(sorts.items()):
+            if not _nonneg(ctx, size, zeros, free):
+                raise Invalid(f"representative {pt['representative']}: point set {name} of size "
+                              f"{_text(size, ctx)} can be negative in the claimed range")
+        for S, entry in msets.items():
+            size = Poly.parse(entry["size"], ctx.nv)
+            if size != _linear(info["sets"][S], ctx):
+                raise Invalid(f"set {S} has size {_text(size, ctx)}, the task's is {_text(_linear(info['sets'][S], ctx), ctx)}")
+            parts = Poly({}, ctx.nv)
+            for kind, name in entry["parts"]:
+                if kind == "fixed":
+                    parts = parts + Poly.const(1, ctx.nv)
+                elif kind == "sort" and name in sorts:
+                    parts = parts + sorts[name]
+                else:
+                    raise Invalid(f"set {S}: unknown part {kind} {name}")
+            if parts != size:
+                raise Invalid(f"representative {pt['representative']}: the parts of {S} add up to "
+                              f"{_text(parts, ctx)}, not {_text(size, ctx)} (wrong orbit sizes)")
+            if not _nonneg(ctx, size, zeros, free) or size.is_zero():
+                raise Invalid(f"set {S} of size {_text(size, ctx)} can be negative in the claimed range")
+        # orbit size |G| / |Stab| = prod_S |S|! / prod_P |P|!
+        orbit = _factorial_ratio([Poly.parse(e["size"], ctx.nv) for e in msets.values()], list(sorts.values()), ctx)
+        if total is None:
+            total = orbit
+        elif orbit[2:] == total[2:]:
+            total = (total[0] * orbit[1] + orbit[0] * total[1], total[1] * orbit[1], total[2], total[3])
+        else:
+            raise Invalid("orbits of different factorial shapes: their sum is not re-derived here")
+    want = _factorial_ratio([_linear(f, ctx) for f in info["size_num"]], [_linear(f, ctx) for f in info["size_den"]], ctx)
+    extra = Poly({}, ctx.nv)
+    for names, c in info.get("size_poly", {(): 1}).items():
+        term = Poly.const(c, ctx.nv)
+        for name in names:
+            term = term * Poly.var(ctx.names.index(name), ctx.nv)
+        extra = extra + term
+    want = (want[0] * extra, want[1], want[2], want[3])
+    if total is None or total[2:] != want[2:] or total[0] * want[1] != want[0] * total[1]:
+        raise Invalid("the orbits of the representatives do not add up to the task's dataset size (orbit identity)")
+    claim = "correct on every point for all " + ", ".join(_describe(*p) for p in ctx.params) + (
+        " at " + ", ".join(f"{k}={v}" for k, v in fixed.items()) if fixed else "")
+    for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
+        if "claim" in obj and obj["claim"] != claim:
+            raise Invalid(f"the {where}'s claim {obj['claim']!r} is not the one re-derived: {claim!r}")
+    if data is not cert and "all_sizes" in data and data["all_sizes"] != [_describe(*p) for p in ctx.params]:
+        raise Invalid(f"the report's range {data['all_sizes']} is not the certificate's")
+    return {"claim": claim}
+
+
+def _nonneg(ctx: Ctx, p: Poly, offsets, free) -> bool:
+    """p >= 0 on the whole region by the coefficient test (False if the test does not settle it)."""
+    try:
+        return ctx.sign(p, offsets, free, []) in ("pos", "nonneg", "zero")
+    except Invalid:
+        return False
+
+
+def _describe(n, b, a) -> str:
+    if a is None:
+        return f"{n} >= {b}"
+    return f"{n} >= {a}" + (f" + {b}" if b else "")
+
+
+def _text(p: Poly, ctx: Ctx) -> str:
+    parts = []
+    for m, c in sorted(p.t.items(), reverse=True):
+        mono = "*".join(n if e == 1 else f"{n}^{e}" for n, e in zip(ctx.names, m) if e)
+        parts.append(f"{c}*{mono}" if mono and c != 1 else mono or str(c))
+    return " + ".join(parts) or "0"
+
+
+# ----------------------------------------------------------------------------- Theorem 1 (sc)
+
+SC_CLAIM = ("correct on every point for all L >= 1 (sequence length before CLS), M >= 1 (alphabet), every seed "
+            "and every --n-points sample")
+SC_PARAMS = [("h", 0, None), ("L", 1, "h"), ("M", 1, None)]
+SC_RULES = ("count", "q", "j", "a", "s", "o", "b", "c", "m", "dim", "read_count", "read_offset", "w")
+
+
+def check_lemma4(cert: dict, data: dict) -> tuple[list, str]:
+    """Theorem 1's derivation re-decided from the builder's rules (polynomials in h, L, M; d = M + 1
+    token rows, n = L + 1 positions): (failed conditions, margin re-derived).  The slot offsets at
+    h = 0, h + 1 and L - 1 are computed here from the rule o(h) (a polynomial: the builder branched
+    on no size).  Raises Invalid when the claim, range or margin is not the one derived."""
+    if cert.get("task") != "sc":
+        raise Invalid("a lemma4 certificate is for task sc")
+    params = [(p["name"], int(p["base"]), p.get("after")) for p in cert["params"]]
+    if params != SC_PARAMS:
+        raise Invalid(f"the claimed range {', '.join(_describe(*p) for p in params)} is not Theorem 1's "
+                      f"({', '.join(_describe(*p) for p in SC_PARAMS)})")
+    ctx = Ctx(params)
+    nv = ctx.nv
+    rules = cert["rules"]
+    if set(rules) != set(SC_RULES):
+        raise Invalid(f"the rules are {sorted(rules)}, not {sorted(SC_RULES)}")
+    r = {k: Poly.parse(v, nv) for k, v in rules.items()}
+    h, L, M = (Poly.var(i, nv) for i in range(3))
+    one = Poly.const(1, nv)
+    d = M + one
+    o_at = lambda e: r["o"].compose([e, L, M])  # noqa: E731
+    zeros, free = [0] * nv, [True] * nv
+
+    def pos(p):
+        try:
+            return ctx.sign(p, zeros, free, []) == "pos"
+        except Invalid:
+            return False
+
+    per_position = r["a"] * r["s"] * r["w"]
+    conds = [
+        ("count = L", (r["count"] - L).is_zero()),
+        ("q_h = n - 1", (r["q"] - L).is_zero()),
+        ("j_h = h", (r["j"] - h).is_zero()),
+        ("a_h > 0", pos(r["a"])),
+        ("b > 0", pos(r["b"])),
+        ("m = L + 1 heads", (r["m"] - r["count"] - one).is_zero()),
+        ("m + b c = 0", (r["m"] + r["b"] * r["c"]).is_zero()),
+        ("o_0 = 0", o_at(Poly.const(0, nv)).is_zero()),
+        ("o_{h+1} - o_h = d", (o_at(h + one) - r["o"] - d).is_zero()),
+        ("o_{L-1} + d <= d'", _nonneg(ctx, r["dim"] - o_at(L - one) - d, zeros, free)),
+        ("read-out count = L", (r["read_count"] - L).is_zero()),
+        ("o'_h = o_h", (r["read_offset"] - r["o"]).is_zero()),
+        ("a_h s_h w_h > 0", pos(per_position)),
+        ("a_h s_h w_h free of h", all(m[0] == 0 for m in per_position.t)),
+    ]
+    failed = [text for text, ok in conds if not ok]
+    margin = None
+    if not failed:
+        claimed = _q(cert.get("margin"))
+        if not (per_position - r["m"] * claimed).is_zero():
+            raise Invalid(f"the certificate's margin {cert.get('margin')!r} is not a s w / m = "
+                          f"({_text(per_position, ctx)}) / ({_text(r['m'], ctx)})")
+        margin = str(claimed)
+    for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
+        if "claim" in obj and obj["claim"] != SC_CLAIM:
+            raise Invalid(f"the {where}'s claim {obj['claim']!r} is not the one derived: {SC_CLAIM!r}")
+        if "margin" in obj and not failed and _margin_text(obj["margin"]) != margin:
+            raise Invalid(f"the {where}'s margin {obj['margin']!r} is not the one re-derived: {margin}")
+    if data is not cert and not failed and _verdict(data) not in ("proven", None):
+        raise Invalid(f"the report's verdict {_verdict(data)!r} does not match a valid proof")
+    if data is not cert and "all_sizes" in data and data["all_sizes"] != ["L >= 1", "M >= 1"]:
+        raise Invalid(f"the report's range {data['all_sizes']} is not the certificate's")
+    return failed, margin
+
+
+def _margin_text(margin):
+    """A margin as the certificate writes it ("3"), from a report's margin object
+    ({"exact": "3", "decimal": "3"}; {"formula": ...} is no single number: None) or a string."""
+    if isinstance(margin, dict):
+        return margin.get("exact")
+    return margin
+
+
+def _verdict(report: dict):
+    """The report's verdict (older reports: "status")."""
+    return report.get("verdict", report.get("status"))
 
 
 def main(argv=None) -> int:
@@ -363,11 +639,33 @@ def _main(argv) -> int:
         cert = data.get("certificate", data) if isinstance(data, dict) else None
         if not isinstance(cert, dict) or cert.get("format") != "depthcert.all-sizes" or cert.get("version") != 1:
             raise Invalid("not a depthcert.all-sizes version 1 certificate")
+        if cert.get("kind") == "lemma4":
+            failed, margin = check_lemma4(cert, data)
+            if failed:
+                print(f"sc {cert['variant']}: {_n(len(failed), 'condition')} of the Lemma 4 derivation fail: "
+                      + "; ".join(failed))
+                return 1
+            print(f"sc {cert['variant']}: valid; every condition of the Lemma 4 derivation re-decided from the "
+                  "builder's rules (coefficient test); claim and margin re-derived; every margin > 0 for all "
+                  f"L >= 1, M >= 1; minimum margin {margin}")
+            return 0
         params = [(p["name"], int(p["base"]), p.get("after")) for p in cert["params"]]
         ctx = Ctx(params)
-        leaves, failures = [], []
+        leaves, failures, margins = [], [], []
+        rederive(cert, ctx, data)
         for pt in cert["points"]:
-            failures += check_point(pt, ctx, leaves)
+            failures += check_point(pt, ctx, leaves, margins)
+        if any(m is None for m in margins):
+            margin = None  # a margin that depends on the sizes: no single number re-derived
+        else:
+            margin = str(min(margins)) if margins else None
+        for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
+            if "margin" in obj and not failures and _margin_text(obj["margin"]) != margin:
+                raise Invalid(f"the {where}'s margin {obj['margin']!r} is not the one re-derived: "
+                              f"{margin if margin is not None else 'none (a margin depends on the sizes)'}")
+        want_status = "partial" if cert.get("fixed") else "proven"  # fixed structural sizes stay finite-only
+        if data is not cert and not failures and _verdict(data) not in (want_status, None):
+            raise Invalid(f"the report's verdict {_verdict(data)!r} does not match a valid proof")
     except (OSError, ValueError, KeyError, TypeError, IndexError, Invalid) as exc:
         print(f"invalid: {exc}", file=sys.stderr)
         return 2
@@ -378,8 +676,8 @@ def _main(argv) -> int:
               f"({s}) on region offsets {off} free {fr}")
         return 1
     print(f"{head}: valid; {_n(len(cert['points']), 'representative')}, {_n(len(leaves), 'leaf region')}, every ReLU sign "
-          f"and every margin re-decided; every margin > 0 for all "
-          + ", ".join(f"{n} >= {a + (f' + {b}' if b else '') if a else b}" for n, b, a in params))
+          f"and every margin re-decided; orbit identity, set sizes and claim re-derived; every margin > 0 for all "
+          + ", ".join(_describe(*p) for p in params) + f"; minimum margin {margin}")
     return 0
 
 

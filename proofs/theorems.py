@@ -58,7 +58,7 @@ class ClaimResult:
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("theorem1", "Theorem 1 / Lemma 4", "one layer (n heads) memorizes sequence classification",
-          "construction", "sc", {"length": 3, "alphabet": 3}),
+          "construction", "sc", {"length": 3, "alphabet": 3}, printed="differs"),
     Claim("theorem2", "Theorem 2", "no one-layer transformer solves in-context QA",
           "certificate", "icqa", {"k": 2, "n_questions": 2, "n_answers": 2}, certificate="theorem2_icqa.json",
           printed="dependence"),

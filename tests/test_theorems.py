@@ -12,8 +12,12 @@ def test_claim_holds(claim):
     assert r.ok, r.detail
     want = {"construction": "verified", "certificate": "certified", "fittable": "fittable"}[claim.method]
     assert r.verdict == want
-    if claim.printed == "differs":  # the printed weights are checked too, and fail (docs/errata.md)
-        assert r.printed_verdict == "refuted" and "counterexample point" in r.printed_detail
+    if claim.printed == "differs":  # the printed weights are checked too; all but Theorem 1's (the paper's
+        # Lemma 3 read-out, which depthcert replaces by a closed form) fail (docs/errata.md)
+        if claim.key == "theorem1":
+            assert r.printed_verdict == "verified" and "min margin 1/16" in r.printed_detail
+        else:
+            assert r.printed_verdict == "refuted" and "counterexample point" in r.printed_detail
 
 
 def test_certificate_for_other_data_is_not_about_the_task():

@@ -71,7 +71,11 @@ def _build_parser() -> _Parser:
                    help="points per chunk of a sharded run (--workers, --dask, --journal; default 65536)")
     p.add_argument("--all-sizes", action="store_true",
                    help="prove the construction correct for every value of its size parameters (at or above "
-                   "stated base values), not only the sizes given; exit 0 proven, 1 a size where it fails")
+                   "stated base values), not only the sizes given; exit 0 proven, 1 a size where it fails, 3 not "
+                   "proven for every size (the parameters that stay finite-only are named)")
+    p.add_argument("--family", metavar="MODULE:FUNCTION",
+                   help="verify (or with --all-sizes prove) your own construction: FUNCTION(task, as_printed) -> "
+                   "Construction, written with constructions/indexed.py or head_family.py (MODULE may be a FILE.py)")
     p.add_argument("--cot", action="store_true",
                    help="verify chain-of-thought generation: the model generates its intermediate steps "
                    "autoregressively and every step of every input is checked (tasks that define steps)")
@@ -138,7 +142,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
                            "names the parameters proven for every value)") from None
         raise
     if args.all_sizes:
-        from depthcert.proofs.all_sizes import verify_all_sizes
+        from depthcert.cli.all_sizes import verify_all_sizes
 
         return verify_all_sizes(args, task)
     if args.cot:
@@ -149,6 +153,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         raise BadInput("--batch-size must be >= 1")
     if args.max_points < 1:
         raise BadInput(f"--max-points must be >= 1, got {args.max_points}")
+    if args.family and (args.weights or args.variant):
+        raise BadInput("--family builds your construction; it takes no --weights or --variant")
     if args.weights:
         if args.variant or args.as_printed:
             raise BadInput("--weights verifies the given file; it takes no --variant or --as-printed")
@@ -157,7 +163,12 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     else:
         guard_classifier_size(task, args.max_weights)
         phase(args, f"building the {task.name} construction")
-        c = constructions.build(task, args.variant, args.as_printed)
+        if args.family:
+            from depthcert.cli.all_sizes import load_family
+
+            c = load_family(args.family)(task, args.as_printed)
+        else:
+            c = constructions.build(task, args.variant, args.as_printed)
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
     check_compatible(model, task)
 

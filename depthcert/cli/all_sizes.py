@@ -1,0 +1,176 @@
+"""`verify-construction TASK [sizes] --all-sizes [--json]` and `--family MODULE:FUNCTION`: reads
+the options, runs the all-sizes prover (proofs/all_sizes.py), builds and checks the instance at
+the sizes given, and prints the report."""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+from depthcert import constructions
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.rational import format_rational
+from depthcert.proofs.all_sizes import CONFIRM_MAX_POINTS, Report, _size_text, prove, symbolic_margin
+
+
+def load_family(spec: str):
+    """MODULE:FUNCTION or path/to/file.py:FUNCTION -> the builder function (task, as_printed) ->
+    Construction; BadInput naming what is wrong."""
+    import importlib
+    import importlib.util
+    import os
+
+    module, sep, func = spec.rpartition(":")
+    if not sep or not module or not func:
+        raise BadInput(f"--family {spec!r}: expected MODULE:FUNCTION or FILE.py:FUNCTION")
+    try:
+        if module.endswith(".py"):
+            if not os.path.isfile(module):
+                raise BadInput(f"--family: no file {module}")
+            ms = importlib.util.spec_from_file_location(f"depthcert_family_{abs(hash(module))}", module)
+            mod = importlib.util.module_from_spec(ms)
+            ms.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(module)
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's module: one line naming the failure
+        raise BadInput(f"--family: importing {module} failed: {type(exc).__name__}: {exc}") from None
+    fn = getattr(mod, func, None)
+    if not callable(fn):
+        raise BadInput(f"--family: {module} has no function {func}")
+    return fn
+
+
+SIZE_NAMES = {"icqa": {"k": "k", "n_questions": "n_q", "n_answers": "n_a"}, "sc": {"length": "L", "alphabet": "M"},
+              "multihop": {"n_entities": "N"}, "tm": {"alphabet": "m"}, "ictm": {"alphabet": "m", "n_answers": "n_a"}}
+
+
+def verify_all_sizes(args, task) -> int:
+    """Entry point of `verify-construction TASK [sizes] --all-sizes [--json]`."""
+    for flag, value in (("--weights", args.weights), ("--dataset", args.dataset), ("--export", args.export),
+                        ("--point", args.point), ("--cot", args.cot)):
+        if value not in (None, False):
+            raise BadInput(f"--all-sizes proves a construction of the registry; it takes no {flag}")
+    if args.symmetry != "auto":
+        raise BadInput("--all-sizes decides its own reductions; it takes no --symmetry")
+    if getattr(args, "n_points", None) is not None or getattr(args, "seed", None) is not None:
+        pass  # sc: the proof covers every seed and sample
+    family = getattr(args, "family", None)
+    construct = None
+    if family:
+        user = load_family(family)
+        construct = lambda t: user(t, args.as_printed)  # noqa: E731
+    rep = prove(task, args.variant, args.as_printed, construct)
+    if family:
+        rep.variant = f"family {family}"
+        rep.theorem = "user family (constructions/indexed.py)"
+        if rep.rests_on:
+            rep.rests_on = (f"the family's builder {family}, evaluated with symbolic sizes (the finite check builds "
+                            "with the same function)",) + tuple(rep.rests_on[1:])
+    if args.as_printed:
+        rep.theorem += " [as printed]"
+    rep.instance = _instance(rep, task, args, construct)
+    if args.json:
+        print(json.dumps(rep.to_json()))
+    else:
+        print_report(rep)
+    return rep.exit_code
+
+
+def _instance(rep: Report, task, args, construct=None) -> str:
+    """At the sizes given on the command line: the model built there (the finite check's build) and
+    checked exactly with `verify`, next to the proof's margin formula evaluated there."""
+    from depthcert.checkers.exhaustive import plan_points, verify
+
+    names = SIZE_NAMES.get(task.name, {})
+    given = [k for k in task.params if k in names and getattr(args, k, None) is not None]
+    if not given:
+        return ""
+    values = {names[k]: v for k, v in task.params.items() if k in names}
+    sym = None
+    if rep.status in ("proven", "partial") and rep.lumped is not None and all(p.name in values for p in rep.lumped[2]):
+        sym = symbolic_margin(rep, values)
+    text = _size_text(values) + ": built, "
+    try:
+        c = construct(task) if construct is not None else constructions.build(task, args.variant, args.as_printed)
+        model = c.model
+        pp = plan_points(model, task, "auto")
+        if pp.n_eval > CONFIRM_MAX_POINTS:
+            return text + f"verify not run ({pp.n_eval} points to evaluate, limit {CONFIRM_MAX_POINTS})" + (
+                "" if sym is None else f"; the proof's margin there {format_rational(sym)}")
+        v = verify(model, task, plan=pp, progress=False)
+        rep.eval_seconds += v.seconds
+    except BadInput as exc:
+        return text + f"verify not run ({exc})"
+    got = "none (a single class)" if v.min_margin is None else str(format_rational(v.min_margin))
+    text += f"verify {v.verdict} on {v.points_total} points ({v.points_checked} evaluated), margin {got}"
+    if rep.lumped is not None and rep.status in ("proven", "partial") and all(p.name in values for p in rep.lumped[2]):
+        if sym == v.min_margin:
+            text += " = the proof's margin there"
+        else:
+            want = "none" if sym is None else format_rational(sym)
+            text += f"; the proof's margin there is {want}: DISAGREES"
+            rep.status = "fails"
+            rep.failure = {"size": values, "how": "the instance checked by verify disagrees with the proof"}
+    elif rep.status in ("proven", "partial") and rep.margin is not None and rep.lumped is None:
+        if got == rep.margin:  # a proof whose margin is one constant (multi-hop linear, sc)
+            text += " = the proof's margin"
+        elif v.min_margin is not None and _sampled(task) and v.min_margin >= Fraction(rep.margin):
+            text += f" >= the proof's margin {rep.margin} (its minimum over the full dataset; this is a sample)"
+        elif v.min_margin is not None:
+            text += f"; the proof's margin is {rep.margin}: DISAGREES"
+            rep.status = "fails"
+            rep.failure = {"size": values, "how": "the instance checked by verify disagrees with the proof"}
+    if not v.verified and rep.status in ("proven", "partial"):
+        rep.status = "fails"
+        rep.failure = {"size": values, "how": "the instance built here is refuted by verify"}
+    return text
+
+
+def _sampled(task) -> bool:
+    """An sc task of --n-points sequences out of M^L (its margin is at least the full dataset's)."""
+    return task.name == "sc" and task.params.get("n_points") != task.params["alphabet"] ** task.params["length"]
+
+
+STATUS_TEXT = {"proven": "PROVEN FOR ALL SIZES", "partial": "PROVEN FOR ALL SIZES OF SOME PARAMETERS",
+               "fails": "FAILS", "not-proven": "NOT PROVEN FOR ALL SIZES"}
+
+
+def print_report(rep: Report) -> None:
+    print(f"verify-construction {rep.task} --all-sizes")
+    rows = [("theorem", rep.theorem), ("variant", rep.variant), ("method", rep.method)]
+    if rep.claim and rep.status in ("proven", "partial"):
+        rows.append(("claim", rep.claim))
+    for p, why in rep.finite:
+        rows.append(("finite only", f"{p}: {why}"))
+    if rep.margin is not None and rep.status in ("proven", "partial"):
+        text = rep.margin_note or "the exact minimum over every point of every size claimed"
+        rows.append(("margin", f"{rep.margin} ({text})"))
+    if rep.instance:
+        rows.append(("instance", rep.instance))
+    if rep.status in ("proven", "partial"):
+        for i, r in enumerate(rep.rests_on):
+            rows.append(("rests on" if i == 0 else "", r))
+    rows.append(("verdict", STATUS_TEXT[rep.status]))
+    if rep.reason:
+        rows.append(("reason", rep.reason))
+    if rep.failure:
+        f = rep.failure
+        rows.append(("fails at", _size_text(f["size"]) + f" ({f['how']})"))
+        if "competitor" in f:
+            rows.append(("margin", f"label - {f['competitor']} = {f['margin']} there (formula on its region: "
+                                   f"{f['margin_formula']})"))
+        if "confirmed" in f:
+            rows.append(("confirmed", f["confirmed"]))
+        if "counterexample" in f:
+            ce = f["counterexample"]
+            rows.append(("point", f"{ce['point']}: {ce['input']}  expected {ce['expected']}, predicted {ce['predicted']}"))
+    for key, val in rows:
+        print(f"  {key:<11} {val}")
+    if rep.steps:
+        print("proof:" if rep.status != "not-proven" else "analysis (not a proof for every size):")
+        for i, s in enumerate(rep.steps, 1):
+            print(f"  {i}. {s.title}")
+            for line in s.lines:
+                print(f"       {line}")
+    print(f"  wall time   {rep.seconds:.2f} s in all, {rep.eval_seconds:.2f} s evaluating")
