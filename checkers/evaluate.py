@@ -379,6 +379,8 @@ class Evaluator:
     def _classify(self, h: np.ndarray) -> np.ndarray:
         """h (..., d') exact stream rows -> exact logit numerators (..., C)."""
         if h.dtype != object and self._CTf is not None:
+            if self.use_float:  # the a-priori bound covers the logits too (magnitude_bound): exact
+                return _rowmul_any(h, self._CTf).astype(np.int64)
             ha = np.abs(h)
             try:
                 _limit(_rowmul_any(ha, self._CTa))

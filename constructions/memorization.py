@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import numpy as np
+
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.layout import BlockMatrix, Layout
@@ -63,14 +65,22 @@ def _check_dataset_shape(task) -> None:
         raise BadInput("Theorem 1 (Lemma 3) needs pairwise distinct labels; the dataset repeats a label")
 
 
-def build(task: SequenceClassification, as_printed: bool = False) -> Construction:
+def build(task: SequenceClassification, as_printed: bool = False, lemma3: bool = True) -> Construction:
     """Also accepts a user dataset (checkers.dataset_file.DatasetTask) of equal-length sequences
-    sharing their last token (the CLS) with pairwise distinct labels."""
+    sharing their last token (the CLS) with pairwise distinct labels.  lemma3=False: W_O = 0,
+    for a fitted read-out (proofs/readout.py)."""
     _check_dataset_shape(task)
     d, n = len(task.vocab), task.length
     inp, slots = layouts(d, n)
     heads = lemma4_heads(inp, slots, n, "token", n - 1)
 
+    if not lemma3:
+        W_O = np.full((len(task.classes), inp.dim), Fraction(0), dtype=object)
+        W_O.flags.writeable = False
+        model = Model(task.vocab, n, task.classes, inp, (tuple(heads),), W_O, name="memorization")
+        return Construction("sc", "heads", THEOREM, model, as_printed,
+                            "copy token i into slot i (n-1 heads), cancel the residual (1 head), fitted read-out",
+                            (), "none")
     lemma3_guard(task.size, inp.dim)  # before the probe: it costs as much as the classifier's input
     # Read the layer's actual last column on every point (W_O = I), then apply Lemma 3 to
     # those exact vectors: the classifier rests on what the layer computes, not on the lemma.
@@ -88,4 +98,5 @@ def build(task: SequenceClassification, as_printed: bool = False) -> Constructio
     W_O = lemma3_classifier(vectors, labels, n_classes=len(task.classes))
     model = Model(task.vocab, n, task.classes, inp, (tuple(heads),), W_O, name="memorization")
     return Construction("sc", "heads", THEOREM, model, as_printed,
-                        "copy token i into slot i (n-1 heads), cancel the residual (1 head), Lemma 3 classifier")
+                        "copy token i into slot i (n-1 heads), cancel the residual (1 head), Lemma 3 classifier",
+                        (), "lemma3")

@@ -23,6 +23,8 @@ class Construction:
     as_printed: bool
     description: str = ""
     notes: tuple[str, ...] = field(default=())
+    readout: str = "paper"  # how W_O was made: "paper" (the construction's own read-out), "lemma3"
+    # (Lemma 3's existence proof, followed literally) or "none" (W_O = 0, left for a fitted read-out)
 
 
 Builder = Callable[[Task, bool], Construction]
@@ -57,7 +59,32 @@ def variants(task: str) -> tuple[str, ...]:
     return tuple(_builders().get(task, {}))
 
 
-def build(task: Task, variant: str | None = None, as_printed: bool = False) -> Construction:
+def fits_readout(builder: Builder) -> bool:
+    """Whether the builder's read-out is Lemma 3 (an existence proof, no read-out of the paper's
+    own): such builders take `lemma3=False` and then leave W_O = 0 for a fitted read-out."""
+    import inspect
+
+    return "lemma3" in inspect.signature(builder).parameters
+
+
+def builder_of(task: Task, variant: str | None = None) -> Builder:
+    table = _builders().get(task.name)
+    if not table:
+        raise BadInput(f"no construction for task {task.name!r}")
+    if variant is None:
+        variant = next(iter(table))
+    if variant not in table:
+        raise BadInput(f"unknown --variant {variant!r} for {task.name}; known: {', '.join(table)}")
+    return table[variant]
+
+
+def build(task: Task, variant: str | None = None, as_printed: bool = False, lemma3: bool = True) -> Construction:
+    """lemma3=False: a Lemma 3 construction is built without its classifier (W_O = 0, readout
+    "none"), for proofs/readout.py to fit one; other constructions are built as usual."""
+    if not lemma3:
+        builder = builder_of(task, variant)
+        if fits_readout(builder):
+            return builder(task, as_printed, lemma3=False)
     table = _builders().get(task.name)
     if not table:
         raise BadInput(f"no construction for task {task.name!r}")

@@ -245,6 +245,16 @@ def _build_parser() -> _Parser:
     p.add_argument("--cot", action="store_true",
                    help="verify chain-of-thought generation: the model generates its intermediate steps "
                    "autoregressively and every step of every input is checked (tasks that define steps)")
+    p.add_argument("--readout", choices=("auto", "max-margin", "lemma3", "paper"), default="auto",
+                   help="the classifier W_O: max-margin (an LP over the distinct final hidden vectors, entries in "
+                   "[-1, 1], rationalized, then verified), lemma3 (Lemma 3's incremental classifier, as the paper "
+                   "proves it exists), paper (the construction's own read-out); auto (default): max-margin where "
+                   "the paper gives no read-out of its own (Lemma 3 constructions), else paper")
+    p.add_argument("--compare-readouts", action="store_true",
+                   help="also build and verify the other read-out and report both normalized margins")
+    p.add_argument("--robustness", action="store_true",
+                   help="certified weight tolerance (linf_radius), fewest fractional bits, and float16/bfloat16/"
+                   "float32 forward passes (docs/robustness.md)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return p
 
@@ -327,17 +337,40 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         raise BadInput("--batch-size must be >= 1")
     if args.max_points < 1:
         raise BadInput(f"--max-points must be >= 1, got {args.max_points}")
+    from depthcert.proofs import readout as ro
+
     if args.weights:
         if args.variant or args.as_printed:
             raise BadInput("--weights verifies the given file; it takes no --variant or --as-printed")
+        if args.readout == "lemma3":
+            raise BadInput("--readout lemma3 applies to Lemma 3 constructions; --weights has its own W_O "
+                           "(or --readout max-margin)")
         model = _load_model(args, task)
         theorem, variant, description, notes = "user-supplied weights", "weights:" + args.weights, "", ()
+        own = "weights"
     else:
         guard_classifier_size(task, args.max_weights)
         phase(args, f"building the {task.name} construction")
-        c = registry.build(task, args.variant, args.as_printed)
+        lemma3_builder = registry.fits_readout(registry.builder_of(task, args.variant))
+        if args.readout == "lemma3" and not lemma3_builder:
+            raise BadInput("--readout lemma3: this construction's read-out is the paper's own (not Lemma 3); "
+                           "use --readout paper or max-margin")
+        if args.readout == "paper" and lemma3_builder:
+            raise BadInput("--readout paper: the paper gives this construction no read-out of its own "
+                           "(Lemma 3 is an existence proof); use --readout lemma3 or max-margin")
+        want_fit = args.readout == "max-margin" or (args.readout == "auto" and lemma3_builder)
+        c = registry.build(task, args.variant, args.as_printed, lemma3=not want_fit)
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
+        own = "lemma3" if lemma3_builder else "paper"
     check_compatible(model, task)
+    readout_name = "max-margin" if (args.readout == "max-margin" or (args.readout == "auto" and own == "lemma3")) \
+        else own
+    readout_note = None
+    if readout_name == "max-margin":
+        phase(args, "fitting the max-margin read-out (LP)")
+        model, fit, _ = ro.with_max_margin_readout(model, task, args.symmetry, args.max_points)
+        readout_note = fit.note
+        description = description.replace("Lemma 3 classifier", "max-margin read-out (LP)")
 
     def export():  # only once every input check has passed: exit 2 must leave no file behind
         if args.export:
@@ -406,11 +439,51 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     if v.undecided is not None:
         info["undecided"] = _undecided_json(v.undecided)
         info["undecided_points"] = v.undecided_count
+    info["readout"] = readout_name
+    margins = {readout_name.replace("-", "_"): _normalized(v, model)}
+    if readout_note:
+        info["readout_note"] = readout_note
+    if args.compare_readouts:
+        phase(args, "building and verifying the other read-out")
+        other_name, other = _other_readout(args, task, model, readout_name, own, registry, ro)
+        if other is not None:
+            ov = verify(other, task, batch_size=args.batch_size, progress=False, force_exact=args.exact,
+                        symmetry=args.symmetry, workers=args.workers)
+            margins[other_name.replace("-", "_")] = _normalized(ov, other) if ov.verified else f"refuted ({ov.verdict})"
+    info["readout_margins"] = margins
+    if args.robustness:
+        phase(args, "robustness: weight tolerance, fractional bits, float formats")
+        from depthcert.proofs.robustness import robustness_report
+
+        info["robustness"] = robustness_report(model, task, v, symmetry=args.symmetry, max_points=args.max_points)
     if args.json:
         print(json.dumps(info))
     else:
         _print_human(info, task, v, description)
     return 0 if v.verified else (EXIT_UNDECIDED if v.verdict == "undecided" else 1)
+
+
+def _normalized(v, model) -> str | None:
+    """The verdict's exact minimum margin divided by the largest |entry| of W_O (None if refuted)."""
+    from depthcert.proofs.readout import normalized_margin
+
+    if not v.verified:
+        return None
+    q = normalized_margin(v.min_margin, model.W_O)
+    return None if q is None else str(format_rational(q))
+
+
+def _other_readout(args, task, model, readout_name, own, registry, ro):
+    """(name, model) of the read-out not used: max-margin vs the construction's own."""
+    from dataclasses import replace
+
+    if readout_name != "max-margin":
+        fitted, _, _ = ro.with_max_margin_readout(model, task, args.symmetry, args.max_points)
+        return "max-margin", fitted
+    if own == "weights":
+        return "weights", _load_model(args, task)
+    c = registry.build(task, args.variant, args.as_printed)
+    return own, replace(model, W_O=c.model.W_O)
 
 
 def model_has_balls(v) -> bool:
@@ -485,8 +558,17 @@ def _print_human(info: dict, task, v, description: str) -> None:
         ("wall time", f"{info['total_seconds']:.2f} s in all, {v.seconds:.2f} s evaluating"),
     ]
     print(f"verify-construction {task.name}")
+    margins = info.get("readout_margins", {})
+    if info.get("readout") in ("max-margin", "lemma3") or len(margins) > 1:
+        rows.append(("read-out", info["readout"] + ": normalized margins (margin / max |W_O|) " + ", ".join(
+            f"{k} {_fmt_q(None if m is None or m.startswith('refuted') else Fraction(m)) if m is None or not m.startswith('refuted') else m}"
+            for k, m in margins.items())))
     for key, val in rows:
         print(f"  {key:<11} {val}")
+    if info.get("readout_note"):
+        print(f"  note        {info['readout_note']}")
+    if "robustness" in info:
+        _print_robustness(info["robustness"])
     for note in info["notes"] + info.get("run_notes", []):
         print(f"  note        {note}")
     ce = v.counterexample
@@ -512,6 +594,23 @@ def _print_human(info: dict, task, v, description: str) -> None:
         else:
             lo, hi = enclosure_text(u.margin)
             print(f"  margin     in [{lo}, {hi}]: the balls still contain 0 (an exact tie never separates)")
+
+
+def _print_robustness(r: dict) -> None:
+    lin = r.get("linf_radius") or {}
+    bits = r.get("min_fraction_bits") or {}
+    print("robustness:")
+    if lin:
+        print(f"  linf radius  certified >= {lin.get('certified_lower', '-')}, broken at <= {lin.get('broken_upper', '-')}"
+              + (f" ({lin['note']})" if lin.get("note") else ""))
+    if bits:
+        print(f"  fewest bits  {bits.get('bits', '-')} fractional bits verify; {bits.get('fails', '-')}"
+              + (f" ({bits['note']})" if bits.get("note") else ""))
+    for name, f in (r.get("formats") or {}).items():
+        worst = f.get("worst_point")
+        print(f"  {name:<12} {'exact argmax on every point' if f.get('ok') else 'NOT certified'}"
+              + (f"; worst point {worst['index']} (margin lower bound {f.get('worst_margin_lower')})" if worst else "")
+              + (f" ({f['note']})" if f.get("note") else ""))
 
 
 def _show_point(args, task, model, theorem, balls=None) -> int:
