@@ -358,13 +358,14 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         if args.readout == "paper" and lemma3_builder:
             raise BadInput("--readout paper: the paper gives this construction no read-out of its own "
                            "(Lemma 3 is an existence proof); use --readout lemma3 or max-margin")
-        want_fit = args.readout == "max-margin" or (args.readout == "auto" and lemma3_builder)
+        # --as-printed is the paper's construction as printed: its read-out stays Lemma 3 under auto
+        want_fit = args.readout == "max-margin" or (args.readout == "auto" and lemma3_builder and not args.as_printed)
         c = registry.build(task, args.variant, args.as_printed, lemma3=not want_fit)
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
         own = "lemma3" if lemma3_builder else "paper"
     check_compatible(model, task)
-    readout_name = "max-margin" if (args.readout == "max-margin" or (args.readout == "auto" and own == "lemma3")) \
-        else own
+    readout_name = "max-margin" if (args.readout == "max-margin" or (
+        args.readout == "auto" and own == "lemma3" and not args.as_printed)) else own
     readout_note = None
     if readout_name == "max-margin":
         phase(args, "fitting the max-margin read-out (LP)")
@@ -559,7 +560,7 @@ def _print_human(info: dict, task, v, description: str) -> None:
     ]
     print(f"verify-construction {task.name}")
     margins = info.get("readout_margins", {})
-    if info.get("readout") in ("max-margin", "lemma3") or len(margins) > 1:
+    if info.get("readout") == "max-margin" or len(margins) > 1:
         rows.append(("read-out", info["readout"] + ": normalized margins (margin / max |W_O|) " + ", ".join(
             f"{k} {_fmt_q(None if m is None or m.startswith('refuted') else Fraction(m)) if m is None or not m.startswith('refuted') else m}"
             for k, m in margins.items())))

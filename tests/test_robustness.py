@@ -1,0 +1,106 @@
+"""Max-margin read-out, robustness searches, float formats and tracr setting searches (small sizes)."""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from depthcert.checkers.exhaustive import verify
+from depthcert.checkers.tasks import make_task
+from depthcert.checkers.weight_balls import FORMATS, BallForward
+from depthcert.constructions import registry
+from depthcert.proofs import readout as ro
+from depthcert.proofs import robustness as rb
+from depthcert.proofs import tracr_settings as ts
+from depthcert.proofs.cli import _verify_construction, run_main
+
+
+def _json(argv, capsys):
+    code = run_main(_verify_construction, argv + ["--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_lp_finds_the_known_optimum_of_two_orthogonal_vectors():
+    # w0 = (1, -1), w1 = (-1, 1) gives margin 2 on both, and no box-bounded W_O does better
+    X = np.array([[1, 0], [0, 1]], dtype=object)
+    hv = ro.HiddenVectors(X, 1, np.array([0, 1]), (), 2, "")
+    fit = ro.fit_max_margin(hv, 2)
+    assert fit.vector_margin == 2
+    assert all(abs(v) <= 1 for v in fit.W_O.flat)
+
+
+@pytest.mark.parametrize("task_args,variant", [({"l": 3, "alphabet": 4}, "ternary"),
+                                               ({"l": 3, "alphabet": 3}, "heads")])
+def test_max_margin_readout_verifies_and_beats_lemma3(task_args, variant):
+    task = make_task("tm", **task_args)
+    fitted, fit, _ = ro.with_max_margin_readout(registry.build(task, variant, lemma3=False).model, task)
+    lemma3 = registry.build(task, variant).model
+    v_fit, v_l3 = verify(fitted, task, symmetry="auto"), verify(lemma3, task, symmetry="auto")
+    assert v_fit.verified and v_l3.verified
+    assert ro.normalized_margin(v_fit.min_margin, fitted.W_O) >= ro.normalized_margin(v_l3.min_margin, lemma3.W_O)
+
+
+def test_cli_reports_both_normalized_margins(capsys):
+    code, info = _json(["sc", "--length", "3", "--alphabet", "2", "--compare-readouts"], capsys)
+    assert code == 0 and info["readout"] == "max-margin"
+    m = {k: Fraction(v) for k, v in info["readout_margins"].items()}
+    assert set(m) == {"max_margin", "lemma3"} and m["max_margin"] >= m["lemma3"] > 0
+
+
+@pytest.mark.parametrize("argv", [["icqa", "--k", "2", "--readout", "lemma3"], ["tm", "--readout", "paper"]])
+def test_readout_that_does_not_exist_is_bad_input(argv, capsys):
+    assert run_main(_verify_construction, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --readout") and err.count("\n") == 1
+
+
+def test_icqa_fewest_bits_verify_and_one_fewer_fails(capsys):
+    code, info = _json(["icqa", "--k", "2", "--robustness"], capsys)
+    assert code == 0
+    b = info["robustness"]["min_fraction_bits"]["bits"]
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    assert verify(rb.round_to_bits(model, b), task, symmetry="off").verified
+    assert not verify(rb.round_to_bits(model, b - 1), task, symmetry="off").verified
+    lin = info["robustness"]["linf_radius"]
+    assert Fraction(lin["certified_lower"]) < Fraction(lin["broken_upper"])
+
+
+def test_certified_radius_survives_random_perturbations():
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    eps = Fraction(1, 256)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        pert = rb.map_weights(model, lambda w: w + eps * Fraction(int(rng.integers(-4, 5)), 4))
+        assert verify(pert, task, symmetry="off").verified
+
+
+def test_ball_margin_encloses_the_exact_margin():
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    batch = next(task.batches(4))
+    for ids, y in zip(batch.ids, batch.labels):
+        low, _ = BallForward(model).margin_lower([int(t) for t in ids], int(y))
+        assert low <= 3  # the exact margin (3) is inside the zero-radius enclosure
+        assert low > 3 - Fraction(1, 2**100)
+
+
+@pytest.mark.parametrize("name,dtype", [("float16", np.float16), ("float32", np.float32)])
+def test_format_rounding_matches_numpy(name, dtype):
+    rng = np.random.default_rng(1)
+    for x in list(rng.normal(size=200) * 10.0 ** rng.integers(-6, 4, size=200)) + [2.0**-24 * 1.5, 1 / 3]:
+        assert FORMATS[name].round(Fraction(float(x))) == Fraction(float(dtype(x)))
+
+
+def test_find_min_exactness_meets_the_threshold():
+    class R:
+        def __init__(self, ok):
+            self.status = 0 if ok else 1
+
+    out = ts.find_min_exactness(lambda mlp_exactness: R(mlp_exactness >= 37))
+    assert out["mlp_exactness"] == 37 and out["fails_at"] == 36
+    out = ts.find_max_length(lambda max_seq_len: R(max_seq_len <= 6), cap=9)
+    assert out["max_length"] == 6 and out["fails_at"] == 7
