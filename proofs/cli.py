@@ -369,9 +369,16 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     readout_note = None
     if readout_name == "max-margin":
         phase(args, "fitting the max-margin read-out (LP)")
-        model, fit, _ = ro.with_max_margin_readout(model, task, args.symmetry, args.max_points)
+        fitted, fit, _ = ro.with_max_margin_readout(model, task, args.symmetry, args.max_points)
         readout_note = fit.note
-        description = description.replace("Lemma 3 classifier", "max-margin read-out (LP)")
+        if fit.vector_margin <= 0 and own == "lemma3" and args.readout == "auto":
+            # the search found no separating read-out: the paper's existence proof decides instead
+            model = registry.build(task, args.variant, args.as_printed).model
+            readout_name = "lemma3"
+            readout_note += "; it separates none: Lemma 3's classifier is used instead"
+        else:
+            model = fitted
+            description = description.replace("Lemma 3 classifier", "max-margin read-out (LP)")
 
     def export():  # only once every input check has passed: exit 2 must leave no file behind
         if args.export:

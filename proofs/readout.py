@@ -136,6 +136,7 @@ def hidden_vectors(model: Model, task, symmetry: str = "auto", max_points: int |
             note = (f"one point per orbit ({len(indices)} points; the layers are equivariant: {report.reason}); "
                     "the read-out is fitted with the same symmetry")
     n_points = task.size if indices is None else len(indices)
+    guard_fit(min(n_points, len(model.classes)), len(model.classes))
     if max_points is not None and n_points > max_points:
         raise BadInput(f"fitting a read-out evaluates {n_points} points, above the limit {max_points}; "
                        f"raise it with --max-points {n_points}")
@@ -161,6 +162,23 @@ def hidden_vectors(model: Model, task, symmetry: str = "auto", max_points: int |
     for i, r in enumerate(rows):
         X[i, :] = r
     return HiddenVectors(X, int(den), np.asarray(labels, dtype=np.int64), ties, n_points, note)
+
+
+LP_SECONDS_PER_SCORE = 2e-5  # constraint generation: ~10 rounds over N x C scores plus the LP (measured here)
+
+
+def guard_fit(n_vectors: int, n_classes: int) -> None:
+    """Refuse (before any point is evaluated) a fit whose score matrix or LP is out of budget."""
+    from depthcert.checkers.budget import charge_seconds
+
+    if n_classes < 2:
+        return
+    charge_seconds(n_vectors * n_classes * LP_SECONDS_PER_SCORE,
+                   f"the max-margin read-out LP over up to {n_vectors:,} hidden vectors x {n_classes:,} classes")
+    if n_vectors * n_classes > MAX_SCORE_ENTRIES:
+        raise BadInput(f"a max-margin read-out for up to {n_vectors:,} distinct hidden vectors x {n_classes:,} classes "
+                       f"needs {n_vectors * n_classes:,} scores, above the limit {MAX_SCORE_ENTRIES:,}; use "
+                       "--readout lemma3 or smaller sizes")
 
 
 def _tied_variables(C: int, d: int, ties) -> tuple[np.ndarray, int]:

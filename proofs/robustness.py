@@ -202,9 +202,13 @@ def linf_radius(model: Model, task, symmetry: str = "auto", max_points: int | No
     charge_seconds(plan.n_eval * BALL_SECONDS_PER_POINT * 8, f"ball forward passes over {plan.n_eval} points")
     k = max(0, math.floor(-math.log2(upper)))
     lower = None
+    from depthcert.checkers.weight_balls import BallForward
+
     for _ in range(MAX_HALVINGS):
         eps = Fraction(1, 2**k)
-        ok, _, _, _ = _ball_pass(model, task, plan, class_rows, tokens, eps=eps)
+        # the worst point first: a radius it cannot take is refused without a pass over every point
+        low, _ = BallForward(model, eps).margin_lower([int(t) for t in ids], y)
+        ok = low > 0 and _ball_pass(model, task, plan, class_rows, tokens, eps=eps)[0]
         if ok:
             lower = eps
             break
