@@ -37,7 +37,7 @@ from depthcert.checkers.model import Model
 
 MAX_SCORE_ENTRIES = 50_000_000  # distinct vectors x classes held as float64 scores (400 MB)
 MAX_LP_ROUNDS = 12
-MAX_LP_ROWS = 30_000  # constraint generation stops here: the best W_O found so far is kept
+MAX_LP_ROWS = 12_000  # constraint generation stops here: the best W_O found so far is kept
 COMPETITORS = 8  # first competitor classes per vector (nearest vectors of other labels)
 ADDED_PER_ROUND = 8  # most violated competitor classes per vector added per round
 GRID_BITS = (4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48)
@@ -276,6 +276,13 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
     rounds = 0
     best_W, best_low = None, -np.inf  # the W_O with the largest true minimum margin so far
     converged = False
+    mixed = None
+    W_lift = _lifting(hv.X, Xf, y, C)
+    lift = None if W_lift is None else True
+    if W_lift is not None:
+        S = Xf @ W_lift.T
+        M_lift = S[np.arange(N), y][:, None] - S
+        M_lift[np.arange(N), y] = np.inf
     for rounds in range(1, MAX_LP_ROUNDS + 1):
         pairs = np.array(sorted(active), dtype=np.int64)
         I, Cc = pairs[:, 0], pairs[:, 1]
@@ -305,6 +312,10 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
         if M.min() >= t - STOP_GAP * max(abs(t), 1e-12):
             converged = True
             break
+        if lift is not None:  # the relaxed solution may break pairs it never saw: mix in the lifting
+            lam, low = _best_mix(M, M_lift)
+            if low > best_low:
+                best_W, best_low, mixed = (1 - lam) * W + lam * W_lift, low, lam
         if len(active) >= MAX_LP_ROWS:
             break
         bad = M < t - STOP_GAP * max(abs(t), 1e-12)
@@ -349,10 +360,55 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
             f"constraint generation), entries multiples of 2^-{bits}")
     if not converged:
         note += (f"; constraint generation stopped at {len(active):,} pairs before the LP optimum: the best W_O found "
-                 f"reaches {float(norm):.4g} of the LP bound {lp_norm:.4g}")
+                 + (f"(mixed with the lifting read-out, weight {mixed:.3g}) " if mixed is not None else "")
+                 + f"reaches {float(norm):.4g}, the LP's bound is {lp_norm:.4g}")
     if lp_norm <= 0:
         note += "; the LP found no positive margin (no linear read-out separates these vectors)"
     return Readout(W_O, bits, lp_norm, norm, N, rounds, note)
+
+
+def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray | None:
+    """A read-out that separates distinct single-vector classes when some coordinate is the same
+    non-zero constant kappa on every vector (a bias): logit_c(x) = 2 m_c . x - |m_c|^2 =
+    |x|^2 - |x - m_c|^2 with m_c the class mean (the lifting of the nearest-mean rule), classes
+    without vectors -1; scaled into the box.  None without a constant coordinate."""
+    N, d = Xf.shape
+    const = [j for j in range(d) if N and X[0, j] != 0 and all(X[i, j] == X[0, j] for i in range(N))]
+    if not const:
+        return None
+    j0 = const[0]
+    kappa = Xf[0, j0]
+    means = np.zeros((C, d))
+    counts = np.bincount(y, minlength=C).astype(np.float64)
+    np.add.at(means, y, Xf)
+    used = counts > 0
+    means[used] /= counts[used, None]
+    W = 2 * means
+    W[:, j0] -= (means * means).sum(axis=1) / kappa
+    W[~used] = 0.0
+    W[~used, j0] = -1.0 / kappa
+    top = np.abs(W).max()
+    return W / top if top > 0 else None
+
+
+def _best_mix(M0: np.ndarray, M1: np.ndarray) -> tuple[float, float]:
+    """lambda in [0, 1] maximizing min over pairs of (1 - lambda) M0 + lambda M1 (concave in lambda:
+    ternary search), and that minimum."""
+    finite = np.isfinite(M0)
+    a, b = M0[finite], M1[finite] - M0[finite]
+
+    def f(lam):
+        return float((a + lam * b).min())
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if f(m1) < f(m2):
+            lo = m1
+        else:
+            hi = m2
+    lam = (lo + hi) / 2
+    return lam, f(lam)
 
 
 def with_max_margin_readout(model: Model, task, symmetry: str = "auto", max_points: int | None = None):
