@@ -335,6 +335,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
     # the LP's optimum is the largest normalized margin of any read-out (rescale any W_O to a largest
     # entry of 1); t bounds it from above (the relaxation has fewer constraints)
     lp_norm = t * scale / hv.den if wmax > 0 else 0.0
+    # the grid is good enough once it keeps the chosen W_O's own margin (floats) up to CLOSE_ENOUGH
+    own_norm = best_low * scale / hv.den / wmax if wmax > 0 else 0.0
     best = None
     for bits in GRID_BITS:
         Wq = np.rint(W * 2.0**bits).astype(np.int64)
@@ -345,7 +347,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
         norm = Fraction(m, hv.den * top_q)
         if best is None or norm > best[1]:
             best = (bits, norm, Wq)
-        if lp_norm > 0 and norm >= Fraction(lp_norm) * Fraction(CLOSE_ENOUGH):
+        if own_norm > 0 and norm >= Fraction(own_norm) * Fraction(CLOSE_ENOUGH):
             break
     if best is None:
         return Readout(np.full((C, d), Fraction(0), dtype=object), 0, lp_norm, Fraction(0), N, rounds,
