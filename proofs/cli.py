@@ -369,7 +369,9 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     readout_note = None
     if readout_name == "max-margin":
         phase(args, "fitting the max-margin read-out (LP)")
-        fitted, fit, _ = ro.with_max_margin_readout(model, task, args.symmetry, args.max_points)
+        # the fit is a search: it uses orbit representatives whenever the layers' equivariance is
+        # proven, whatever --symmetry says (which governs the verdict's check of every point)
+        fitted, fit, _ = ro.with_max_margin_readout(model, task, "auto", args.max_points)
         readout_note = fit.note
         if fit.vector_margin <= 0 and own == "lemma3" and args.readout == "auto":
             # the search found no separating read-out: the paper's existence proof decides instead
@@ -486,7 +488,7 @@ def _other_readout(args, task, model, readout_name, own, registry, ro):
     from dataclasses import replace
 
     if readout_name != "max-margin":
-        fitted, _, _ = ro.with_max_margin_readout(model, task, args.symmetry, args.max_points)
+        fitted, _, _ = ro.with_max_margin_readout(model, task, "auto", args.max_points)
         return "max-margin", fitted
     if own == "weights":
         return "weights", _load_model(args, task)
