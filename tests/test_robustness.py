@@ -104,3 +104,24 @@ def test_find_min_exactness_meets_the_threshold():
     assert out["mlp_exactness"] == 37 and out["fails_at"] == 36
     out = ts.find_max_length(lambda max_seq_len: R(max_seq_len <= 6), cap=9)
     assert out["max_length"] == 6 and out["fails_at"] == 7
+
+
+def test_find_min_and_find_max_together_is_bad_input(capsys):
+    from depthcert.proofs.tracr_cli import _main
+
+    code = run_main(_main, ["make_length", "--vocab", "1,2", "--max-seq-len", "3", "--find-min", "mlp-exactness",
+                            "--find-max", "length"])
+    assert code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_robustness_refuses_softmax_models():
+    from dataclasses import replace
+
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    soft = replace(model, layers=tuple(replace(L, heads=tuple(replace(h, attention="softmax") for h in L))
+                                       for L in model.layers))
+    from depthcert.checkers.errors import BadInput
+
+    with pytest.raises(BadInput):
+        rb.robustness_report(soft, task)
