@@ -37,7 +37,7 @@ from depthcert.checkers.model import Model
 
 MAX_SCORE_ENTRIES = 50_000_000  # distinct vectors x classes held as float64 scores (400 MB)
 MAX_LP_ROUNDS = 12
-MAX_LP_ROWS = 12_000  # constraint generation stops here: the best W_O found so far is kept
+MAX_LP_ROWS = 10_000  # constraint generation stops before an LP with more pairs: the best W_O so far is kept
 COMPETITORS = 8  # first competitor classes per vector (nearest vectors of other labels)
 ADDED_PER_ROUND = 8  # most violated competitor classes per vector added per round
 GRID_BITS = (4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48)
@@ -316,8 +316,6 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
             lam, low = _best_mix(M, M_lift)
             if low > best_low:
                 best_W, best_low, mixed = (1 - lam) * W + lam * W_lift, low, lam
-        if len(active) >= MAX_LP_ROWS:
-            break
         bad = M < t - STOP_GAP * max(abs(t), 1e-12)
         added = 0
         for i in np.nonzero(bad.any(axis=1))[0]:
@@ -328,7 +326,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
                 if (i, int(c)) not in active:
                     active.add((i, int(c)))
                     added += 1
-        if not added:
+        if not added or len(active) > MAX_LP_ROWS:  # the next LP would be over the cap: keep the best so far
             break
     W = best_W
     wmax = float(np.abs(W).max()) if W.size else 0.0
