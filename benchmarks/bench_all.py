@@ -99,12 +99,12 @@ class FloatForward:
 def one_row(name: str, quick: bool) -> dict:
     from depthcert.checkers.exhaustive import verify
     from depthcert.checkers.tasks import make_task
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
     row = next(r for r in ROWS if r[0] == name)
     _, task_name, opts, variant, quick_opts = row
     task = make_task(task_name, **(quick_opts if quick else opts))
-    model = registry.build(task, variant).model
+    model = constructions.build(task, variant).model
     verify(model, task, progress=False, symmetry="off", batch_size=512)  # warm up caches and imports
     v = verify(model, task, progress=False, symmetry="off", workers=1)
     ff = FloatForward(model)

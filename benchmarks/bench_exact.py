@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from depthcert.checkers.evaluate import embed_batch  # noqa: E402
 from depthcert.checkers.exhaustive import verify  # noqa: E402
 from depthcert.checkers.tasks import ICQA  # noqa: E402
-from depthcert.constructions import registry  # noqa: E402
+from depthcert import constructions  # noqa: E402
 
 
 def float_forward_accuracy(model, task, batch_size=2048) -> tuple[int, float]:
@@ -74,7 +74,7 @@ def sympy_per_point(model, task, sample: int) -> float:
 def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}")
     task = ICQA(k=3, n_questions=7, n_answers=7)
-    model = registry.build(task).model
+    model = constructions.build(task).model
     verify(model, task, symmetry="auto")  # warm up
     v = verify(model, task, symmetry="off")
     correct, t_float = float_forward_accuracy(model, task)
@@ -96,12 +96,12 @@ def main() -> None:
     print("|---|---|---|---|")
     for n in (4, 5, 6, 7, 8):
         t = ICQA(k=3, n_questions=n, n_answers=n)
-        r = verify(registry.build(t).model, t, symmetry="off")
+        r = verify(constructions.build(t).model, t, symmetry="off")
         print(f"| {n} | {t.size} | {r.seconds:.3f} | {t.size / r.seconds:,.0f} |")
     print()
     t = ICQA(k=3, n_questions=100, n_answers=100)
     t0 = time.perf_counter()
-    r = verify(registry.build(t).model, t, symmetry="auto")
+    r = verify(constructions.build(t).model, t, symmetry="auto")
     total = time.perf_counter() - t0
     print(f"paper scale: ICQA k=3, 100 questions, 100 answers: {r.verdict} over {r.points_covered} points "
           f"({r.points_checked} evaluated) in {total:.2f} s including construction and equivariance proof")

@@ -28,7 +28,7 @@ from depthcert.checkers.evaluate import Evaluator  # noqa: E402
 from depthcert.checkers.model import MLP, Layer  # noqa: E402
 from depthcert.checkers.softmax_balls import SoftmaxDecider  # noqa: E402
 from depthcert.checkers.tasks import ICQA  # noqa: E402
-from depthcert.constructions import registry  # noqa: E402
+from depthcert import constructions  # noqa: E402
 
 
 def with_kind(model, kind, scale=1):
@@ -81,7 +81,7 @@ def rate_softmax(model, task, sample: int) -> tuple[float, str]:
 def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}")
     task = ICQA(k=3, n_questions=5, n_answers=5)
-    base = registry.build(task).model
+    base = constructions.build(task).model
     rows = []
     relu, path = rate_exact(base, task)
     rows.append(("relu (the paper's class)", relu, path))

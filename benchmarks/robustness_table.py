@@ -9,6 +9,7 @@ import json
 import re
 import shlex
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -55,7 +56,8 @@ def main() -> None:
 
         def f(k):
             e = fm.get(k, {})
-            return ("yes" if e.get("ok") else "no") + (f" ({e['worst_margin_lower']})" if e.get("worst_margin_lower") else "")
+            low = e.get("worst_margin_lower")
+            return ("yes" if e.get("ok") else "no") + (f" ({float(Fraction(low)):.3g})" if low else "")
 
         print(f"| {name} | `{cmd}` | {info['readout']} | {margins} | {lin.get('certified_lower', '-')} / "
               f"{lin.get('broken_upper', '-')} | {bits.get('bits', '-')} ({bits.get('fails_at', '-')}) | "

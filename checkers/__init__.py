@@ -1,28 +1,38 @@
-"""depthcert.checkers: the trusted core and the code around it.
+"""depthcert.checkers: the trusted kernel, the code every verdict rests on, and nothing else.
 
-The kernel, the code every verdict rests on (this list is
-closed: a kernel module imports only kernel modules, the standard library, numpy,
-python-flint and tqdm for progress bars; checked by tests/test_kernel_boundary.py):
+The kernel list (closed: a kernel module imports only kernel modules, the standard library, numpy,
+python-flint and tqdm for progress bars; every .py file of this folder is listed here; checked by
+tests/test_kernel_boundary.py):
 
-    errors.py         BadInput, the one exception for bad input
-    budget.py         resource guards: weight entries and estimated seconds, refused before use
-    rational.py       exact numbers from text ("p/q"), floats refused
-    layout.py         named blocks of the residual stream, block matrices
-    model.py          the model classes and their semantics (the reference text)
-    evaluate.py       exact integer evaluation, the proven float64 bound
-    softmax_balls.py  certified ball-arithmetic decisions for softmax models
-    trace.py          per-point Fraction forward pass (the wider classes' slow reference)
-    symmetry.py       the equivariance proof behind orbit representatives
-    tasks.py          Task, Batch, Point (what a dataset is), the ICQA / SC enumerators, make_task
-    template_tasks.py the TM / ICTM enumerators (a verdict is about the dataset they define)
-    multihop_task.py  the multi-hop enumerator
-    exhaustive.py     verify(): every point, strict argmax, verdicts
-    shards.py         runs split into index ranges (processes, clusters), merged in index order
-    journal.py        finished chunks on disk, so a killed run resumes with the same verdict
-    generation.py     verify_generation(): every step of autoregressive generation (chain of thought)
-    certificate.py    the independent certificate checker (standard library only)
+    errors.py                BadInput, the one exception for bad input
+    budget.py                resource guards: weight entries and estimated seconds, refused before use
+    rational.py              exact numbers from text ("p/q"), floats refused
+    layout.py                named blocks of the residual stream, block matrices
+    model.py                 the model classes and their semantics (the reference text)
+    evaluate.py              exact integer evaluation, the proven float64 bound
+    softmax_balls.py         certified ball-arithmetic decisions for softmax models
+    weight_balls.py          ball forward passes over weight intervals and float-format rounding (the
+                             certified linf radius and float16/bfloat16/float32 verdicts of --robustness)
+    trace.py                 per-point Fraction forward pass (the wider classes' slow reference)
+    symmetry.py              the equivariance proof behind orbit representatives
+    exhaustive.py            verify(): every point, strict argmax, verdicts
+    shards.py                runs split into index ranges (processes, clusters), merged in index order
+    journal.py               finished chunks on disk, so a killed run resumes with the same verdict
+    generation.py            verify_generation(): every step of autoregressive generation (chain of thought)
+    certificate.py           the independent certificate checker (standard library only)
+    weights_file.py          the exact weights format: a file is the model a verdict is about
+    atomic.py                JSON files read whole and written by rename (weights and dataset files)
+    tasks/__init__.py        task names and make_task (plain imports of the families)
+    tasks/base.py            Task, Batch, Point: what a dataset is
+    tasks/classification.py  the SC enumerator (a verdict is about the dataset an enumerator defines)
+    tasks/icqa.py            the ICQA enumerator
+    tasks/template.py        the TM / ICTM enumerators
+    tasks/multihop.py        the multi-hop enumerator
+    tasks/logdepth.py        the parity, mod-count, word-problem and reachability enumerators
+    tasks/composition.py     the function-composition enumerator
+    tasks/dataset_file.py    a user's dataset file as a task (a verdict is about that dataset)
 
-Around it, calling in: dataset_file.py and weights_file.py (file formats), dependence.py (LP
-search for certificates and one-layer models; its certificates are re-checked by
-certificate.py), atomic.py (file writing).
+Everything else calls in from above: searches and proofs (proofs/), constructions
+(constructions/), commands (depthcert/cli/), importers (depthcert/interop/), training
+(training/); docs/architecture.md draws the rooms.
 """

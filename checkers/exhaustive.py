@@ -22,11 +22,22 @@ from depthcert.checkers.budget import charge_seconds, over_budget
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.model import Model
-from depthcert.checkers.tasks import Batch, Task
+from depthcert.checkers.tasks.base import Batch, Task
 
 
 @dataclass(frozen=True)
 class Counterexample:
+    """The first dataset point (smallest index) where the label's logit is not strictly above
+    every other logit.  `index` replays it: `verify-construction ... --point INDEX`.
+
+    tokens     the point's sequence; expected its label; predicted the best other class
+    logits     exact logits in the model's class order (`classes`), at the failing position
+    tie        True when the best other logit equals the label's (a tie is a failure)
+    position   tasks that label every position (outputs "all"): the 0-based position that
+               fails first; None for last-position classification
+    logit_bounds  softmax models: certified enclosures [lo, hi] of the logits instead of values
+    """
+
     index: int
     tokens: tuple[str, ...]
     expected: str
@@ -56,6 +67,20 @@ class UndecidedPoint:
 
 @dataclass(frozen=True)
 class Verdict:
+    """What `verify(model, task)` found, over every point of the task's dataset.
+
+    verdict           "verified" (every point correct, strict argmax), "refuted" (a
+                      counterexample) or "undecided" (softmax: certified arithmetic could not
+                      separate some point's logits at the precision cap)
+    points_total      points in the dataset; points_covered: points the run speaks for
+                      (evaluated, or covered by a proven symmetry); points_checked: evaluated
+    min_margin        exact minimum over covered points of (label logit - best other logit);
+                      for softmax models see margin_enclosure
+    counterexample    the first failing point (Counterexample) or None
+    path              the arithmetic used (e.g. "float64 (proven < 2^53)", "exact integers")
+    notes             what else the run established (symmetry proof, shards, journal)
+    """
+
     task: str
     points_total: int
     points_checked: int
@@ -256,7 +281,7 @@ def verify(
     decided in ball arithmetic; `balls` may set start_precision / max_precision (bits).
 
     Sharded runs (checkers/shards.py) give the same verdict: `workers` > 1 processes (from
-    PARALLEL_MIN_POINTS points), a `runner` (proofs/cluster.py: Dask), and/or a `journal` file
+    PARALLEL_MIN_POINTS points), a `runner` (depthcert/cli/cluster.py: Dask), and/or a `journal` file
     that records finished chunks so that a re-run after a crash resumes."""
     t0 = time.perf_counter()
     class_map = check_compatible(model, task)

@@ -52,7 +52,7 @@ from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.exhaustive import (Counterexample, UndecidedPoint, Verdict, check_batch, check_compatible,
                                            token_rows)
 from depthcert.checkers.model import Model
-from depthcert.checkers.tasks import UNLABELLED, Batch, Task
+from depthcert.checkers.tasks.base import UNLABELLED, Batch, Task
 
 TEACHER_FORCED = "teacher-forced"
 PREFIX = "prefix by prefix"

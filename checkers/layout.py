@@ -83,7 +83,7 @@ class Layout:
         """Row of direction i inside block `name`."""
         start, block = self._find(name)
         if not 0 <= i < block.size:
-            raise IndexError(f"direction {i} outside block {name!r} of size {block.size}")
+            raise BadInput(f"direction {i} outside block {name!r} of size {block.size}")
         return start + i
 
     def padded(self, dim: int, name: str = "scratch") -> "Layout":
@@ -101,28 +101,39 @@ class Layout:
             if b.name == name:
                 return start, b
             start += b.size
-        raise KeyError(f"no block named {name!r} in layout {self.names}")
+        raise BadInput(f"no block named {name!r} in layout {self.names}")
 
 
-def _as_fraction_array(value, shape: tuple[int, int]) -> np.ndarray:
+def exact_number(v, where: str) -> Fraction:
+    """v as a Fraction if it is an exact number (int, Fraction, numpy integer); BadInput naming
+    `where` otherwise.  Floats are refused: 0.1 would silently become 3602879701896397/2^55."""
+    if isinstance(v, Fraction):
+        return v
+    if isinstance(v, (bool, np.bool_)) or isinstance(v, (float, complex, np.floating, np.complexfloating)):
+        raise BadInput(f"{where}: {v!r} is not exact (use int or Fraction, e.g. Fraction(1, 10) for 0.1)")
+    if isinstance(v, (int, np.integer)):
+        return Fraction(int(v))
+    raise BadInput(f"{where}: {v!r} is not an exact number (use int or Fraction)")
+
+
+def _as_fraction_array(value, shape: tuple[int, int], where: str) -> np.ndarray:
     """A scalar (times identity if square), or a 2-D array-like of exact numbers."""
     arr = np.empty(shape, dtype=object)
     if np.isscalar(value) or isinstance(value, Fraction):
         if shape[0] != shape[1]:
-            raise ValueError(f"a scalar means scalar * identity, but the block is {shape[0]}x{shape[1]}")
+            raise BadInput(f"{where}: a scalar means scalar * identity, but the block is {shape[0]}x{shape[1]}")
+        scalar = exact_number(value, where)
         arr[:] = Fraction(0)
         for i in range(shape[0]):
-            arr[i, i] = Fraction(value)
+            arr[i, i] = scalar
         return arr
     src = np.asarray(value, dtype=object)
     if src.ndim == 1 and 1 in shape:
         src = src.reshape(shape)
     if src.shape != shape:
-        raise ValueError(f"block value has shape {src.shape}, block is {shape}")
+        raise BadInput(f"{where}: value has shape {src.shape}, the block is {shape}")
     for idx, v in np.ndenumerate(src):
-        if isinstance(v, float):
-            raise TypeError("floats are not exact; use int or Fraction")
-        arr[idx] = Fraction(v)
+        arr[idx] = exact_number(v, f"{where}[{idx[0]}][{idx[1]}]")
     return arr
 
 
@@ -141,20 +152,18 @@ class BlockMatrix:
     def set(self, row_block: str, col_block: str, value) -> "BlockMatrix":
         r, c = self.rows.slice(row_block), self.cols.slice(col_block)
         shape = (r.stop - r.start, c.stop - c.start)
-        try:
-            self._m[r, c] = _as_fraction_array(value, shape)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"block ({row_block}, {col_block}): {exc}") from None
+        self._m[r, c] = _as_fraction_array(value, shape, f"block ({row_block}, {col_block})")
         return self
 
     def add(self, row_block: str, col_block: str, value) -> "BlockMatrix":
         r, c = self.rows.slice(row_block), self.cols.slice(col_block)
         shape = (r.stop - r.start, c.stop - c.start)
-        self._m[r, c] = self._m[r, c] + _as_fraction_array(value, shape)
+        self._m[r, c] = self._m[r, c] + _as_fraction_array(value, shape, f"block ({row_block}, {col_block})")
         return self
 
     def entry(self, row_block: str, i: int, col_block: str, j: int, value) -> "BlockMatrix":
-        self._m[self.rows.index(row_block, i), self.cols.index(col_block, j)] = Fraction(value)
+        where = f"entry ({row_block}[{i}], {col_block}[{j}])"
+        self._m[self.rows.index(row_block, i), self.cols.index(col_block, j)] = exact_number(value, where)
         return self
 
     def build(self) -> np.ndarray:
@@ -165,9 +174,10 @@ class BlockMatrix:
 
 def eye(n: int, scale=1) -> np.ndarray:
     charge_weights(n * n, f"a {n} x {n} identity")
+    scale = exact_number(scale, "eye(scale)")
     out = np.full((n, n), Fraction(0), dtype=object)
     for i in range(n):
-        out[i, i] = Fraction(scale)
+        out[i, i] = scale
     return out
 
 

@@ -46,6 +46,28 @@ def _exact(value, where: str) -> Fraction:
     return Fraction(int(value)) if isinstance(value, np.integer) else Fraction(value)
 
 
+def _exact_array(m, where: str) -> np.ndarray:
+    """m as a read-only object array of Fractions; a float (or any inexact entry) is refused
+    with BadInput naming the entry, so the Python API is as exact as the weights file."""
+    if not isinstance(m, np.ndarray):
+        try:
+            m = np.array(m, dtype=object)
+        except (ValueError, TypeError):
+            raise BadInput(f"{where}: not a rectangular array of exact numbers") from None
+    if m.dtype != object or not all(type(v) is Fraction for v in m.flat):
+        if m.dtype.kind in "fc":
+            raise BadInput(f"{where}: float array ({m.dtype}); weights must be exact (int or Fraction)")
+        out = np.empty(m.shape, dtype=object)
+        for idx, v in np.ndenumerate(m):
+            pos = "".join(f"[{i}]" for i in idx)
+            out[idx] = _exact(v, f"{where}{pos}")
+        m = out
+    if m.flags.writeable:
+        m = m.copy()
+        m.flags.writeable = False
+    return m
+
+
 def _same(a, b) -> bool:
     """Field equality that compares weight arrays entry by entry."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
@@ -90,6 +112,8 @@ class Head(_ExactEq):
             raise BadInput(f"scale applies to softmax heads only (this head is {self.attention})")
         object.__setattr__(self, "scale", scale)
         object.__setattr__(self, "scale_sqrt_divisor", root)
+        for key in ("W_QK", "W_V"):
+            object.__setattr__(self, key, _exact_array(getattr(self, key), f"head {key}"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +124,10 @@ class MLP(_ExactEq):
     b1: np.ndarray  # (d_ff,)
     W2: np.ndarray  # (d', d_ff)
     b2: np.ndarray  # (d',)
+
+    def __post_init__(self):
+        for key in ("W1", "b1", "W2", "b2"):
+            object.__setattr__(self, key, _exact_array(getattr(self, key), f"mlp {key}"))
 
     @property
     def width(self) -> int:
@@ -173,6 +201,7 @@ class Model(_ExactEq):
 
     def __post_init__(self):
         d = self.layout.dim
+        object.__setattr__(self, "W_O", _exact_array(self.W_O, "W_O"))
         object.__setattr__(self, "layers", tuple(
             layer if isinstance(layer, Layer) else Layer(tuple(layer)) for layer in self.layers))
         if len(set(self.vocab)) != len(self.vocab):

@@ -14,7 +14,7 @@ process builds the same Evaluator), so numerators from different processes compa
 
 Runners (where a chunk runs) are pluggable: `ProcessRunner` (this machine, forked processes;
 a worker that dies, e.g. killed for memory, ends the run with one clear line, never a hang) and
-any object with the same `run(jobs)` method (proofs/cluster.py: Dask).  A journal
+any object with the same `run(jobs)` method (depthcert/cli/cluster.py: Dask).  A journal
 (checkers/journal.py) records finished chunks, so a re-run after a crash skips them.
 """
 from __future__ import annotations

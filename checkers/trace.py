@@ -6,7 +6,7 @@ H <- H + (1/m) sum_i W_Vi H A_i(H), entry (j, k) of A_i = weight of key j for qu
 H <- H + W2 relu(W1 H + b1) + b2; logits = W_O h_k.  All values are Fractions (never floats);
 softmax is not rational and is refused here (checkers/softmax_balls.py decides it).  The final
 logits equal the batched evaluator's (tests/test_pictures.py, tests/test_model_classes.py).
-Used by proofs/pictures.py to draw attention maps like the paper's Figure 3.
+Used by depthcert/cli/show_construction.py to draw attention maps like the paper's Figure 3.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sequential function composition (checkers/composition_task.py): decoder and encoder
+"""Sequential function composition (checkers/tasks/composition.py): decoder and encoder
 constructions, and a one-layer chain-of-thought model.
 
 Sequence: table i at positions (i-1)N .. iN-1 (position (i-1)N + a holds f_i(a)), the query x
@@ -35,7 +35,7 @@ Variants (causal = every layer has the causal mask; encoder = no mask):
                              2-4: 2, 5-10: 3, 11-22: 4)
 The causal mask forbids the forward heads (a table entry cannot see the tables after it): that
 is the depth the mask costs here.  The one-layer chain-of-thought model is in COT_BUILDERS
-(proofs/cot_cli.py, `verify-construction composition --cot`).
+(depthcert/cli/cot.py, `verify-construction composition --cot`).
 """
 from __future__ import annotations
 
@@ -43,12 +43,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from depthcert.checkers.composition_task import Composition
+from depthcert.checkers.tasks.composition import Composition
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import BlockMatrix, Layout
 from depthcert.checkers.model import Head, Layer, Model
 from depthcert.constructions.attention import constrained_attention
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "Sequential function composition (Chen, Peng & Wu, arXiv 2412.02975)"
 MASK = -1
@@ -282,5 +282,5 @@ def build_cot(task, as_printed: bool = False) -> Construction:
 
 BUILDERS = {"composition": {"linear": build_linear, "doubling": build_doubling,
                             "encoder-linear": build_encoder_linear, "encoder-doubling": build_encoder_doubling}}
-# Chain-of-thought models (proofs/cot_cli.py): the model generates the steps task.cot_steps.
+# Chain-of-thought models (depthcert/cli/cot.py): the model generates the steps task.cot_steps.
 COT_BUILDERS = {"composition": {"cot": build_cot}}

@@ -13,7 +13,7 @@ from depthcert.checkers.layout import BlockMatrix, Layout
 from depthcert.checkers.model import Head, Model
 from depthcert.checkers.tasks import ICQA
 from depthcert.constructions.attention import instructive_attention, position_map
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "Theorem 3 (two-layer copy-matching)"
 

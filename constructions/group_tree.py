@@ -50,10 +50,10 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import BlockMatrix, Layout
-from depthcert.checkers.logdepth_tasks import Group, GroupWord
+from depthcert.checkers.tasks.logdepth import Group, GroupWord
 from depthcert.checkers.model import MLP, Head, Layer, Model
 from depthcert.constructions.attention import constrained_attention, instructive_attention, position_map
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "log-depth transformers (related work): word problems by binary-tree composition"
 MASK = -1  # content scores are 0/1, so -1 silences a disallowed (key, query) pair

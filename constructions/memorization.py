@@ -21,7 +21,7 @@ from depthcert.checkers.model import Head, Model
 from depthcert.checkers.tasks import SequenceClassification
 from depthcert.constructions.attention import instructive_attention, position_map
 from depthcert.constructions.classifier import lemma3_classifier, lemma3_guard
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "Theorem 1 / Lemma 4 (one-layer memorization, n heads)"
 

@@ -1,7 +1,7 @@
 """Multi-hop in-context QA (paper section 7: "copy-matching" repeated once per hop).
 
 Sequence ``x_0 > y_0  x_1 > y_1 ... x_{k-1} > y_{k-1}  s >`` with y_i = f(x_i), label f^h(s)
-(checkers/multihop_task.py).  Pair i sits at positions 3i (x_i), 3i+1 (>), 3i+2 (y_i); the query
+(checkers/tasks/multihop.py).  Pair i sits at positions 3i (x_i), 3i+1 (>), 3i+2 (y_i); the query
 entity s at 3k, the last column 3k+1 holds ``>``.
 
 Residual stream: [entity (N); relation (1); position (n); dst (N)] (the "paper" fix has one
@@ -29,9 +29,9 @@ import numpy as np
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import BlockMatrix, Layout
 from depthcert.checkers.model import Head, Model
-from depthcert.checkers.multihop_task import MultiHop
+from depthcert.checkers.tasks.multihop import MultiHop
 from depthcert.constructions.attention import constrained_attention, instructive_attention, position_map
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "Section 7 (nested in-context QA by repeated copy-matching)"
 MASK = -1  # Lemma 2 mask: content scores are 0/1, so -1 already silences a masked pair

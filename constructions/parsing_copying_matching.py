@@ -39,9 +39,9 @@ import numpy as np
 
 from depthcert.checkers.layout import BlockMatrix, Layout, eye, zeros
 from depthcert.checkers.model import Head, Model
-from depthcert.checkers.template_tasks import InContextTemplateMatching
+from depthcert.checkers.tasks.template import InContextTemplateMatching
 from depthcert.constructions.attention import constrained_attention, instructive_attention
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "Theorem 6 (three-layer parsing-copying-matching)"
 ALL_FIXES = frozenset({"qk1-stray-block", "layer3-rows", "final-answers", "final-self-mask"})

@@ -35,11 +35,11 @@ from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.layout import BlockMatrix, Layout, eye
 from depthcert.checkers.model import Head, Model
-from depthcert.checkers.template_tasks import TemplateMatching
+from depthcert.checkers.tasks.template import TemplateMatching
 from depthcert.constructions.attention import instructive_attention, position_map
 from depthcert.constructions.classifier import lemma3_classifier, lemma3_guard
 from depthcert.constructions.memorization import lemma4_heads
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "Theorem 5 (two-layer parsing-mapping)"
 

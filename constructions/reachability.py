@@ -1,7 +1,7 @@
 """Directed reachability in ceil(log2(V - 1)) + 2 layers by repeated squaring (pointer doubling on
 the whole graph), one ReLU head per layer: the paper's class (no mask, no MLP, last column).
 
-Sequence (checkers/logdepth_tasks.py): the V x V adjacency bits row-major (position p(u, w) =
+Sequence (checkers/tasks/logdepth.py): the V x V adjacency bits row-major (position p(u, w) =
 uV + w holds bit (u, w)), the source s at position S = V^2, the target t at the last position
 L = V^2 + 1.  Vertex v's column is the diagonal bit position c(v) = p(v, v); the last column acts
 as the column of t.
@@ -42,10 +42,10 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import BlockMatrix, Layout
-from depthcert.checkers.logdepth_tasks import Reachability
+from depthcert.checkers.tasks.logdepth import Reachability
 from depthcert.checkers.model import MLP, Head, Layer, Model
 from depthcert.constructions.attention import instructive_attention, position_map
-from depthcert.constructions.registry import Construction
+from depthcert.constructions.construction import Construction
 
 THEOREM = "log-depth transformers (related work): graph connectivity by repeated squaring"
 

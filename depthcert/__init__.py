@@ -19,9 +19,11 @@ Names exported here (everything else is internal and may change):
                save_dataset
   errors       BadInput
 
-The installed package is one namespace: `depthcert.checkers` (the trusted core),
+The installed package is one namespace: `depthcert.checkers` (the trusted kernel),
 `depthcert.constructions`, `depthcert.proofs` and `depthcert.training` are the repository's
-top-level folders of the same names, mapped under `depthcert` by pyproject.toml.
+top-level folders of the same names, mapped under `depthcert` by pyproject.toml;
+`depthcert.cli` (the commands) and `depthcert.interop` (importers) are this folder's
+subpackages (docs/architecture.md).
 """
 from __future__ import annotations
 
@@ -51,9 +53,9 @@ _EXPORTS = {
     "trace": "depthcert.checkers.trace",
     "Task": "depthcert.checkers.tasks",
     "make_task": "depthcert.checkers.tasks",
-    "Dataset": ("depthcert.checkers.dataset_file", "DatasetTask"),
-    "load_dataset": "depthcert.checkers.dataset_file",
-    "save_dataset": "depthcert.checkers.dataset_file",
+    "Dataset": ("depthcert.checkers.tasks.dataset_file", "DatasetTask"),
+    "load_dataset": "depthcert.checkers.tasks.dataset_file",
+    "save_dataset": "depthcert.checkers.tasks.dataset_file",
     "model_to_json": "depthcert.checkers.weights_file",
     "model_from_json": "depthcert.checkers.weights_file",
     "load_weights": "depthcert.checkers.weights_file",

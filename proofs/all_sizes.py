@@ -135,10 +135,10 @@ def _size_text(values: dict) -> str:
 
 
 def _registry_builder(task_name: str, variant: str | None, as_printed: bool):
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
     def build(task):
-        return registry.build(task, variant, as_printed).model
+        return constructions.build(task, variant, as_printed).model
 
     return build
 
@@ -233,7 +233,7 @@ def multihop_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedP
 
 def tm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
     """Template matching at fixed l: lumped in the alphabet size m >= l."""
-    from depthcert.checkers.template_tasks import stirling2
+    from depthcert.checkers.tasks.template import stirling2
 
     l = task.l
     params = (Param("m", l),)
@@ -268,7 +268,7 @@ def tm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
 
 def ictm_plan(task, variant: str, as_printed: bool, builder=None) -> LumpedPlan:
     """In-context template matching at fixed k, l: lumped in the alphabet m and the answers n_a."""
-    from depthcert.checkers.template_tasks import count_templates, enumerate_patterns
+    from depthcert.checkers.tasks.template import count_templates, enumerate_patterns
 
     k, l = task.k, task.l
     m0 = next(m for m in range(1, l + 2) if count_templates(l, m) >= k)
@@ -991,10 +991,10 @@ NOT_COVERED = {
 
 
 def plan_for(task, variant: str | None, as_printed: bool):
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
     name = task.name
-    table = registry.variants(name)
+    table = constructions.variants(name)
     if not table:
         raise BadInput(f"no construction for task {name!r}")
     variant = variant or table[0]
@@ -1039,9 +1039,9 @@ def _prove(task, variant: str | None, as_printed: bool) -> Report:
         return prove_sc(as_printed)
     if kind == "multihop-linear":
         return prove_multihop_linear(task, as_printed)
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
-    c = registry.build(task, variant, as_printed)
+    c = constructions.build(task, variant, as_printed)
     return Report(task.name, variant, c.theorem, "not-proven", "", "none", reason=f"not covered: {why}")
 
 

@@ -236,7 +236,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
     """The LP above by constraint generation, rounded to the coarsest good dyadic grid."""
     import scipy.sparse as sp
 
-    from depthcert.checkers.dependence import _run_lp
+    from depthcert.proofs.dependence import _run_lp
 
     N, d = hv.X.shape
     C = n_classes

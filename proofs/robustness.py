@@ -243,21 +243,13 @@ def formats(model: Model, task, symmetry: str = "auto", max_points: int | None =
         except ValueError as exc:  # a weight overflows the format
             out[name] = {"ok": False, "note": str(exc)}
             continue
-        entry = {"ok": ok, "worst_margin_lower": None if worst is None else _short(worst),
+        entry = {"ok": ok, "worst_margin_lower": None if worst is None else str(format_rational(worst)),
                  "worst_point": None if worst_i is None else {"index": worst_i,
                                                              "tokens": list(task.point(worst_i).tokens)}}
         if over:
             entry["note"] = "a value may exceed the format's largest finite number"
         out[name] = entry
-    del format_rational
     return out
-
-
-def _short(q: Fraction) -> str:
-    """A margin bound as a short decimal, rounded down (it is a lower bound)."""
-    from depthcert.proofs.cli import bound_text
-
-    return bound_text(q, up=False, digits=6)
 
 
 def robustness_report(model: Model, task, verdict=None, symmetry: str = "auto", max_points: int | None = None) -> dict:

@@ -143,9 +143,9 @@ def certificate_speaks_about(cert: dict, task, limit: int = 2_000_000) -> str | 
 
 def _check_construction(claim: Claim, task, as_printed: bool = False) -> tuple[str, str]:
     from depthcert.checkers.exhaustive import verify
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
-    c = registry.build(task, claim.variant, as_printed=as_printed)
+    c = constructions.build(task, claim.variant, as_printed=as_printed)
     v = verify(c.model, task, symmetry="auto", progress=False)
     heads = ",".join(str(h) for h in c.model.heads)
     detail = (f"{c.model.n_layers} layers, heads {heads}, d'={c.model.dim}; {v.points_covered}/{v.points_total} points "
@@ -165,7 +165,7 @@ def _check_certificate_claim(claim: Claim, task) -> tuple[str, str]:
         with open(path, encoding="utf-8") as fh:
             cert = json.load(fh)
     else:
-        from depthcert.checkers.dependence import decide_task
+        from depthcert.proofs.dependence import decide_task
 
         source = "searched"
         dec = decide_task(task, progress=False)
@@ -184,7 +184,7 @@ def _check_certificate_claim(claim: Claim, task) -> tuple[str, str]:
 
 def _check_fittable(claim: Claim, task) -> tuple[str, str]:
     """A scope finding: the one-layer decision finds an explicit model, verified on every point."""
-    from depthcert.checkers.dependence import decide_task
+    from depthcert.proofs.dependence import decide_task
 
     dec = decide_task(task, progress=False).decision
     if not dec.fittable:
@@ -199,7 +199,7 @@ def check_claim(claim: Claim) -> ClaimResult:
     printed_verdict = printed_detail = ""
     try:
         if claim.dataset:
-            from depthcert.checkers.dataset_file import load_dataset
+            from depthcert.checkers.tasks.dataset_file import load_dataset
 
             task = load_dataset(os.path.join(EXAMPLES_DIR, claim.dataset))
         else:

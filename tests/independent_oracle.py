@@ -350,7 +350,7 @@ def oracle_verdict_positions(model, task, limit: int | None = None):
 
 
 def _single_point_task(task, p):
-    from depthcert.checkers.dataset_file import DatasetTask
+    from depthcert.checkers.tasks.dataset_file import DatasetTask
 
     if getattr(task, "outputs", "last") == "all":
         return DatasetTask([list(p.tokens)], [list(p.labels)], per_position=True)

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from depthcert.checkers.dataset_file import DatasetTask
+from depthcert.checkers.tasks.dataset_file import DatasetTask
 from depthcert.checkers.layout import BlockMatrix, Layout
 from depthcert.checkers.model import MLP, Head, Layer, Model
 from depthcert.checkers.tasks import make_task

@@ -25,7 +25,8 @@ from depthcert.constructions import copy_matching, registry
 from depthcert.proofs.all_sizes import icqa_plan, prove, prove_lumped, symbolic_margin
 from depthcert.proofs.all_sizes_lumped import (Family, LMatrix, Param, Region, Ring, Space, Split, decide, matmul,
                                                patterns, whole_region)
-from depthcert.proofs.cli import _verify_construction, run_main
+from depthcert.cli.common import run_main
+from depthcert.cli.verify_construction import _verify_construction
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECKER = os.path.join(ROOT, "proofs", "check_all_sizes.py")

@@ -227,7 +227,7 @@ def test_checker_runs_standalone_without_the_project(tmp_path):
 
 
 def test_check_certificate_cli_exit_codes(tmp_path, capsys):
-    from depthcert.proofs.cli_dependence import check_certificate_main
+    from depthcert.cli.check_certificate import check_certificate_main
 
     good = tmp_path / "good.json"
     good.write_text(json.dumps(cert(theorem2_points())))

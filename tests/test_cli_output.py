@@ -9,7 +9,7 @@ from fractions import Fraction
 from hypothesis import given, settings, strategies as st
 
 from depthcert.checkers.rational import exact_text, short_decimal
-from depthcert.proofs.cli import bound_text
+from depthcert.cli.common import bound_text
 
 fractions = st.builds(Fraction, st.integers(-10**40, 10**40), st.integers(1, 10**40))
 

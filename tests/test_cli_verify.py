@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from depthcert.proofs.cli import _verify_construction, run_main
+from depthcert.cli.common import run_main
+from depthcert.cli.verify_construction import _verify_construction
 
 
 def run(argv, capsys):

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from depthcert.checkers.composition_task import Composition
+from depthcert.checkers.tasks.composition import Composition
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.generation import verify_generation
@@ -246,7 +246,7 @@ def test_cli_cot_verified_refuted_and_bad_input(tmp_path):
 
 def test_one_layer_certificates(tmp_path):
     from depthcert.checkers.certificate import check_certificate
-    from depthcert.checkers.dependence import decide_task
+    from depthcert.proofs.dependence import decide_task
 
     assert decide_task(Composition(1, 2), progress=False).decision.fittable  # one lookup: one layer
     for L, N in [(2, 2), (3, 2), (2, 3)]:
@@ -267,7 +267,7 @@ def test_cot_enclosures_stay_outward_when_rounding_carries():
     value) when rounding carried into the next power of ten."""
     from decimal import Decimal
 
-    from depthcert.proofs.cli import bound_text
+    from depthcert.cli.common import bound_text
 
     for q in (Fraction(99999999999, 10**11), Fraction(-99999999999, 10**11), Fraction(1, 3), Fraction(-7, 3),
               Fraction(999999999999, 10**9), Fraction(5)):

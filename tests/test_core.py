@@ -26,10 +26,14 @@ def test_block_matrix_places_blocks_by_name_non_square():
         BlockMatrix(rows, cols).set("b", "y", [[1, 2, 3], [4, 5, 6], [7, 8, 9]])
     with pytest.raises(ValueError, match="scalar"):
         BlockMatrix(rows, cols).set("a", "y", 1)
-    with pytest.raises(KeyError):
+    with pytest.raises(BadInput, match="no block named 'nope'"):
         rows.slice("nope")
-    with pytest.raises(ValueError, match="floats are not exact"):
+    with pytest.raises(BadInput, match=r"block \(a, x\)\[0\]\[0\]: 0.5 is not exact"):
         BlockMatrix(rows, cols).set("a", "x", [[0.5], [1]])
+    with pytest.raises(BadInput, match=r"block \(a, a\): 0.1 is not exact"):
+        BlockMatrix(rows, rows).set("a", "a", 0.1)
+    with pytest.raises(BadInput, match="not exact"):
+        BlockMatrix(rows, cols).entry("a", 0, "x", 0, np.float64(0.25))
 
 
 def test_layout_rejects_duplicates_and_negative_sizes():
@@ -169,3 +173,21 @@ def test_make_task_rejects_bad_sizes():
         make_task("nonsense")
     with pytest.raises(BadInput, match="does not apply"):
         make_task("icqa", alphabet=3)
+
+
+def test_model_api_refuses_floats_naming_the_entry():
+    """Floats are not exact: Head, MLP and Model refuse them (BadInput, the entry named)."""
+    lay = Layout.of(("token", 2), ("position", 2))
+    Z = BlockMatrix(lay, lay).build()
+    W = Z.copy()
+    W[1, 0] = 0.5
+    with pytest.raises(BadInput, match=r"head W_QK\[1\]\[0\]"):
+        Head(W, Z)
+    with pytest.raises(BadInput, match="float array"):
+        Head(np.zeros((4, 4)), Z)
+    WO = np.full((2, 4), Fraction(0), dtype=object)
+    WO[0, 3] = 1.0
+    with pytest.raises(BadInput, match=r"W_O\[0\]\[3\]"):
+        Model(("a", "b"), 2, ("x", "y"), lay, ((Head(Z, Z),),), WO)
+    ok = Head([[0] * 4] * 4, Z)  # nested ints are exact: accepted, stored as Fractions
+    assert all(type(v) is Fraction for v in ok.W_QK.flat)

@@ -1,4 +1,4 @@
-"""One-layer decision (checkers/dependence.py), dataset files and the find-dependence CLI."""
+"""One-layer decision (proofs/dependence.py), dataset files and the find-dependence CLI."""
 from __future__ import annotations
 
 import itertools
@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from depthcert.checkers.certificate import check_certificate
-from depthcert.checkers.dataset_file import DatasetTask, dataset_from_json, load_dataset
-from depthcert.checkers.dependence import Data, accuracy_bounds, decide, decide_task
+from depthcert.checkers.tasks.dataset_file import DatasetTask, dataset_from_json, load_dataset
+from depthcert.proofs.dependence import Data, accuracy_bounds, decide, decide_task
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.tasks import make_task
@@ -179,7 +179,7 @@ def test_dataset_bad_input_names_field(obj, field):
 
 
 def test_cli_dataset_not_fittable_json_and_out(tmp_path, capsys):
-    from depthcert.proofs.cli_dependence import find_dependence_main
+    from depthcert.cli.find_dependence import find_dependence_main
 
     f = tmp_path / "d.json"
     f.write_text(json.dumps(dataset_obj([s.split() for s, _ in THEOREM2], [lab for _, lab in THEOREM2])))
@@ -192,7 +192,7 @@ def test_cli_dataset_not_fittable_json_and_out(tmp_path, capsys):
 
 
 def test_cli_human_output_reads_like_the_paper(capsys):
-    from depthcert.proofs.cli_dependence import find_dependence_main
+    from depthcert.cli.find_dependence import find_dependence_main
 
     assert find_dependence_main(["--task", "tm", "--len", "2", "--alphabet", "2"]) == 0
     text = capsys.readouterr().out
@@ -203,7 +203,7 @@ def test_cli_human_output_reads_like_the_paper(capsys):
 def test_cli_fittable_export_reloads_and_verifies(tmp_path, capsys):
     from depthcert.checkers.atomic import read_json
     from depthcert.checkers.weights_file import model_from_json
-    from depthcert.proofs.cli_dependence import find_dependence_main
+    from depthcert.cli.find_dependence import find_dependence_main
 
     f = tmp_path / "d.json"
     seqs = [[a, b, "c"] for a, b in itertools.product([0, 1, 2], repeat=2)]
@@ -227,7 +227,7 @@ def test_cli_fittable_export_reloads_and_verifies(tmp_path, capsys):
     (["--task", "icqa", "--hops", "2"], "hops"),
 ])
 def test_cli_bad_input_exit_2_one_line(argv, needle, capsys):
-    from depthcert.proofs.cli_dependence import find_dependence_main
+    from depthcert.cli.find_dependence import find_dependence_main
 
     assert find_dependence_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from depthcert.checkers import generation
-from depthcert.checkers.composition_task import Composition
+from depthcert.checkers.tasks.composition import Composition
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.generation import Prefix, TeacherForced, verify_generation

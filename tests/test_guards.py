@@ -13,7 +13,8 @@ import pytest
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.tasks import TASK_ALIASES
-from depthcert.proofs.cli import TASK_OPTIONS, _verify_construction, run_main
+from depthcert.cli.common import TASK_OPTIONS, run_main
+from depthcert.cli.verify_construction import _verify_construction
 
 TASKS = sorted(set(TASK_ALIASES.values()))
 STRING_VALUES = {"group": "s99999", "query": "x" * 50}
@@ -82,12 +83,12 @@ def test_lemma3_estimate_is_refused_before_the_probe(capsys):
 
 
 def test_find_dependence_and_show_construction_take_the_budget(tmp_path, capsys):
-    from depthcert.proofs.cli_dependence import _find_dependence
+    from depthcert.cli.find_dependence import _find_dependence
 
     code, out, err, seconds, _ = _run_limited(_find_dependence, ["--task", "multihop", "--hops", "1000"], capsys)
     assert code in (0, 2) and seconds < SECONDS, (code, err)
     pytest.importorskip("matplotlib")
-    from depthcert.proofs.pictures import _show_construction
+    from depthcert.cli.show_construction import _show_construction
 
     code, out, err, seconds, _ = _run_limited(_show_construction, ["multihop", "--hops", "1000", "--out",
                                                                    str(tmp_path / "p")], capsys)

@@ -14,9 +14,11 @@ import pytest
 
 from depthcert.checkers import certificate as cc
 from depthcert.checkers.tasks import make_task
-from depthcert.checkers.template_tasks import ictm_size
-from depthcert.proofs.cli import _reproduce_paper, _verify_construction, run_main
-from depthcert.proofs.cli_dependence import _check_certificate
+from depthcert.checkers.tasks.template import ictm_size
+from depthcert.cli.common import run_main
+from depthcert.cli.reproduce_paper import _reproduce_paper
+from depthcert.cli.verify_construction import _verify_construction
+from depthcert.cli.check_certificate import _check_certificate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CERTS = os.path.join(ROOT, "proofs", "certificates")
@@ -51,7 +53,7 @@ def test_reproduce_paper_json_names_printed_and_command(capsys):
 
 @pytest.mark.parametrize("query", ["any", "new"])
 def test_ictm_query_readings_sizes_construction_certificate(query):
-    from depthcert.checkers.dependence import decide_task
+    from depthcert.proofs.dependence import decide_task
     from depthcert.checkers.exhaustive import verify
     from depthcert.constructions import registry
 
@@ -110,7 +112,7 @@ def test_standalone_checker_and_console_agree_on_huge_numbers(tmp_path):
 
 def test_show_construction_json(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    from depthcert.proofs.pictures import _show_construction
+    from depthcert.cli.show_construction import _show_construction
 
     code, out, _ = run(_show_construction, ["icqa", "--k", "2", "--point", "3", "--out", str(tmp_path), "--json"],
                        capsys)

@@ -3,9 +3,10 @@ traceback, nothing written to --out / --export.  Plus hypothesis fuzzing of ever
 BadInput (or, for the certificate checker, a "malformed"/"invalid" status) or success, never any
 other exception.
 
-Commands: verify-construction (proofs/cli.py), find-dependence and check-certificate
-(proofs/cli_dependence.py, skipped while absent), certificate.py's own main.  Loaders:
-checkers/weights_file.py, checkers/dataset_file.py, checkers/certificate.py, checkers/atomic.py.
+Commands: verify-construction (depthcert/cli/verify_construction.py), find-dependence and
+check-certificate (depthcert/cli/find_dependence.py, check_certificate.py, skipped while absent),
+certificate.py's own main.  Loaders: checkers/weights_file.py, checkers/tasks/dataset_file.py,
+checkers/certificate.py, checkers/atomic.py.
 """
 from __future__ import annotations
 
@@ -19,20 +20,22 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from depthcert.checkers import certificate as cc
 from depthcert.checkers.atomic import read_json, write_json_atomic
-from depthcert.checkers.dataset_file import dataset_from_json
+from depthcert.checkers.tasks.dataset_file import dataset_from_json
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.tasks import ICQA
 from depthcert.checkers.weights_file import model_from_json, model_to_json
 from depthcert.constructions import registry
-from depthcert.proofs.cli import _verify_construction, run_main
+from depthcert.cli.common import run_main
+from depthcert.cli.verify_construction import _verify_construction
 
 try:
-    from depthcert.proofs import cli_dependence
+    from depthcert.cli import check_certificate as cli_check_certificate
+    from depthcert.cli import find_dependence as cli_dependence
 except ImportError:  # find-dependence / check-certificate not there yet
-    cli_dependence = None
+    cli_dependence = cli_check_certificate = None
 
-needs_dependence = pytest.mark.skipif(cli_dependence is None, reason="proofs/cli_dependence.py not present yet")
+needs_dependence = pytest.mark.skipif(cli_dependence is None, reason="depthcert/cli/find_dependence.py not present yet")
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 TASK = ICQA(k=2)  # 288 points, 2 layers, d' = 17
@@ -484,7 +487,7 @@ def test_certificate_checker_malformed(tmp_path, capsys, name, mutate, needle):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and needle in err
     if cli_dependence is not None:
-        code, out, err = run(cli_dependence._check_certificate, [str(f)], capsys)
+        code, out, err = run(cli_check_certificate._check_certificate, [str(f)], capsys)
         assert_bad_input(code, out, err, needle)
 
 
@@ -505,7 +508,7 @@ def test_certificate_file_unreadable(tmp_path, capsys, name, content, needle):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
     if cli_dependence is not None:
-        code, out, err = run(cli_dependence._check_certificate, [path], capsys)
+        code, out, err = run(cli_check_certificate._check_certificate, [path], capsys)
         assert_bad_input(code, out, err, needle)
 
 
@@ -557,7 +560,7 @@ def test_find_dependence_refuses_what_it_cannot_load_naming_the_number(capsys, m
     """find-dependence loads every point to decide a fittable dataset; past its load limit it
     must refuse in one line naming the number of points (limit lowered here to 50 so that a
     64-point fittable task exercises it: one-layer memorization fits sc)."""
-    from depthcert.checkers import dependence
+    from depthcert.proofs import dependence
 
     monkeypatch.setattr(dependence, "LOAD_LIMIT", 50)
     code, out, err = run(cli_dependence._find_dependence_safe, ["--task", "sc", "--length", "3", "--alphabet", "4"],
@@ -570,7 +573,7 @@ def test_find_dependence_guard_names_the_option_that_lifts_it(capsys, monkeypatc
     help_text = cli_dependence._build_parser().format_help()
     if "--max-points" not in help_text:
         pytest.skip("find-dependence has no --max-points option yet (its load limit is fixed)")
-    from depthcert.checkers import dependence
+    from depthcert.proofs import dependence
 
     monkeypatch.setattr(dependence, "LOAD_LIMIT", 50)
     code, out, err = run(cli_dependence._find_dependence_safe,

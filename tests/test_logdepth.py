@@ -266,7 +266,7 @@ def test_exact_trace_predicts_the_reference_label(case, which, u):
 
 def test_one_layer_certificate_is_valid_under_the_independent_checker(tmp_path):
     """parity n = 3: 000 + 110 and 010 + 100 (last token 0) share their token multisets."""
-    from depthcert.checkers.dependence import decide_task
+    from depthcert.proofs.dependence import decide_task
 
     for name, opts in (("parity", dict(n=3)), ("reachability", dict(vertices=3))):
         res = decide_task(make_task(name, **opts), progress=False)
@@ -283,7 +283,8 @@ def test_one_layer_certificate_is_valid_under_the_independent_checker(tmp_path):
 
 
 def test_cli_verifies_and_refuses_too_large_runs(capsys):
-    from depthcert.proofs.cli import _verify_construction, run_main
+    from depthcert.cli.common import run_main
+    from depthcert.cli.verify_construction import _verify_construction
 
     def run(*argv):
         code = run_main(_verify_construction, list(argv))

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import logdepth_table as lt  # noqa: E402
 
-from depthcert.proofs.cli import verify_construction_main  # noqa: E402
-from depthcert.proofs.cli_dependence import find_dependence_main  # noqa: E402
+from depthcert.cli.verify_construction import verify_construction_main  # noqa: E402
+from depthcert.cli.find_dependence import find_dependence_main  # noqa: E402
 
 MAINS = {"verify-construction": verify_construction_main, "find-dependence": find_dependence_main}
 

@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from depthcert.checkers.dataset_file import DatasetTask
+from depthcert.checkers.tasks.dataset_file import DatasetTask
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.layout import BlockMatrix, Layout, zeros
 from depthcert.checkers.model import MLP, Head, Layer, Model

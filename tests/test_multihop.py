@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.exhaustive import verify
-from depthcert.checkers.multihop_task import MultiHop
+from depthcert.checkers.tasks.multihop import MultiHop
 from depthcert.checkers.symmetry import check_equivariance
 from depthcert.checkers.tasks import make_task
 from depthcert.checkers.trace import trace
@@ -121,7 +121,7 @@ def test_dnf_head_limit():
 
 def test_one_layer_certificate():
     """No one-layer model does 1 hop (k = 2) or 2 hops (k = 3): checked Def. 3 certificates."""
-    from depthcert.checkers.dependence import decide_task
+    from depthcert.proofs.dependence import decide_task
 
     for hops, k in ((1, 2), (2, 3)):
         result = decide_task(make_task("multihop", hops=hops, k=k), progress=False)

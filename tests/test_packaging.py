@@ -59,7 +59,7 @@ def test_generic_names_are_not_importable_outside_the_repository(tmp_path):
     """From a folder of the user's, `import checkers` fails and `import depthcert.checkers` works."""
     code = ("import importlib.util, sys\n"
             "missing = [n for n in %r if importlib.util.find_spec(n) is not None]\n"
-            "import depthcert.checkers.model, depthcert.proofs.cli, depthcert.constructions.registry\n"
+            "import depthcert.checkers.model, depthcert.cli.verify_construction, depthcert.constructions.registry\n"
             "import depthcert\n"
             "print('generic:', missing, 'api:', depthcert.verify.__module__)\n" % (GENERIC,))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

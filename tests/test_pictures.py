@@ -57,7 +57,7 @@ def test_trace_bad_input():
 
 
 def _run(argv, capsys):
-    from depthcert.proofs.pictures import show_construction_main
+    from depthcert.cli.show_construction import show_construction_main
 
     with pytest.raises(SystemExit) as exc:
         show_construction_main(argv)

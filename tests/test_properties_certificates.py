@@ -1,5 +1,5 @@
 """Properties of one-layer impossibility certificates (checkers/certificate.py) and of the one-layer
-decision (checkers/dependence.py decide / decide_task).
+decision (proofs/dependence.py decide / decide_task).
 
   the checker is the definition   on certificates mutated at random from valid ones (a coefficient
                                   bumped, a token or label changed, a point dropped, duplicated or
@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from depthcert.checkers.certificate import classify
-from depthcert.checkers.dataset_file import DatasetTask
-from depthcert.checkers.dependence import decide_task
+from depthcert.checkers.tasks.dataset_file import DatasetTask
+from depthcert.proofs.dependence import decide_task
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.layout import Layout, zeros
 from depthcert.checkers.model import Head, Model

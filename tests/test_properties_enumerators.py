@@ -1,5 +1,5 @@
-"""Properties of the dataset enumerators (checkers/tasks.py, template_tasks.py, multihop_task.py,
-composition_task.py, logdepth_tasks.py).
+"""Properties of the dataset enumerators (checkers/tasks/: base.py, icqa.py, classification.py, template.py, multihop.py,
+composition.py, logdepth.py).
 
 For every task make_task knows (sc, icqa, tm, ictm, multihop, composition, parity, mod-count,
 word-problem, reachability; a task whose module is absent from the build is left out), at random
@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 import task_reference as ref
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.tasks import TASK_ALIASES, make_task
-from depthcert.checkers.template_tasks import count_templates
+from depthcert.checkers.tasks.template import count_templates
 from proptools import prop
 
 # tasks with a reference in tests/task_reference.py (those present in this build: KNOWN below)

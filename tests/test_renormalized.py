@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from depthcert.checkers.dataset_file import DatasetTask
+from depthcert.checkers.tasks.dataset_file import DatasetTask
 from depthcert.checkers.evaluate import Evaluator
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.layout import Layout

@@ -14,7 +14,8 @@ from depthcert.constructions import registry
 from depthcert.proofs import readout as ro
 from depthcert.proofs import robustness as rb
 from depthcert.proofs import tracr_settings as ts
-from depthcert.proofs.cli import _verify_construction, run_main
+from depthcert.cli.common import run_main
+from depthcert.cli.verify_construction import _verify_construction
 
 
 def _json(argv, capsys):
@@ -107,7 +108,7 @@ def test_find_min_exactness_meets_the_threshold():
 
 
 def test_find_min_and_find_max_together_is_bad_input(capsys):
-    from depthcert.proofs.tracr_cli import _main
+    from depthcert.cli.verify_tracr import _main
 
     code = run_main(_main, ["make_length", "--vocab", "1,2", "--max-seq-len", "3", "--find-min", "mlp-exactness",
                             "--find-max", "length"])

@@ -1,6 +1,6 @@
 """Sharded runs give the single-process verdict: processes, a Dask LocalCluster, and a journal
 that survives a real SIGKILL of the run and resumes to the same verdict, margin and
-counterexample (checkers/shards.py, checkers/journal.py, proofs/cluster.py)."""
+counterexample (checkers/shards.py, checkers/journal.py, depthcert/cli/cluster.py)."""
 from __future__ import annotations
 
 import json
@@ -66,7 +66,7 @@ def test_symmetry_plan_shards_the_representatives(tmp_path):
 @pytest.mark.parametrize("model", [GOOD, BAD], ids=["verified", "tampered"])
 def test_dask_local_cluster_gives_the_same_verdict(model):
     pytest.importorskip("dask.distributed")
-    from depthcert.proofs.cluster import DaskRunner
+    from depthcert.cli.cluster import DaskRunner
 
     runner = DaskRunner("local", 2)
     try:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.exhaustive import plan_points, verify
 from depthcert.checkers.tasks import make_task
-from depthcert.checkers.template_tasks import (
+from depthcert.checkers.tasks.template import (
     InContextTemplateMatching,
     TemplateMatching,
     bell,

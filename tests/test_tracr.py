@@ -25,7 +25,8 @@ def tr():
     lib = pytest.importorskip("tracr.compiler.lib", reason=SKIP_REASON)
     from tracr.rasp import rasp
 
-    from depthcert.proofs import tracr_cli, tracr_import
+    from depthcert.cli import verify_tracr as tracr_cli
+    from depthcert.interop import tracr_import
 
     class NS:
         pass
@@ -61,7 +62,7 @@ def ids_of(model, inputs):
 # the extra
 
 def test_missing_extra_is_one_line_exit_2(monkeypatch, capsys):
-    from depthcert.proofs import tracr_cli
+    from depthcert.cli import verify_tracr as tracr_cli
 
     monkeypatch.setitem(sys.modules, "tracr", None)  # import tracr raises ImportError
     code = tracr_cli.verify_tracr_main(["make_reverse", "--vocab", "1,2,3", "--max-seq-len", "4"])
@@ -194,7 +195,7 @@ def test_import_facts(tr):
 def test_json_round_trip_reverifies_from_files(tr, tmp_path, capsys):
     from depthcert.checkers.atomic import read_json
     from depthcert.checkers.weights_file import model_from_json, model_to_json
-    from depthcert.proofs.cli import verify_construction_main
+    from depthcert.cli.verify_construction import verify_construction_main
 
     w, d = tmp_path / "w.json", tmp_path / "d.json"
     res = check(tr, "make_reverse", (1, 2, 3), 4, export=str(w), dataset_out=str(d), float_check=False)

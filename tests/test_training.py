@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from depthcert.checkers.evaluate import Evaluator, logits_fraction_reference  # noqa: E402
 from depthcert.checkers.tasks import make_task  # noqa: E402
 from depthcert.constructions import registry  # noqa: E402
-from depthcert.training.cli import train_main  # noqa: E402
+from depthcert.cli.train import train_main  # noqa: E402
 from depthcert.training.data import Sampler, held_out_mask, split_for  # noqa: E402
 from depthcert.training.model import from_exact, parsing_qk  # noqa: E402
 from depthcert.training.reproduce import map_similarity  # noqa: E402
@@ -163,7 +163,7 @@ def test_cli_exact_check(capsys):
 def test_reproduce_figure2_tiny(tmp_path):
     """The sweep pipeline end to end at a few steps: JSON, PNG and the markdown report."""
     pytest.importorskip("matplotlib")
-    from depthcert.training.cli import reproduce_main
+    from depthcert.cli.train import reproduce_main
 
     out = tmp_path / "img"
     out.mkdir()
@@ -180,7 +180,7 @@ def test_reproduce_figure2_tiny(tmp_path):
 
 
 def test_reproduce_bad_input(tmp_path, capsys):
-    from depthcert.training.cli import reproduce_main
+    from depthcert.cli.train import reproduce_main
 
     assert reproduce_main(["figure9"]) == 2
     assert reproduce_main(["figure2", "--out", str(tmp_path / "missing")]) == 2
@@ -214,7 +214,7 @@ def test_per_layer_heads_config_and_cli(capsys):
 def test_reproduce_heads_figure_tiny(tmp_path):
     """Figures 4-7 pipeline at a few steps: JSON, PNG and the report section."""
     pytest.importorskip("matplotlib")
-    from depthcert.training.cli import reproduce_main
+    from depthcert.cli.train import reproduce_main
 
     out = tmp_path / "img"
     out.mkdir()

@@ -124,7 +124,7 @@ def test_head_gate_zero_removes_exactly_that_head():
 @torch_needed
 def test_trained_attention_only_copy_model_is_decided_exactly(capsys):
     """`train copy --arch attention-only --exact-check`: the rounded trained weights, every input."""
-    from depthcert.training.cli import train_main
+    from depthcert.cli.train import train_main
 
     rc = train_main(["copy", "--length", "3", "--alphabet", "3", "--arch", "attention-only", "--layers", "1",
                      "--heads", "1", "--width", "16", "--steps", "150", "--lr", "0.01", "--exact-check", "12",
@@ -139,7 +139,7 @@ def test_trained_attention_only_copy_model_is_decided_exactly(capsys):
 
 @torch_needed
 def test_exact_check_refused_for_the_layernorm_transformer(capsys):
-    from depthcert.training.cli import train_main
+    from depthcert.cli.train import train_main
 
     assert train_main(["copy", "--length", "3", "--alphabet", "3", "--exact-check", "12", "--json"]) == 2
     assert "LayerNorm" in capsys.readouterr().err

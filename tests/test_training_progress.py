@@ -55,7 +55,7 @@ def test_bar_on_a_terminal_and_silence_when_disabled():
 
 def test_reproduce_bad_name_fails_before_importing_torch():
     code = ("import sys\n"
-            "from depthcert.training.cli import reproduce_main\n"
+            "from depthcert.cli.train import reproduce_main\n"
             "rc = reproduce_main(['figure9'])\n"
             "print(rc, 'torch' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -67,7 +67,7 @@ def test_reproduce_bad_name_fails_before_importing_torch():
 
 def test_train_copy_bad_sizes_fail_before_importing_torch():
     code = ("import sys\n"
-            "from depthcert.training.cli import train_main\n"
+            "from depthcert.cli.train import train_main\n"
             "print(train_main(['copy', '--noise', '1.5']), train_main(['copy', '--length', '0']),\n"
             "      train_main(['copy', '--exact-check', '12']), 'torch' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -62,7 +62,7 @@ def rerun() -> dict:
 
 
 def test_documented_command_is_the_reference_config():
-    from depthcert.training.cli import config_from_args, train_parser
+    from depthcert.cli.train import config_from_args, train_parser
     from depthcert.training.report import REFERENCE_RUN
 
     with open(DOC, encoding="utf-8") as fh:

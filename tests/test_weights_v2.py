@@ -12,7 +12,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from depthcert.checkers.dataset_file import DatasetTask, dataset_from_json
+from depthcert.checkers.tasks.dataset_file import DatasetTask, dataset_from_json
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.layout import BlockMatrix, Layout
@@ -20,8 +20,9 @@ from depthcert.checkers.model import MLP, Head, Layer, Model
 from depthcert.checkers.tasks import ICQA
 from depthcert.checkers.weights_file import model_from_json, model_to_json
 from depthcert.constructions import registry
-from depthcert.proofs.cli import _verify_construction, run_main
-from depthcert.proofs.cli_dependence import _find_dependence
+from depthcert.cli.common import run_main
+from depthcert.cli.verify_construction import _verify_construction
+from depthcert.cli.find_dependence import _find_dependence
 
 TOKENS = ("a", "b", "c")
 N = 4

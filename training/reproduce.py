@@ -110,7 +110,7 @@ def ictm_error_groups(model, config: TrainConfig, count: int = 3000) -> list[dic
     """Held-out ICTM errors grouped by (template of context question 0, of question 1, of the query)."""
     import torch
 
-    from depthcert.checkers.template_tasks import canonical_patterns, pattern_name
+    from depthcert.checkers.tasks.template import canonical_patterns, pattern_name
     from depthcert.training.data import Sampler
     from depthcert.training.train import build_task
 
@@ -317,7 +317,7 @@ def run_figure3(out: str, steps: int | None, seeds: int | None, tasks, progress:
     import torch
 
     from depthcert.checkers.tasks import make_task
-    from depthcert.constructions import registry
+    from depthcert import constructions
     from depthcert.training.data import Sampler
     from depthcert.training.model import from_exact, parsing_qk
 
@@ -328,10 +328,10 @@ def run_figure3(out: str, steps: int | None, seeds: int | None, tasks, progress:
     for case in cases:
         task = make_task(case.task, **dict(case.options))
         cons, note = None, ""
-        known = registry.variants(task.name)
+        known = constructions.variants(task.name)
         for v in case.variants:
             if v in known:
-                cons = registry.build(task, v, as_printed=False)
+                cons = constructions.build(task, v, as_printed=False)
                 break
         ids = np.array([[task.vocab.index(t) for t in ex] for ex in case.examples])
         _, ev_ids, _ = Sampler(task, np.random.default_rng(0)).eval_set(500)
@@ -393,40 +393,48 @@ def run_figure3(out: str, steps: int | None, seeds: int | None, tasks, progress:
 
 def plot_figure3(entry: dict, path: str) -> None:
     """Rows: constructed, trained from random init, trained from the paper's init; columns: each example's
-    layers (paper Figure 3 layout).  Each map is key (rows) x query (columns), column-normalized."""
+    layers (paper Figure 3 layout).  Each map is drawn as show-construction draws attention: one row per
+    query, one column per key, each query's weights normalized to sum 1 (a colour bar gives the scale)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     sources = [("constructed", entry["construction_maps"])] + [
-        (f"trained, {'random' if k == 'normal' else k} init (acc {v['final_test_acc']:.2f})", v["maps"])
+        (f"trained, {'random' if k == 'normal' else k} init\n(held-out acc {v['final_test_acc']:.2f})", v["maps"])
         for k, v in entry["trained"].items()
     ]
     n_layers = max(len(m) for _, m in sources)
     n_ex = len(entry["examples"])
-    fig, axes = plt.subplots(len(sources), n_ex * n_layers, figsize=(2.6 * n_ex * n_layers, 2.8 * len(sources)),
-                             squeeze=False)
+    cols = n_ex * n_layers
+    fig, axes = plt.subplots(len(sources), cols, figsize=(3.3 * cols + 0.8, 3.4 * len(sources)),
+                             squeeze=False, layout="constrained")
+    im = None
     for r, (name, maps) in enumerate(sources):
         for ei, toks in enumerate(entry["examples"]):
+            labels = [f"{i} {t}" for i, t in enumerate(toks)]
             for li in range(n_layers):
                 ax = axes[r][ei * n_layers + li]
                 if li >= len(maps):
                     ax.axis("off")
                     continue
-                A = column_normalize(np.array(maps[li])[ei])
-                ax.imshow(A, cmap="viridis", vmin=0, vmax=1)
+                A = column_normalize(np.array(maps[li])[ei])  # (key, query), each query sums to 1
+                im = ax.imshow(A.T, cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
                 ax.set_xticks(range(len(toks)))
                 ax.set_yticks(range(len(toks)))
-                ax.set_xticklabels(toks, fontsize=6, rotation=90)
-                ax.set_yticklabels(toks, fontsize=6)
-                ax.set_title(f"{name}\n\"{' '.join(toks)}\" layer {li + 1}", fontsize=6)
-                if ei == 0 and li == 0:
-                    ax.set_ylabel("key", fontsize=7)
-                ax.set_xlabel("query", fontsize=6)
-    fig.suptitle(f"{entry['task']}: attention maps, column-normalized (OBSERVED, not proven)", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(path, dpi=70)
+                ax.set_xticklabels(labels, fontsize=9, rotation=90)
+                ax.set_yticklabels(labels, fontsize=9)
+                ax.set_title(f"layer {li + 1}, example {ei + 1}", fontsize=10)
+                ax.set_xlabel("key (attended position)", fontsize=9)
+                if ei * n_layers + li == 0:
+                    ax.set_ylabel(f"{name}\n\nquery", fontsize=10)
+    if im is not None:
+        cb = fig.colorbar(im, ax=axes, fraction=0.02, pad=0.01)
+        cb.set_label("attention weight (each query's row sums to 1)", fontsize=10)
+        cb.ax.tick_params(labelsize=9)
+    examples = "; ".join(f"example {i + 1}: {' '.join(t)}" for i, t in enumerate(entry["examples"]))
+    fig.suptitle(f"{entry['task']}: attention maps (OBSERVED, not proven)\n{examples}", fontsize=12)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
@@ -499,7 +507,7 @@ def run(what: str, out: str = "docs/img", doc: str = "docs/experiments.md", step
         task_set = {canonical_task(t) for t in tasks.split(",") if t.strip()}
     if jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {jobs}")
-    from depthcert.training.cli import EXPERIMENTS, GROUPS
+    from depthcert.training.experiments import EXPERIMENTS, GROUPS
     from depthcert.training.reproduce_copy import run_copy
     from depthcert.training.reproduce_heads import FIGURES, run_heads_figure
 

@@ -163,9 +163,9 @@ def build_model(config: TrainConfig, task: Task, generator: torch.Generator) -> 
     model = AttentionOnly(shape)
     first = None
     if config.qk_init == "construction":
-        from depthcert.constructions import registry
+        from depthcert import constructions
 
-        cons = registry.build(task, config.construction_variant, as_printed=False)
+        cons = constructions.build(task, config.construction_variant, as_printed=False)
         if tuple(cons.model.vocab) != tuple(task.vocab) or cons.model.max_length != task.length:
             raise BadInput(f"the {task.name} construction uses a different vocabulary or length than the task")
         first = construction_qk(cons.model, width)

@@ -11,7 +11,7 @@ from math import perm
 import numpy as np
 
 from depthcert.checkers.errors import BadInput, TooManyPoints
-from depthcert.checkers.tasks import (INDEX_LIMIT, Task, _check_int, check_vocabulary, bounded_perm, bounded_pow, bounded_product,
+from depthcert.checkers.tasks.base import (INDEX_LIMIT, Task, _check_int, check_vocabulary, bounded_perm, bounded_pow, bounded_product,
                             decode_partial_permutations)
 
 RELATION = ">"

@@ -18,32 +18,18 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
-from depthcert.proofs.cli import enclosure_text, logits_line
-
-
-def cot_builders() -> dict:
-    """task -> {variant: builder} from every constructions module defining COT_BUILDERS."""
-    import importlib
-    import pkgutil
-
-    import depthcert.constructions as package
-
-    table: dict = {}
-    for m in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-        mod = importlib.import_module(f"depthcert.constructions.{m}")
-        for task, variants in getattr(mod, "COT_BUILDERS", {}).items():
-            table.setdefault(task, {}).update(variants)
-    return table
+from depthcert.constructions import cot_builders
+from depthcert.cli.common import enclosure_text, logits_line
 
 
 def _counterexample_json(ce) -> dict:
-    from depthcert.proofs.cli import _counterexample_json as base
+    from depthcert.cli.common import _counterexample_json as base
 
     return base(ce)
 
 
 def _undecided_json(u) -> dict:
-    from depthcert.proofs.cli import _undecided_json as base
+    from depthcert.cli.common import _undecided_json as base
 
     out = base(u)
     out["margin_enclosure"] = None if u.margin is None else enclosure_text(u.margin)
@@ -73,7 +59,7 @@ def _model(args, task):
 
 def verify_cot(args, task) -> int:
     from depthcert.checkers.generation import TeacherForced, check_model, is_causal, verify_generation
-    from depthcert.proofs.cli import EXIT_UNDECIDED, _precision_options
+    from depthcert.cli.common import EXIT_UNDECIDED, _precision_options
 
     t_start = time.perf_counter()
     if args.dataset:
@@ -149,7 +135,7 @@ def _export(args, model) -> None:
 
 
 def _print_human(info, task, tf, g, description) -> None:
-    from depthcert.proofs.cli import _fmt_q
+    from depthcert.cli.common import _fmt_q
 
     v = g.verdict
     margin = _fmt_q(v.min_margin)
@@ -200,7 +186,7 @@ def _show_point(args, task, tf, model, balls) -> int:
     """Run the generation on one input, step by step (each prefix run separately), and show it."""
     from depthcert.checkers.evaluate import Evaluator
     from depthcert.checkers.exhaustive import check_compatible, token_rows
-    from depthcert.proofs.cli import EXIT_UNDECIDED
+    from depthcert.cli.common import EXIT_UNDECIDED
 
     class_map = check_compatible(model, task)
     tokens = token_rows(model, tf)

@@ -5,7 +5,7 @@
 PROGRAM is a name from tracr's program library (tracr.compiler.lib: make_reverse, make_hist,
 make_sort_unique, ...; see LIBRARY_ARGS for the arguments each gets) or MODULE:FUNCTION
 returning a RASP expression (called with the same arguments by parameter name).  The program is
-compiled by tracr, imported exactly (proofs/tracr_import.py), and checked on every input of
+compiled by tracr, imported exactly (depthcert/interop/tracr_import.py), and checked on every input of
 every length 1..max_seq_len over the vocabulary (BOS first, as tracr places it), the labels
 taken from tracr's RASP evaluator (rasp.evaluate; --causal: tracr's causal evaluator):
 
@@ -253,8 +253,8 @@ def make_dataset(inputs, labels, name: str, vocab_names: tuple):
     """The per-position dataset (BOS first, unlabelled) with a token symmetry declared when
     the labelled dataset is closed under every permutation of the vocabulary (checked exactly
     on the data, for a generating set); the kernel still checks the weights before using it."""
-    from depthcert.checkers.dataset_file import DatasetTask
-    from depthcert.proofs.tracr_import import BOS
+    from depthcert.checkers.tasks.dataset_file import DatasetTask
+    from depthcert.interop.tracr_import import BOS
 
     class TracrDataset(DatasetTask):
         theorem = "tracr program"
@@ -344,7 +344,7 @@ def check_program(spec: str, vocab: tuple, max_seq_len: int, distinct: bool = Fa
     """Compile, import and check one program on every input; the verdict as a dict."""
     from dataclasses import replace
 
-    from depthcert.proofs.tracr_import import compile_program, import_tracr, require_tracr
+    from depthcert.interop.tracr_import import compile_program, import_tracr, require_tracr
 
     t0 = time.perf_counter()
     require_tracr()
@@ -417,7 +417,7 @@ def _value_text(v) -> str:
 def _check_categorical(model, imported, compiled, inputs, truth, base, balls, symmetry, dataset_out, progress,
                        vocab_names, skip_none=False) -> Result:
     from depthcert.checkers.exhaustive import plan_points, verify
-    from depthcert.proofs.cli import _counterexample_json, _undecided_json, enclosure_text
+    from depthcert.cli.common import _counterexample_json, _undecided_json, enclosure_text
 
     value_class = {}
     for v, c in zip(compiled.output_values, model.classes):
@@ -457,7 +457,7 @@ def _check_categorical(model, imported, compiled, inputs, truth, base, balls, sy
         name = base["program"].split(":")[-1]
         task = make_dataset(ds_inputs, labels, name, vocab_names)
         if dataset_out:
-            from depthcert.checkers.dataset_file import save_dataset
+            from depthcert.checkers.tasks.dataset_file import save_dataset
 
             save_dataset(task, dataset_out)
         plan = plan_points(model, task, symmetry)
@@ -507,8 +507,8 @@ def _check_categorical(model, imported, compiled, inputs, truth, base, balls, sy
 
 def _outside_counterexample(model, x, pos, val, index) -> dict:
     """The input has no value of the output space at `pos`: the model's certified argmax there."""
-    from depthcert.proofs.cli import enclosure_text
-    from depthcert.proofs.tracr_import import BOS, Readout
+    from depthcert.cli.common import enclosure_text
+    from depthcert.interop.tracr_import import BOS, Readout
 
     ids = _ids(model, [x])
     logits = Readout(model).outputs(ids, [pos])[0][0]
@@ -536,7 +536,7 @@ def _top_candidates(logits, classes):
 
 
 def _ids(model, inputs) -> np.ndarray:
-    from depthcert.proofs.tracr_import import BOS
+    from depthcert.interop.tracr_import import BOS
 
     row = {t: i for i, t in enumerate(model.vocab)}
     return np.array([[row[BOS]] + [row[str(t)] for t in x] for x in inputs], dtype=np.int64)
@@ -545,8 +545,8 @@ def _ids(model, inputs) -> np.ndarray:
 def _check_numerical(model, compiled, inputs, truth, base, balls, tolerance, skip_none=False) -> Result:
     from depthcert.checkers.budget import charge_seconds
     from depthcert.checkers.exhaustive import BALL_OPS_PER_SECOND, forward_ops
-    from depthcert.proofs.cli import bound_text, enclosure_text
-    from depthcert.proofs.tracr_import import Readout
+    from depthcert.cli.common import bound_text, enclosure_text
+    from depthcert.interop.tracr_import import Readout
 
     t0 = time.perf_counter()
     L = max(len(x) for x in inputs)
@@ -613,7 +613,7 @@ def _check_numerical(model, compiled, inputs, truth, base, balls, tolerance, ski
 
 def _float_check(compiled, inputs, truth, res: Result) -> None:
     """tracr's own float32 forward on every input, compared with RASP and with the verdict."""
-    from depthcert.proofs.tracr_import import float_forward
+    from depthcert.interop.tracr_import import float_forward
 
     info = res.info
     by_len: dict[int, list[int]] = {}
@@ -685,7 +685,7 @@ def _same_value(a, b) -> bool:
 # the command
 
 def _parser():
-    from depthcert.proofs.cli import _Parser, add_budget_options, positive_int
+    from depthcert.cli.common import _Parser, add_budget_options, positive_int
 
     p = _Parser(prog="verify-tracr", description="Check that a tracr-compiled transformer computes its RASP "
                 "program, exactly, on every input up to a length.")
@@ -727,7 +727,7 @@ def _parser():
 
 
 def _balls(args) -> dict | None:
-    from depthcert.proofs.cli import precision_range
+    from depthcert.cli.common import precision_range
 
     return precision_range(args.precision, args.max_precision)
 
@@ -875,7 +875,7 @@ def print_human(info: dict) -> None:
 
 
 def verify_tracr_main(argv=None) -> int:
-    from depthcert.proofs.cli import run_main
+    from depthcert.cli.common import run_main
 
     return run_main(_main, argv)
 

@@ -10,6 +10,7 @@ import math
 import sys
 
 from depthcert.checkers.errors import BadInput
+from depthcert.training.experiments import EXPERIMENTS, GROUPS
 
 TASK_OPTIONS = (
     # (flag, dest, type)
@@ -256,10 +257,6 @@ def train_main(argv=None) -> int:
         return _die(str(exc))
     except KeyboardInterrupt:
         return _die("interrupted")
-
-
-EXPERIMENTS = ("reference", "figure2", "figure3", "ictm2", "figure4", "figure5", "figure6", "figure7", "copy")
-GROUPS = {"heads": ("figure4", "figure5", "figure6", "figure7"), "all": EXPERIMENTS}
 
 
 def reproduce_parser() -> argparse.ArgumentParser:

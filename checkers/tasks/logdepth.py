@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from depthcert.checkers.errors import BadInput, TooManyPoints
-from depthcert.checkers.tasks import INDEX_LIMIT, Task, _check_int, bounded_pow, bounded_product
+from depthcert.checkers.tasks.base import INDEX_LIMIT, Task, _check_int, bounded_pow, bounded_product
 
 MAX_SEQUENCE = 1024  # longest sequence accepted (a construction needs one position row per token)
 MAX_GROUP_ORDER = 720  # s6 / a6; the constructions' width grows with the group

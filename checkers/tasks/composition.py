@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from depthcert.checkers.errors import BadInput, TooManyPoints
-from depthcert.checkers.tasks import INDEX_LIMIT, Task, _check_int, bounded_pow
+from depthcert.checkers.tasks.base import INDEX_LIMIT, Task, _check_int, bounded_pow
 
 MAX_LENGTH = 4096  # no model can read longer sequences (checkers/layout.MAX_DIM rows hold the positions)
 

@@ -1,4 +1,4 @@
-"""Command line: verify-construction (and the shared plumbing of every depthcert command).
+"""verify-construction: build a construction (or load --weights) and check it on every point.
 
 Exit codes: 0 verified, 1 refuted (counterexample printed), 2 bad input (one line, no traceback),
 3 undecided (softmax models only: certified balls could not separate some point's logits at the
@@ -6,9 +6,7 @@ precision cap; the point is printed; never rounded into a verdict).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -18,183 +16,12 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput, TooManyPoints
 from depthcert.checkers.rational import format_rational
+from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, TASK_OPTIONS, _counterexample_json, _fmt_q,
+                                  _Parser, _precision_options, _undecided_json, add_budget_options, add_task_options,
+                                  enclosure_text, guard_classifier_size, logits_line, nonnegative_int, positive_int,
+                                  run_main, task_from_args, variants_help)
 
 DEFAULT_MAX_POINTS = 20_000_000
-EXIT_UNDECIDED = 3
-PRECISION_LIMIT = 65536  # bits: a ball forward pass at this precision is already slow
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises BadInput (exit 2, one line) instead of printing usage."""
-
-    def error(self, message):
-        raise BadInput(message)
-
-
-def run_main(fn, argv=None) -> int:
-    """Run a command body; BadInput -> 'error: ...' on stderr and exit code 2."""
-    if hasattr(sys, "set_int_max_str_digits"):
-        # exact results (margins, logits) can have more than Python's default 4300 digits
-        # (multihop --as-printed --hops 5); inputs are capped separately (checkers/rational.py)
-        sys.set_int_max_str_digits(0)
-    try:
-        return fn(argv)
-    except BadInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 2
-    except MemoryError:
-        print("error: out of memory: the requested sizes are too large for this machine", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # output piped into `head`
-        sys.stderr.close()
-        return 0
-
-
-TASK_OPTIONS = (
-    ("k", "number of (question, answer) pairs in the context (icqa, ictm)"),
-    ("l", "template length (tm, ictm); --len is the same"),
-    ("n_questions", "question tokens (icqa; default k+2)"),
-    ("n_answers", "answer tokens (icqa, ictm; default k+2)"),
-    ("alphabet", "alphabet size (sc, tm, ictm)"),
-    ("length", "sequence length before CLS (sc)"),
-    ("seed", "seed of the distinct SC labels (sc)"),
-    ("n_points", "sample this many sequences (sc)"),
-    ("hops", "number of hops (multihop)"),
-    ("n_entities", "entity tokens (multihop)"),
-    ("n", "sequence length (parity, mod-count, word-problem)"),
-    ("modulus", "the modulus p (mod-count); --p is the same"),
-    ("group", "the finite group (word-problem), e.g. a5, s5, c3"),
-    ("vertices", "number of vertices (reachability)"),
-    ("n_functions", "number of composed functions L (composition); --L is the same"),
-    ("domain", "domain size N of each function (composition); --N is the same"),
-    ("query", "ictm: the query's substitution: any (default; its context question's included) or new"),
-)
-# extra flag spellings and non-integer options of TASK_OPTIONS
-OPTION_FLAGS = {"l": ["--len"], "modulus": ["--p"], "n_functions": ["--L"], "domain": ["--N"]}
-OPTION_TYPES = {"group": str, "query": str}
-
-
-def _int_arg(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def positive_int(text: str) -> int:
-    """An int >= 1 (sizes, limits, batch sizes): 0 and negatives are refused by the parser."""
-    value = _int_arg(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return value
-
-
-def nonnegative_int(text: str) -> int:
-    """An int >= 0 (seeds, point indices)."""
-    value = _int_arg(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
-
-
-def variants_help() -> str:
-    """--variant's help: every task's constructions, the default first."""
-    from depthcert.constructions import registry
-
-    table = registry._builders()
-    return "which construction (default: the task's first): " + "; ".join(
-        f"{task}: {', '.join(v)}" for task, v in table.items())
-
-
-def add_budget_options(p: argparse.ArgumentParser) -> None:
-    from depthcert.checkers.budget import DEFAULT_MAX_SECONDS, DEFAULT_MAX_WEIGHTS
-
-    p.add_argument("--max-weights", type=positive_int, default=DEFAULT_MAX_WEIGHTS,
-                   help=f"refuse constructions with more weight entries (default {DEFAULT_MAX_WEIGHTS:,})")
-    p.add_argument("--max-seconds", type=positive_int, default=DEFAULT_MAX_SECONDS,
-                   help=f"refuse a build or evaluation step estimated to take longer (default {DEFAULT_MAX_SECONDS} s)")
-
-
-def add_task_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("dataset size")
-    for name, help_text in TASK_OPTIONS:
-        flags = [f"--{name.replace('_', '-')}"] + OPTION_FLAGS.get(name, [])
-        typ = OPTION_TYPES.get(name, nonnegative_int if name == "seed" else positive_int)
-        g.add_argument(*flags, dest=name, type=typ, default=None, help=help_text)
-
-
-def task_from_args(args):
-    from depthcert.checkers.tasks import make_task
-
-    opts = {name: getattr(args, name) for name, _ in TASK_OPTIONS}
-    return make_task(args.task, **opts)
-
-
-def _fmt_q(q) -> str:
-    """An exact number as text; a long one (over 30 characters) also as a short decimal."""
-    from depthcert.checkers.rational import exact_text
-
-    return "-" if q is None else exact_text(q)
-
-
-def bound_text(q, up: bool, digits: int = 10) -> str:
-    """q rounded outward to `digits` significant digits as an exact decimal string: rounded
-    down for a lower end (up=False), up for an upper end, so an enclosure stays an enclosure.
-    The string's value is n * 10^-s for the rounded integer n, whatever carry rounding caused."""
-    q = Fraction(q)
-    if q == 0:
-        return "0"
-    a = abs(q)
-    e = len(str(a.numerator)) - len(str(a.denominator))
-    if Fraction(10) ** e <= a:
-        e += 1  # now 10^(e-1) <= a < 10^e
-    s = digits - e
-    x = q * Fraction(10) ** s  # `digits` digits before the point
-    n = math.ceil(x) if up else math.floor(x)
-    if n == 0:
-        return "0"
-    text = str(abs(n))
-    exp10 = len(text) - 1 - s  # a carry (999.. -> 1000..) lengthens text and raises the exponent
-    text = text.rstrip("0") or "0"
-    mant = text[0] + ("." + text[1:] if len(text) > 1 else "")
-    return ("-" if n < 0 else "") + f"{mant}e{exp10:+d}"
-
-
-def enclosure_text(pair) -> list[str]:
-    return [bound_text(pair[0], up=False), bound_text(pair[1], up=True)]
-
-
-def _counterexample_json(ce) -> dict:
-    out = {
-        "index": ce.index,
-        "tokens": list(ce.tokens),
-        "expected": ce.expected,
-        "predicted": ce.predicted,
-        "tie": ce.tie,
-        "logits": {c: format_rational(v) for c, v in zip(ce.classes, ce.logits)},
-    }
-    if ce.position is not None:
-        out["position"] = ce.position
-    if ce.logit_bounds:
-        out["logits"] = {c: enclosure_text(b) for c, b in zip(ce.classes, ce.logit_bounds)}
-        out["logits_are"] = "certified enclosures [lower, upper]"
-    return out
-
-
-def _undecided_json(u) -> dict:
-    return {
-        "index": u.index,
-        "tokens": list(u.tokens),
-        "expected": u.expected,
-        "position": u.position,
-        "not_separated_from": u.other,
-        "margin_enclosure": None if u.margin is None else enclosure_text(u.margin),
-        "precision_bits": u.precision,
-        "logits": {c: enclosure_text(b) for c, b in zip(u.classes, u.logit_bounds)},
-    }
 
 
 def _build_parser() -> _Parser:
@@ -264,7 +91,7 @@ def _task_or_dataset(args):
         if not args.task:
             raise BadInput("give a TASK (sc, icqa, tm, ictm, multihop) or --dataset FILE")
         return task_from_args(args)
-    from depthcert.checkers.dataset_file import load_dataset
+    from depthcert.checkers.tasks.dataset_file import load_dataset
     from depthcert.checkers.tasks import canonical_task
 
     given = [name for name, _ in TASK_OPTIONS if getattr(args, name) is not None]
@@ -297,21 +124,6 @@ def _verify_construction(argv) -> int:
         return _verify_construction_guarded(args, t_start)
 
 
-def guard_classifier_size(task, max_weights: int) -> None:
-    """Refuse before building when W_O alone (classes x d', d' >= vocabulary + positions) is
-    over the weight budget: some builders compute a value per class before they allocate."""
-    from depthcert.checkers.layout import MAX_DIM
-
-    width = len(task.vocab) + task.length
-    if width > MAX_DIM:
-        return  # the layout's own limit refuses it, naming d'
-    entries = len(task.classes) * width
-    if entries > max_weights:
-        raise BadInput(f"{task.describe()} has {len(task.classes):,} classes: W_O alone needs more than "
-                       f"{entries:,} weight entries, above the limit {max_weights:,}; raise it with "
-                       f"--max-weights {entries}, or use smaller sizes")
-
-
 def phase(args, text: str) -> None:
     """Name a phase on stderr for terminal runs (a long build or proof is not silent)."""
     if sys.stderr.isatty() and not getattr(args, "json", False):
@@ -320,7 +132,7 @@ def phase(args, text: str) -> None:
 
 def _verify_construction_guarded(args, t_start: float) -> int:
     from depthcert.checkers.exhaustive import check_compatible, plan_points, verify
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
     try:
         task = _task_or_dataset(args)
@@ -330,9 +142,13 @@ def _verify_construction_guarded(args, t_start: float) -> int:
                            "names the parameters proven for every value)") from None
         raise
     if args.all_sizes:
-        return _optional_module("all_sizes", "--all-sizes").verify_all_sizes(args, task)
+        from depthcert.proofs.all_sizes import verify_all_sizes
+
+        return verify_all_sizes(args, task)
     if args.cot:
-        return _optional_module("cot_cli", "--cot").verify_cot(args, task)
+        from depthcert.cli.cot import verify_cot
+
+        return verify_cot(args, task)
     if args.batch_size < 1:
         raise BadInput("--batch-size must be >= 1")
     if args.max_points < 1:
@@ -351,7 +167,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     else:
         guard_classifier_size(task, args.max_weights)
         phase(args, f"building the {task.name} construction")
-        lemma3_builder = registry.fits_readout(registry.builder_of(task, args.variant))
+        lemma3_builder = constructions.fits_readout(constructions.builder_of(task, args.variant))
         if args.readout == "lemma3" and not lemma3_builder:
             raise BadInput("--readout lemma3: this construction's read-out is the paper's own (not Lemma 3); "
                            "use --readout paper or max-margin")
@@ -360,7 +176,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
                            "(Lemma 3 is an existence proof); use --readout lemma3 or max-margin")
         # --as-printed is the paper's construction as printed: its read-out stays Lemma 3 under auto
         want_fit = args.readout == "max-margin" or (args.readout == "auto" and lemma3_builder and not args.as_printed)
-        c = registry.build(task, args.variant, args.as_printed, lemma3=not want_fit)
+        c = constructions.build(task, args.variant, args.as_printed, lemma3=not want_fit)
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
         own = "lemma3" if lemma3_builder else "paper"
     check_compatible(model, task)
@@ -375,7 +191,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         readout_note = fit.note
         if fit.vector_margin <= 0 and own == "lemma3" and args.readout == "auto":
             # the search found no separating read-out: the paper's existence proof decides instead
-            model = registry.build(task, args.variant, args.as_printed).model
+            model = constructions.build(task, args.variant, args.as_printed).model
             readout_name = "lemma3"
             readout_note += "; it separates none: Lemma 3's classifier is used instead"
         else:
@@ -407,7 +223,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     export()
     runner = None
     if args.dask:
-        from depthcert.proofs.cluster import DaskRunner
+        from depthcert.cli.cluster import DaskRunner
 
         runner = DaskRunner(args.dask, args.workers if args.dask == "local" else None)
     try:
@@ -455,7 +271,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         info["readout_note"] = readout_note
     if args.compare_readouts:
         phase(args, "building and verifying the other read-out")
-        other_name, other = _other_readout(args, task, model, readout_name, own, registry, ro)
+        other_name, other = _other_readout(args, task, model, readout_name, own, constructions, ro)
         if other is not None:
             ov = verify(other, task, batch_size=args.batch_size, progress=False, force_exact=args.exact,
                         symmetry=args.symmetry, workers=args.workers)
@@ -483,7 +299,7 @@ def _normalized(v, model) -> str | None:
     return None if q is None else str(format_rational(q))
 
 
-def _other_readout(args, task, model, readout_name, own, registry, ro):
+def _other_readout(args, task, model, readout_name, own, constructions, ro):
     """(name, model) of the read-out not used: max-margin vs the construction's own."""
     from dataclasses import replace
 
@@ -492,58 +308,12 @@ def _other_readout(args, task, model, readout_name, own, registry, ro):
         return "max-margin", fitted
     if own == "weights":
         return "weights", _load_model(args, task)
-    c = registry.build(task, args.variant, args.as_printed)
+    c = constructions.build(task, args.variant, args.as_printed)
     return own, replace(model, W_O=c.model.W_O)
 
 
 def model_has_balls(v) -> bool:
     return v.path.startswith("certified balls")
-
-
-def _optional_module(name: str, option: str):
-    """depthcert.proofs.<name>, or exit 2 naming the option when this build lacks it."""
-    import importlib
-
-    module = f"depthcert.proofs.{name}"
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        raise BadInput(f"{option} is not available in this build") from None
-
-
-def _precision_options(args, model) -> dict | None:
-    """Ball precisions for softmax models; refused (exit 2) when out of range or meaningless."""
-    given = args.precision is not None or args.max_precision is not None
-    if not model.has_softmax:
-        if given:
-            raise BadInput("--precision and --max-precision apply to softmax models only (this model is exact)")
-        return None
-    return precision_range(args.precision, args.max_precision)
-
-
-def precision_range(precision: int | None, max_precision: int | None) -> dict:
-    """--precision / --max-precision as verify's `balls` option, refused when out of range."""
-    from depthcert.checkers.softmax_balls import MAX_PRECISION, START_PRECISION
-
-    start = START_PRECISION if precision is None else precision
-    cap = max(MAX_PRECISION, start) if max_precision is None else max_precision
-    if start < 2:
-        raise BadInput(f"--precision must be at least 2 bits, got {start}")
-    if cap > PRECISION_LIMIT:
-        raise BadInput(f"--max-precision {cap} is above the limit {PRECISION_LIMIT} bits")
-    if start > cap:
-        raise BadInput(f"--precision {start} is above --max-precision {cap}")
-    return {"start_precision": start, "max_precision": cap}
-
-
-def logits_line(ce) -> str:
-    """A counterexample's logits: exact values, or certified enclosures for softmax models."""
-    if ce.logit_bounds:
-        return "  logits     " + "  ".join(f"{c} in [{lo}, {hi}]" for c, (lo, hi) in
-                                         ((c, enclosure_text(b)) for c, b in zip(ce.classes, ce.logit_bounds)))
-    return "  logits     " + "  ".join(f"{c}={format_rational(q)}" for c, q in zip(ce.classes, ce.logits))
 
 
 def _print_human(info: dict, task, v, description: str) -> None:
@@ -607,6 +377,8 @@ def _print_human(info: dict, task, v, description: str) -> None:
 
 
 def _print_robustness(r: dict) -> None:
+    from depthcert.cli.common import bound_text
+
     lin = r.get("linf_radius") or {}
     bits = r.get("min_fraction_bits") or {}
     print("robustness:")
@@ -619,7 +391,8 @@ def _print_robustness(r: dict) -> None:
     for name, f in (r.get("formats") or {}).items():
         worst = f.get("worst_point")
         print(f"  {name:<12} {'exact argmax on every point' if f.get('ok') else 'NOT certified'}"
-              + (f"; worst point {worst['index']} (margin lower bound {f.get('worst_margin_lower')})" if worst else "")
+              + (f"; worst point {worst['index']} (margin lower bound "
+                 f"{bound_text(Fraction(f['worst_margin_lower']), up=False, digits=6)})" if worst else "")
               + (f" ({f['note']})" if f.get("note") else ""))
 
 
@@ -725,73 +498,3 @@ def verify_construction_main(argv=None) -> int:
 
 if __name__ == "__main__":
     verify_construction_main()
-
-
-def _reproduce_paper(argv) -> int:
-    from depthcert.proofs.theorems import CLAIMS, check_claim, command
-
-    keys = ", ".join(c.key for c in CLAIMS)
-    p = _Parser(prog="reproduce-paper",
-                description="Check every claim of arXiv 2404.01601 that depthcert covers: constructions on every "
-                "dataset point (the printed weights and, where they fail, depthcert's fix), impossibility by "
-                "independently checked certificates, and our scope findings. Exit 0 iff every claim holds in "
-                "depthcert's version (printed weights that fail are reported, not counted).")
-    p.add_argument("--only", nargs="*", metavar="KEY", help=f"claim keys to run (default: all): {keys}")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    claims = CLAIMS
-    if args.only:
-        known = {c.key for c in CLAIMS}
-        bad = [k for k in args.only if k not in known]
-        if bad:
-            raise BadInput(f"unknown claim {bad[0]!r}; known: {keys}")
-        claims = tuple(c for c in CLAIMS if c.key in args.only)
-    results = []
-    if not args.json:
-        print("| claim | as printed | depthcert's version | verdict | command |")
-        print("|---|---|---|---|---|")
-    for claim in claims:
-        r = check_claim(claim)
-        results.append(r)
-        if not args.json:
-            row = _claim_row(r, command)
-            print("| " + " | ".join(row) + " |", flush=True)
-    if args.json:
-        print(json.dumps([{"claim": r.claim.key, "paper": r.claim.paper, "statement": r.claim.statement,
-                           "kind": r.claim.kind, "method": r.claim.method, "task": r.claim.task,
-                           "options": r.claim.options, "printed": r.claim.printed,
-                           "printed_verdict": r.printed_verdict or None, "printed_detail": r.printed_detail or None,
-                           "verdict": r.verdict, "detail": r.detail, "command": command(r.claim),
-                           "seconds": round(r.seconds, 2)} for r in results]))
-    else:
-        print()
-        print("as printed: the paper's own weights checked on every point; depthcert's version: the "
-              "construction or certificate depthcert checks (docs/errata.md for printed weights that fail, "
-              "docs/findings.md for our findings).")
-    return 0 if all(r.ok for r in results) else 1
-
-
-def _claim_row(r, command) -> list[str]:
-    """claim / as printed / depthcert's version / verdict / command, for one result."""
-    c = r.claim
-    claim = f"{c.paper}: {c.statement}" + (" (finding)" if c.kind != "claim" else "")
-    if c.printed == "same":
-        printed = "identical to depthcert's version"
-    elif c.printed == "differs":
-        printed = f"{r.printed_verdict.upper()}: {r.printed_detail}"
-    elif c.printed == "none":
-        printed = "no weights printed (a suggestion in words)"
-    elif c.printed == "dependence":
-        printed = "a dependence argument (Def. 3); the certificate is its checked instance"
-    else:
-        printed = "-"
-    if c.kind != "claim":
-        printed = "- (not a paper claim)"
-    cmd = f"`{command(c)}`"
-    if c.printed == "differs":
-        cmd += f", `{command(c, as_printed=True)}`"
-    return [claim, printed, r.detail, r.verdict.upper(), cmd]
-
-
-def reproduce_paper_main(argv=None) -> int:
-    sys.exit(run_main(_reproduce_paper, argv))

@@ -21,7 +21,7 @@ import numpy as np
 
 from depthcert.checkers.atomic import read_json
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.tasks import UNLABELLED, Batch, Task
+from depthcert.checkers.tasks.base import UNLABELLED, Batch, Task
 
 FORMAT = "depthcert.dataset"
 VERSION = 2

@@ -20,7 +20,7 @@ import numpy as np
 from depthcert.checkers.budget import progress_wanted
 from depthcert.checkers.errors import BadInput, TooManyPoints
 from depthcert.checkers.layout import MAX_DIM
-from depthcert.checkers.tasks import (CLS, RESPONSE, Task, _check_int, bounded_pow, check_vocabulary,
+from depthcert.checkers.tasks.base import (CLS, RESPONSE, Task, _check_int, bounded_pow, check_vocabulary,
                                       decode_partial_permutations)
 
 MAX_TEMPLATES = 200_000

@@ -234,6 +234,12 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
                 _block_axis(ax, lay, "y")
                 _block_axis(ax, lay, "x")
                 ax.set_title(f"layer {li + 1} head {hi + 1}  {name}", fontsize=8)
+                if name == "W_QK":  # score(key j, query k) = h_j^T W_QK h_k
+                    ax.set_ylabel("key feature (h_key^T W_QK h_query)", fontsize=7)
+                    ax.set_xlabel("query feature", fontsize=7)
+                else:  # value written = W_V h_key
+                    ax.set_ylabel("output feature (W_V h_key)", fontsize=7)
+                    ax.set_xlabel("key feature", fontsize=7)
             fig.suptitle(f"{task.describe()}  [{variant}]", fontsize=8)
             save(fig, f"layer{li + 1}-head{hi + 1}-weights.png")
 
@@ -287,7 +293,7 @@ def render(construction, task, point: int, out: Path) -> list[Path]:
 # ---------------------------------------------------------------- command line
 
 def _build_parser():
-    from depthcert.proofs.cli import _Parser, add_budget_options, add_task_options, variants_help
+    from depthcert.cli.common import _Parser, add_budget_options, add_task_options, variants_help
 
     p = _Parser(
         prog="show-construction",
@@ -310,16 +316,16 @@ def _build_parser():
 def _show_construction(argv) -> int:
     args = _build_parser().parse_args(argv)
     _require_matplotlib()  # fail fast, before any work
-    from depthcert.constructions import registry
-    from depthcert.proofs.cli import task_from_args
+    from depthcert import constructions
+    from depthcert.cli.common import task_from_args
 
     from depthcert.checkers.budget import resource_budget
-    from depthcert.proofs.cli import guard_classifier_size
+    from depthcert.cli.common import guard_classifier_size
 
     task = task_from_args(args)
     guard_classifier_size(task, args.max_weights)
     with resource_budget(args.max_weights, args.max_seconds, show_progress=sys.stderr.isatty() and not args.json):
-        construction = registry.build(task, args.variant, args.as_printed)
+        construction = constructions.build(task, args.variant, args.as_printed)
     point = default_point(task.size) if args.point is None else args.point
     if not 0 <= point < task.size:
         raise BadInput(f"--point {point} is outside the dataset (0 .. {task.size - 1})")
@@ -346,7 +352,7 @@ def _show_construction(argv) -> int:
 
 
 def show_construction_main(argv=None) -> int:
-    from depthcert.proofs.cli import run_main
+    from depthcert.cli.common import run_main
 
     sys.exit(run_main(_show_construction, argv))
 
