@@ -232,6 +232,41 @@ def _min_margin(S: np.ndarray, y: np.ndarray) -> int:
     return int(min(own - best))
 
 
+def _exact_min_margin(X: np.ndarray, Wq: np.ndarray, y: np.ndarray, Xf: np.ndarray | None = None) -> int:
+    """min over i and c != y_i of (Wq[y_i] - Wq[c]) . X[i], exactly.
+
+    Wq = hi 2^k + lo with both halves small enough that X @ half^T is exact in float64; the
+    margins hi part and lo part are then exact floats, their float combination locates the
+    minimum up to a relative 2^-40, and the few candidates within that slack are combined in
+    Python integers.  Falls back to exact scores when even the halves do not fit.  Xf: X as
+    float64 (exact: the caller's copy, to save the conversion)."""
+    N, d = X.shape
+    xa = max((abs(int(v)) for v in X.flat), default=0)
+    wa = int(np.abs(Wq).max()) if Wq.size else 0
+    Xf = np.asarray(X, dtype=np.float64) if Xf is None else Xf
+    ar = np.arange(N)
+
+    def margins(W):
+        S = Xf @ W.T.astype(np.float64)
+        M = S[ar, y][:, None] - S  # exact: every |score| < 2^52, so |M| < 2^53
+        M[ar, y] = np.inf
+        return M
+
+    if xa * wa * d < 2**52:
+        return int(margins(Wq).min())
+    k = 52 - (xa * d).bit_length() - 1  # |X @ half| < 2 xa d 2^k <= 2^52
+    if k < 8 or (wa >> k) * xa * d >= 2**52:
+        return _min_margin(_exact_scores(X, Wq), y)
+    hi = np.floor_divide(Wq, 2**k)  # Wq int64: lo = Wq - hi 2^k in [0, 2^k)
+    lo = Wq - hi * 2**k
+    Mh, Ml = margins(hi), margins(lo)
+    approx = Mh * 2.0**k + Ml
+    m = approx.min()
+    slack = abs(m) * 2.0**-40 + 2.0 ** (k - 40) + 1
+    cand = np.argwhere(approx <= m + slack)
+    return min(int(Mh[i, c]) * 2**k + int(Ml[i, c]) for i, c in cand)
+
+
 def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
     """The LP above by constraint generation, rounded to the coarsest good dyadic grid."""
     import scipy.sparse as sp
@@ -251,6 +286,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
     else:
         scale = 1
     Xf = np.array([[int(v) / scale for v in row] for row in hv.X], dtype=np.float64).reshape(N, d)
+    Xint = np.asarray(hv.X, dtype=np.float64).reshape(N, d) if scale < 2**52 else None  # exact integers
     y = hv.labels
     var, n_var = _tied_variables(C, d, hv.ties)
     # first competitors: the classes of each vector's nearest vectors (Euclidean) of other labels
@@ -341,7 +377,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
         top_q = int(np.abs(Wq).max())
         if top_q == 0:
             continue
-        m = _min_margin(_exact_scores(hv.X, Wq), y)
+        m = _exact_min_margin(hv.X, Wq, y, Xint)
         norm = Fraction(m, hv.den * top_q)
         if best is None or norm > best[1]:
             best = (bits, norm, Wq)

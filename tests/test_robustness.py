@@ -126,3 +126,15 @@ def test_robustness_refuses_softmax_models():
 
     with pytest.raises(BadInput):
         rb.robustness_report(soft, task)
+
+
+def test_exact_min_margin_split_path_matches_python_integers():
+    # the hi/lo split path (scores past 2^53) against plain Python integers
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        N, d, C = (int(v) for v in rng.integers(2, 12, size=3))
+        X = np.array(rng.integers(-10**6, 10**6 + 1, size=(N, d)), dtype=object)
+        Wq = rng.integers(-2**48, 2**48 + 1, size=(C, d), dtype=np.int64)
+        y = rng.integers(0, C, size=N)
+        S = [[sum(int(X[i, r]) * int(Wq[c, r]) for r in range(d)) for c in range(C)] for i in range(N)]
+        assert ro._exact_min_margin(X, Wq, y) == min(S[i][y[i]] - S[i][c] for i in range(N) for c in range(C) if c != y[i])
