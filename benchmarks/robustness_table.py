@@ -47,7 +47,11 @@ def main() -> None:
             print(f"| {name} | `{cmd}` | {out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode} "
                   "| | | | | | |", flush=True)
             continue
-        info = json.loads(out.stdout)
+        try:
+            info = json.loads(out.stdout)
+        except json.JSONDecodeError:
+            print(f"| {name} | `{cmd}` | no JSON (exit {out.returncode}) | | | | | | |", flush=True)
+            continue
         margins = ", ".join(f"{k} {fmt_margin(v)}" for k, v in info["readout_margins"].items())
         r = info.get("robustness", {})
         lin = r.get("linf_radius", {})

@@ -396,7 +396,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
             f"constraint generation), entries multiples of 2^-{bits}")
     if not converged:
         note += (f"; constraint generation stopped at {len(active):,} pairs before the LP optimum: the best W_O found "
-                 + (f"(mixed with the lifting read-out, weight {mixed:.3g}) " if mixed is not None else "")
+                 + (f"(mixed with the lifting read-out, weight {mixed:.6f}) " if mixed is not None else "")
                  + f"reaches {float(norm):.4g}, the LP's bound is {lp_norm:.4g}")
     if lp_norm <= 0:
         note += "; the LP found no positive margin (no linear read-out separates these vectors)"

@@ -1,8 +1,9 @@
 """Which tracr settings a program needs: searches over verify-tracr's exact verdicts.
 
 find_min_exactness  the smallest mlp_exactness found to verify at the given length: doubling from
-                    1 until one verifies (up to a cap), then bisection between the last refuted and
-                    the first verified value; the answer e comes with e - 1 refuted (each value an
+                    1 until one verifies (up to a cap), then bisection between the last value not
+                    verified and the first verified one; the answer e comes with e - 1 not verified
+                    (refuted, or undecided at the ball precision cap; each value an
                     exact verify-tracr verdict; verdicts need not be monotone in e, so e is the
                     boundary this search meets, and every value it tried is listed).
 find_max_length     the largest length L such that every length 1..L verifies at the given
