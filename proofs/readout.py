@@ -365,6 +365,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
         if not added or len(active) > MAX_LP_ROWS:  # the next LP would be over the cap: keep the best so far
             break
     W = best_W
+    if W.size:  # a vector added to every row changes no margin (and keeps the ties): centre each column
+        W = W - (W.max(axis=0) + W.min(axis=0)) / 2
     wmax = float(np.abs(W).max()) if W.size else 0.0
     # the LP's optimum is the largest normalized margin of any read-out (rescale any W_O to a largest
     # entry of 1); t bounds it from above (the relaxation has fewer constraints)
@@ -407,7 +409,9 @@ def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray
     """A read-out that separates distinct single-vector classes when some coordinate is the same
     non-zero constant kappa on every vector (a bias): logit_c(x) = 2 m_c . x - |m_c|^2 =
     |x|^2 - |x - m_c|^2 with m_c the class mean (the lifting of the nearest-mean rule), classes
-    without vectors -1; scaled into the box.  None without a constant coordinate."""
+    without vectors -1; the bias spread over every constant coordinate and each column's range
+    centred on 0 (neither changes a margin: the logits move by the same amount for every class),
+    then scaled into the box.  None without a constant coordinate."""
     N, d = Xf.shape
     const = [j for j in range(d) if N and X[0, j] != 0 and all(X[i, j] == X[0, j] for i in range(N))]
     if not const:
@@ -423,6 +427,12 @@ def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray
     W[:, j0] -= (means * means).sum(axis=1) / kappa
     W[~used] = 0.0
     W[~used, j0] = -1.0 / kappa
+    # the bias spread over every constant coordinate (its sum is what the logits see)
+    kap = Xf[0, const]
+    bias = W[:, const] @ kap
+    W[:, const] = bias[:, None] * np.sign(kap)[None, :] / np.abs(kap).sum()
+    # a vector added to every row changes no margin: centre each column's range on 0
+    W -= (W.max(axis=0) + W.min(axis=0)) / 2
     top = np.abs(W).max()
     return W / top if top > 0 else None
 
