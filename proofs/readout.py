@@ -37,7 +37,7 @@ from depthcert.checkers.model import Model
 
 MAX_SCORE_ENTRIES = 50_000_000  # distinct vectors x classes held as float64 scores (400 MB)
 MAX_LP_ROUNDS = 12
-MAX_LP_ROWS = 10_000  # constraint generation stops before an LP with more pairs: the best W_O so far is kept
+MAX_LP_ROWS = 10_000  # no LP with more pairs is solved: the best W_O so far (or the lifting read-out) is kept
 COMPETITORS = 8  # first competitor classes per vector (nearest vectors of other labels)
 ADDED_PER_ROUND = 8  # most violated competitor classes per vector added per round
 GRID_BITS = (4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48)
@@ -319,7 +319,10 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
         S = Xf @ W_lift.T
         M_lift = S[np.arange(N), y][:, None] - S
         M_lift[np.arange(N), y] = np.inf
-    for rounds in range(1, MAX_LP_ROUNDS + 1):
+    skipped = W_lift is not None and len(active) > MAX_LP_ROWS  # even the first LP is over the cap
+    if skipped:
+        best_W, best_low = W_lift, float(M_lift.min())
+    for rounds in range(1, 0 if skipped else MAX_LP_ROUNDS + 1):
         pairs = np.array(sorted(active), dtype=np.int64)
         I, Cc = pairs[:, 0], pairs[:, 1]
         P = len(pairs)
@@ -396,11 +399,15 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
     W_O.flags.writeable = False
     note = (f"max-margin read-out: LP over {N} distinct hidden vectors x {C} classes ({rounds} round(s) of "
             f"constraint generation), entries multiples of 2^-{bits}")
-    if not converged:
+    if skipped:
+        note = (f"max-margin read-out: the LP over {N} distinct hidden vectors x {C} classes was not solved (its "
+                f"first round has {len(active):,} pairs, above the cap {MAX_LP_ROWS:,}): the lifting read-out, entries "
+                f"multiples of 2^-{bits}, reaches {float(norm):.4g}; no LP bound computed")
+    elif not converged:
         note += (f"; constraint generation stopped at {len(active):,} pairs before the LP optimum: the best W_O found "
                  + (f"(mixed with the lifting read-out, weight {mixed:.6f}) " if mixed is not None else "")
                  + f"reaches {float(norm):.4g}, the LP's bound is {lp_norm:.4g}")
-    if lp_norm <= 0:
+    if lp_norm <= 0 and not skipped:
         note += "; the LP found no positive margin (no linear read-out separates these vectors)"
     return Readout(W_O, bits, lp_norm, norm, N, rounds, note)
 

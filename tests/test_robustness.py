@@ -138,3 +138,14 @@ def test_exact_min_margin_split_path_matches_python_integers():
         y = rng.integers(0, C, size=N)
         S = [[sum(int(X[i, r]) * int(Wq[c, r]) for r in range(d)) for c in range(C)] for i in range(N)]
         assert ro._exact_min_margin(X, Wq, y) == min(S[i][y[i]] - S[i][c] for i in range(N) for c in range(C) if c != y[i])
+
+
+def test_lp_over_the_cap_keeps_the_lifting_readout(monkeypatch):
+    # with a cap below the first round's pairs no LP is solved: the lifting read-out is fitted,
+    # said so in the note, and still verified exactly on every point
+    monkeypatch.setattr(ro, "MAX_LP_ROWS", 1)
+    task = make_task("tm", l=3, alphabet=4)
+    fitted, fit, _ = ro.with_max_margin_readout(registry.build(task, "ternary", lemma3=False).model, task)
+    assert "was not solved" in fit.note and fit.vector_margin > 0
+    v = verify(fitted, task, symmetry="off")
+    assert v.verified and ro.normalized_margin(v.min_margin, fitted.W_O) == fit.vector_margin
