@@ -47,7 +47,7 @@ def cell(program: str, vocab: str, extra: str, length: int) -> tuple[str, str]:
     if e is None:
         text = info.get("note", "none")
     elif fails is None:
-        text = f"{e} ({info.get('note', '')})"
+        text = f"{e} (the first value tried)"
     else:
         text = f"{e} ({fails} {info['tried'][str(fails)]})"
     return text, f"{secs:.0f} s"
