@@ -384,7 +384,13 @@ class Evaluator:
                 return _rowmul_any(h, self._CTf).astype(np.int64)
             ha = np.abs(h)
             try:
-                _limit(_rowmul_any(ha, self._CTa))
+                # one row of column maxima dominates every row's |h| @ |C^T| (nonnegative sums):
+                # when it stays below 2^53 no per-row absolute pass is needed
+                top = ha.reshape(-1, ha.shape[-1]).max(axis=0, initial=0.0)
+                try:
+                    _limit(top[None, :] @ self._CTa)
+                except _Exceeded:
+                    _limit(_rowmul_any(ha, self._CTa))
                 return _rowmul_any(h, self._CTf).astype(np.int64)
             except _Exceeded:
                 pass

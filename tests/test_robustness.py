@@ -149,3 +149,18 @@ def test_lp_over_the_cap_keeps_the_lifting_readout(monkeypatch):
     assert "was not solved" in fit.note and fit.vector_margin > 0
     v = verify(fitted, task, symmetry="off")
     assert v.verified and ro.normalized_margin(v.min_margin, fitted.W_O) == fit.vector_margin
+
+
+@pytest.mark.parametrize("rows", [[[1, 0], [0, 1]], [[1, 1], [0, 1]], [[1, 0], [0, 0]]])
+def test_checked_classifier_is_exact_on_every_bound_path(rows):
+    # column maxima [1, 1] reach 2^53 (per-row pass needed) / a row reaches 2^53 (big integers) /
+    # column maxima stay below (one row of maxima is enough): the logits are exact in every case
+    from depthcert.checkers.evaluate import Evaluator, _absmat, _float
+
+    task = make_task("icqa", k=2)
+    ev = Evaluator(registry.build(task).model)
+    CT = np.array([[2**52], [2**52]], dtype=object)
+    ev.use_float, ev._CT, ev._CTf, ev._CTa = False, CT, _float(CT), _float(_absmat(CT))
+    h = np.array(rows, dtype=np.float64)
+    got = ev._classify(h)
+    assert [int(v) for v in got[:, 0]] == [sum(int(a) * 2**52 for a in r) for r in rows]
