@@ -14,6 +14,8 @@ tests/test_kernel_boundary.py):
     softmax_balls.py         certified ball-arithmetic decisions for softmax models
     softmax_ties.py          exact decision of softmax ties (Lindemann-Weierstrass normal form)
     attention_tables.py      certified float64 tables of one-layer attention-only softmax models
+    weight_balls.py          ball forward passes over weight intervals and float-format rounding (the
+                             certified linf radius and float16/bfloat16/float32 verdicts of --robustness)
     trace.py                 per-point Fraction forward pass (the wider classes' slow reference)
     symmetry.py              the equivariance proof behind orbit representatives
     exhaustive.py            verify(): every point, strict argmax, verdicts

@@ -22,6 +22,8 @@ class Construction:
     as_printed: bool
     description: str = ""
     notes: tuple[str, ...] = field(default=())
+    readout: str = "paper"  # how W_O was made: "paper" (the construction's own read-out), "lemma3"
+    # (Lemma 3's existence proof, followed literally) or "none" (W_O = 0, left for a fitted read-out)
     # the construction for every size (constructions/indexed.SymbolicModel) when the builder is
     # written with set-indexed blocks; `model` is then that object instantiated at the task's sizes
     symbolic: object = None

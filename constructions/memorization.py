@@ -173,4 +173,5 @@ def build_lemma3(task: SequenceClassification, rules=lemma4_rules) -> Constructi
     W_O = lemma3_classifier(vectors, labels, n_classes=len(task.classes))
     model = Model(task.vocab, n, task.classes, inp, (tuple(heads),), W_O, name="memorization")
     return Construction("sc", "heads", THEOREM, model, True,
-                        "copy token i into slot i (n-1 heads), cancel the residual (1 head), Lemma 3 classifier")
+                        "copy token i into slot i (n-1 heads), cancel the residual (1 head), Lemma 3 classifier",
+                        (), "lemma3")

@@ -75,8 +75,11 @@ def last_columns(task, lay: Layout, layers, ids) -> list[list[Fraction]]:
     return [[Fraction(int(v), den) for v in row] for row in num]
 
 
-def classifier(task: TemplateMatching, lay: Layout, layers, notes: list[str]) -> np.ndarray:
-    """Lemma 3 on the last column of one representative sequence per template."""
+def classifier(task: TemplateMatching, lay: Layout, layers, notes: list[str], lemma3: bool = True) -> np.ndarray:
+    """Lemma 3 on the last column of one representative sequence per template (lemma3=False:
+    W_O = 0, for a fitted read-out)."""
+    if not lemma3:
+        return np.full((len(task.classes), lay.dim), Fraction(0), dtype=object)
     lemma3_guard(len(task.classes), lay.dim)  # before the probe evaluates one sequence per class
     reps = [task.representative(t) for t in range(len(task.classes))]
     vectors = last_columns(task, lay, layers, reps)
@@ -89,8 +92,8 @@ def classifier(task: TemplateMatching, lay: Layout, layers, notes: list[str]) ->
         return np.full((len(task.classes), lay.dim), Fraction(0), dtype=object)
 
 
-def _model(task, lay, layers, name, notes) -> Model:
-    W_O = classifier(task, lay, layers, notes)
+def _model(task, lay, layers, name, notes, lemma3: bool = True) -> Model:
+    W_O = classifier(task, lay, layers, notes, lemma3)
     W_O.flags.writeable = False
     return Model(task.vocab, task.length, task.classes, lay, layers, W_O, name=name)
 
@@ -98,14 +101,14 @@ def _model(task, lay, layers, name, notes) -> Model:
 ALL_FIXES = frozenset({"value-columns", "layer2-source"})
 
 
-def build_ternary(task: TemplateMatching, as_printed: bool = False) -> Construction:
+def build_ternary(task: TemplateMatching, as_printed: bool = False, lemma3: bool = True) -> Construction:
     """Theorem 5, one head per layer, d' = d + n: layer 2 encodes each template row in ternary."""
-    return build_ternary_with(task, frozenset() if as_printed else ALL_FIXES)
+    return build_ternary_with(task, frozenset() if as_printed else ALL_FIXES, lemma3)
 
 
-def build_heads(task: TemplateMatching, as_printed: bool = False) -> Construction:
+def build_heads(task: TemplateMatching, as_printed: bool = False, lemma3: bool = True) -> Construction:
     """Theorem 5 with layer 2 = Lemma 4 memorization (n = l+1 heads), d' = max(l * s, d + n)."""
-    return build_heads_with(task, frozenset() if as_printed else ALL_FIXES)
+    return build_heads_with(task, frozenset() if as_printed else ALL_FIXES, lemma3)
 
 
 def symbolic_task(l: int, point: dict | None = None) -> SymbolicTask:
@@ -176,15 +179,14 @@ def _indexed_classifier(task, stream, classes, layers, notes) -> IndexedMatrix:
     return W
 
 
-def build_ternary_with(task, fixes: frozenset) -> Construction:
+def build_ternary_with(task, fixes: frozenset, lemma3: bool = True) -> Construction:
     """The ternary variant with a chosen subset of ALL_FIXES (frozenset() = as printed)."""
     as_printed = not fixes
     if not is_symbolic(task):
         lay = base_layout(task)
         precheck_weights(5 * lay.dim * lay.dim, f"2 layers of {lay.dim} x {lay.dim} matrices")
-        c = finite_build(lambda t, _ap: build_ternary_with(t, fixes), task, lambda pt: symbolic_task(task.l, pt),
-                         {"m": task.m}, as_printed)
-        return c
+        return finite_build(lambda t, _ap: build_ternary_with(t, fixes, lemma3), task,
+                            lambda pt: symbolic_task(task.l, pt), {"m": task.m}, as_printed)
     stream = _stream(task)
     n, l = task.length, task.l
     qk2 = IndexedMatrix(stream, stream)
@@ -203,15 +205,16 @@ def build_ternary_with(task, fixes: frozenset) -> Construction:
     classes = IndexedLayout(Segment("class", None, tuple(f"cls:{c}" for c in names)))
     positions = IndexedLayout(Segment("position", None, tuple(f"col{j}" for j in range(n))))
     notes: list[str] = []
-    W_O = _indexed_classifier(task, stream, classes, layers, notes)
+    W_O = _indexed_classifier(task, stream, classes, layers, notes) if lemma3 else IndexedMatrix(classes, stream)
     sym = SymbolicModel("parsing-mapping-ternary", stream, positions, classes, layers, W_O, task.range)
     return Construction("tm", "ternary", THEOREM, None, as_printed,
                         "layer 1 parses the sequence into its template matrix; layer 2 (one head) "
-                        "writes each row as a ternary number into the CLS column; Lemma 3 classifier",
-                        tuple(notes), symbolic=sym)
+                        "writes each row as a ternary number into the CLS column; "
+                        + ("Lemma 3 classifier" if lemma3 else "fitted read-out"),
+                        tuple(notes), "lemma3" if lemma3 else "none", symbolic=sym)
 
 
-def build_heads_with(task: TemplateMatching, fixes: frozenset) -> Construction:
+def build_heads_with(task: TemplateMatching, fixes: frozenset, lemma3: bool = True) -> Construction:
     """The heads variant with a chosen subset of ALL_FIXES (frozenset() = as printed)."""
     as_printed = not fixes
     base = base_layout(task)
@@ -224,11 +227,11 @@ def build_heads_with(task: TemplateMatching, fixes: frozenset) -> Construction:
     heads = lemma4_heads(lay, slots, n, src, l)
     layers = ((parsing_layer(lay, n, "value-columns" not in fixes),), tuple(heads))
     notes: list[str] = []
-    model = _model(task, lay, layers, "parsing-mapping-heads", notes)
+    model = _model(task, lay, layers, "parsing-mapping-heads", notes, lemma3)
     return Construction("tm", "heads", THEOREM, model, as_printed,
                         "layer 1 parses the sequence into its template matrix; layer 2 (Lemma 4, "
                         f"{n} heads) copies each template column into its own slot; Lemma 3 classifier",
-                        tuple(notes))
+                        tuple(notes), "lemma3" if lemma3 else "none")
 
 
 BUILDERS = {"tm": {"heads": build_heads, "ternary": build_ternary}}

@@ -18,7 +18,8 @@ from depthcert.constructions import (composition, copy_matching, group_tree, mem
                                      parsing_copying_matching, parsing_mapping, reachability)
 from depthcert.constructions.construction import Builder, Construction
 
-__all__ = ["Builder", "Construction", "MEMBERS", "all_variants", "build", "cot_builders", "variants"]
+__all__ = ["Builder", "Construction", "MEMBERS", "all_variants", "build", "builder_of", "cot_builders", "fits_readout",
+           "variants"]
 
 # In order: the first variant registered for a task is its default.
 MEMBERS = (parsing_mapping, parsing_copying_matching, multihop, composition, group_tree, reachability)
@@ -53,12 +54,16 @@ def all_variants() -> dict[str, tuple[str, ...]]:
     return {task: tuple(table) for task, table in _builders().items()}
 
 
-def build(task: Task | str, variant: str | None = None, as_printed: bool = False, **sizes) -> Construction:
-    """The construction for a task (a Task, or a task name with its sizes as keywords)."""
-    if isinstance(task, str):
-        task = make_task(task, **sizes)
-    elif sizes:
-        raise BadInput(f"sizes given with a task object: {', '.join(sorted(sizes))}")
+def fits_readout(builder: Builder) -> bool:
+    """Whether the builder's read-out is Lemma 3 (an existence proof, no read-out of the paper's
+    own): such builders take `lemma3=False` and then leave W_O = 0 for a fitted read-out."""
+    import inspect
+
+    return "lemma3" in inspect.signature(builder).parameters
+
+
+def builder_of(task: Task, variant: str | None = None) -> Builder:
+    """The builder registered for the task's name and the variant (None: the default)."""
     table = _builders().get(task.name)
     if not table:
         raise BadInput(f"no construction for task {task.name!r}")
@@ -66,4 +71,20 @@ def build(task: Task | str, variant: str | None = None, as_printed: bool = False
         variant = next(iter(table))
     if variant not in table:
         raise BadInput(f"unknown --variant {variant!r} for {task.name}; known: {', '.join(table)}")
-    return table[variant](task, as_printed)
+    return table[variant]
+
+
+def build(task: Task | str, variant: str | None = None, as_printed: bool = False, *, lemma3: bool = True,
+          **sizes) -> Construction:
+    """The construction for a task (a Task, or a task name with its sizes as keywords).
+
+    lemma3=False: a Lemma 3 construction is built without its classifier (W_O = 0, readout
+    "none"), for proofs/readout.py to fit one; other constructions are built as usual."""
+    if isinstance(task, str):
+        task = make_task(task, **sizes)
+    elif sizes:
+        raise BadInput(f"sizes given with a task object: {', '.join(sorted(sizes))}")
+    builder = builder_of(task, variant)
+    if not lemma3 and fits_readout(builder):
+        return builder(task, as_printed, lemma3=False)
+    return builder(task, as_printed)

@@ -58,7 +58,7 @@ def test_help_ends_with_the_exit_codes(name, capsys):
 
 
 @pytest.mark.parametrize("module,attr", [("depthcert.checkers.certificate", "classify"),
-                                         ("depthcert.proofs.check_all_sizes", "check_point")])
+                                         ("depthcert.proofs.check_all_sizes", "rederive")])
 def test_standalone_checkers_exit_4_on_a_bug(module, attr, tmp_path, monkeypatch, capsys):
     """The standard-library checkers: an unexpected exception is exit 4 and one line, never exit 1
     (which means invalid)."""

@@ -37,8 +37,9 @@ EXIT_CODES = {
         EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL + ", e.g. a certificate the independent checker rejects"},
     "check-certificate": {EXIT_OK: "valid", EXIT_REFUTED: "invalid, or not about the given dataset",
                           EXIT_BAD_INPUT: "malformed or unreadable, or " + _BAD, EXIT_INTERNAL: _INTERNAL},
-    "verify-tracr": {EXIT_OK: "verified (numerical programs: every error certified below --tolerance, default 1/1000)",
-                     EXIT_REFUTED: "refuted", EXIT_BAD_INPUT: _BAD + ", or the tracr extra missing",
+    "verify-tracr": {EXIT_OK: "verified (numerical programs: every error certified below --tolerance, default 1/1000; "
+                              "--find-min/--find-max: a value found)",
+                     EXIT_REFUTED: "refuted (--find-min/--find-max: none found)", EXIT_BAD_INPUT: _BAD + ", or the tracr extra missing",
                      EXIT_UNDECIDED: "undecided", EXIT_INTERNAL: _INTERNAL},
     "show-construction": {EXIT_OK: "pictures written", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
     "reproduce-paper": {EXIT_OK: "every claim holds", EXIT_REFUTED: "some claim does not",

@@ -79,6 +79,16 @@ def _build_parser() -> _Parser:
     p.add_argument("--cot", action="store_true",
                    help="verify chain-of-thought generation: the model generates its intermediate steps "
                    "autoregressively and every step of every input is checked (tasks that define steps)")
+    p.add_argument("--readout", choices=("auto", "max-margin", "lemma3", "paper"), default="auto",
+                   help="the classifier W_O: max-margin (an LP over the distinct final hidden vectors, entries in "
+                   "[-1, 1], rationalized, then verified), lemma3 (Lemma 3's incremental classifier, as the paper "
+                   "proves it exists), paper (the construction's own read-out); auto (default): max-margin where "
+                   "the paper gives no read-out of its own (Lemma 3 constructions), else paper")
+    p.add_argument("--compare-readouts", action="store_true",
+                   help="also build and verify the other read-out and report both normalized margins")
+    p.add_argument("--robustness", action="store_true",
+                   help="certified weight tolerance (linf_radius), fewest fractional bits, and float16/bfloat16/"
+                   "float32 forward passes (docs/robustness.md)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return p
 
@@ -155,22 +165,58 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         raise BadInput(f"--max-points must be >= 1, got {args.max_points}")
     if args.family and (args.weights or args.variant):
         raise BadInput("--family builds your construction; it takes no --weights or --variant")
+    from depthcert.proofs import readout as ro
+
     if args.weights:
         if args.variant or args.as_printed:
             raise BadInput("--weights verifies the given file; it takes no --variant or --as-printed")
+        if args.readout == "lemma3":
+            raise BadInput("--readout lemma3 applies to Lemma 3 constructions; --weights has its own W_O "
+                           "(or --readout max-margin)")
         model = _load_model(args, task)
         theorem, variant, description, notes = "user-supplied weights", "weights:" + args.weights, "", ()
+        own = "weights"
     else:
         guard_classifier_size(task, args.max_weights)
         phase(args, f"building the {task.name} construction")
         if args.family:
             from depthcert.cli.all_sizes import load_family
 
+            if args.readout == "lemma3":
+                raise BadInput("--readout lemma3: --family builds your construction with its own read-out "
+                               "(or --readout max-margin)")
             c = load_family(args.family)(task, args.as_printed)
         else:
-            c = constructions.build(task, args.variant, args.as_printed)
+            lemma3_builder = constructions.fits_readout(constructions.builder_of(task, args.variant))
+            if args.readout == "lemma3" and not lemma3_builder:
+                raise BadInput("--readout lemma3: this construction's read-out is the paper's own (not Lemma 3); "
+                               "use --readout paper or max-margin")
+            if args.readout == "paper" and lemma3_builder:
+                raise BadInput("--readout paper: the paper gives this construction no read-out of its own "
+                               "(Lemma 3 is an existence proof); use --readout lemma3 or max-margin")
+            # --as-printed is the paper's construction as printed: its read-out stays Lemma 3 under auto
+            want_fit = args.readout == "max-margin" or (args.readout == "auto" and lemma3_builder and not args.as_printed)
+            c = constructions.build(task, args.variant, args.as_printed, lemma3=not want_fit)
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
+        own = "lemma3" if c.readout == "none" else c.readout  # a W_O left for the fit replaces Lemma 3's
     check_compatible(model, task)
+    readout_name = "max-margin" if (args.readout == "max-margin" or (
+        args.readout == "auto" and own == "lemma3" and not args.as_printed)) else own
+    readout_note = None
+    if readout_name == "max-margin":
+        phase(args, "fitting the max-margin read-out (LP)")
+        # the fit is a search: it uses orbit representatives whenever the layers' equivariance is
+        # proven, whatever --symmetry says (which governs the verdict's check of every point)
+        fitted, fit, _ = ro.with_max_margin_readout(model, task, "auto", args.max_points)
+        readout_note = fit.note
+        if fit.vector_margin <= 0 and own == "lemma3" and args.readout == "auto":
+            # the search found no separating read-out: the paper's existence proof decides instead
+            model = constructions.build(task, args.variant, args.as_printed).model
+            readout_name = "lemma3"
+            readout_note += "; it separates none: Lemma 3's classifier is used instead"
+        else:
+            model = fitted
+            description = description.replace("Lemma 3 classifier", "max-margin read-out (LP)")
 
     def export():  # only once every input check has passed: exit 2 must leave no file behind
         if args.export:
@@ -238,11 +284,52 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     if v.undecided is not None:
         info["undecided"] = _undecided_json(v.undecided)
         info["undecided_points"] = v.undecided_count
+    info["readout"] = readout_name
+    margins = {readout_name.replace("-", "_"): _normalized(v, model)}
+    if readout_note:
+        info["readout_note"] = readout_note
+    if args.compare_readouts:
+        phase(args, "building and verifying the other read-out")
+        other_name, other = _other_readout(args, task, model, readout_name, own, constructions, ro)
+        if other is not None:
+            ov = verify(other, task, batch_size=args.batch_size, progress=False, force_exact=args.exact,
+                        symmetry=args.symmetry, workers=args.workers)
+            margins[other_name.replace("-", "_")] = _normalized(ov, other) if ov.verified else f"refuted ({ov.verdict})"
+    info["readout_margins"] = margins
+    if args.robustness:
+        phase(args, "robustness: weight tolerance, fractional bits, float formats")
+        from depthcert.proofs.robustness import robustness_report
+
+        info["robustness"] = robustness_report(model, task, v, symmetry=args.symmetry, max_points=args.max_points)
+    info["total_seconds"] = round(time.perf_counter() - t_start, 3)  # the other read-out and robustness included
     if args.json:
         print(json.dumps(info))
     else:
         _print_human(info, task, v, description)
     return 0 if v.verified else (EXIT_UNDECIDED if v.verdict == "undecided" else 1)
+
+
+def _normalized(v, model) -> str | None:
+    """The verdict's exact minimum margin divided by the largest |entry| of W_O (None if refuted)."""
+    from depthcert.proofs.readout import normalized_margin
+
+    if not v.verified:
+        return None
+    q = normalized_margin(v.min_margin, model.W_O)
+    return None if q is None else str(format_rational(q))
+
+
+def _other_readout(args, task, model, readout_name, own, constructions, ro):
+    """(name, model) of the read-out not used: max-margin vs the construction's own."""
+    from dataclasses import replace
+
+    if readout_name != "max-margin":
+        fitted, _, _ = ro.with_max_margin_readout(model, task, "auto", args.max_points)
+        return "max-margin", fitted
+    if own == "weights":
+        return "weights", _load_model(args, task)
+    c = constructions.build(task, args.variant, args.as_printed)
+    return own, replace(model, W_O=c.model.W_O)
 
 
 def model_has_balls(v) -> bool:
@@ -271,8 +358,17 @@ def _print_human(info: dict, task, v, description: str) -> None:
         ("wall time", f"{info['total_seconds']:.2f} s in all, {v.seconds:.2f} s evaluating"),
     ]
     print(f"verify-construction {task.name}")
+    margins = info.get("readout_margins", {})
+    if info.get("readout") == "max-margin" or len(margins) > 1:
+        rows.append(("read-out", info["readout"] + ": normalized margins (margin / max |W_O|) " + ", ".join(
+            f"{k} {_fmt_q(None if m is None or m.startswith('refuted') else Fraction(m)) if m is None or not m.startswith('refuted') else m}"
+            for k, m in margins.items())))
     for key, val in rows:
         print(f"  {key:<11} {val}")
+    if info.get("readout_note"):
+        print(f"  note        {info['readout_note']}")
+    if "robustness" in info:
+        _print_robustness(info["robustness"])
     for note in info["notes"] + info.get("run_notes", []):
         print(f"  note        {note}")
     ce = v.counterexample
@@ -300,6 +396,26 @@ def _print_human(info: dict, task, v, description: str) -> None:
         else:
             lo, hi = enclosure_text(u.margin)
             print(f"  margin     in [{lo}, {hi}]: the balls still contain 0")
+
+
+def _print_robustness(r: dict) -> None:
+    from depthcert.cli.common import bound_text
+
+    lin = r.get("linf_radius") or {}
+    bits = r.get("min_fraction_bits") or {}
+    print("robustness:")
+    if lin:
+        print(f"  linf radius  certified >= {lin.get('certified_lower', '-')}, broken at <= {lin.get('broken_upper', '-')}"
+              + (f" ({lin['note']})" if lin.get("note") else ""))
+    if bits:
+        print(f"  fewest bits  {bits.get('bits', '-')} fractional bits verify; {bits.get('fails', '-')}"
+              + (f" ({bits['note']})" if bits.get("note") else ""))
+    for name, f in (r.get("formats") or {}).items():
+        worst = f.get("worst_point")
+        print(f"  {name:<12} {'exact argmax on every point' if f.get('ok') else 'NOT certified'}"
+              + (f"; worst point {worst['index']} (margin lower bound "
+                 f"{bound_text(Fraction(f['worst_margin_lower']), up=False, digits=6)})" if worst else "")
+              + (f" ({f['note']})" if f.get("note") else ""))
 
 
 def _show_point(args, task, model, theorem, balls=None) -> int:

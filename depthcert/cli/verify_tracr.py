@@ -715,6 +715,11 @@ def _parser():
     p.add_argument("--mlp-exactness", type=positive_int, default=100,
                    help="tracr's compile option (default 100, tracr's): larger values make its MLPs more exact")
     p.add_argument("--no-float-check", action="store_true", help="skip tracr's float forward comparison")
+    p.add_argument("--find-min", choices=("mlp-exactness",), default=None,
+                   help="search the smallest tracr mlp_exactness that verifies at --max-seq-len (each step an exact "
+                   "verdict)")
+    p.add_argument("--find-max", choices=("length",), default=None,
+                   help="search the largest length (up to --max-seq-len, the cap) at which every length verifies")
     p.add_argument("--export", metavar="FILE", help="write the imported model (depthcert.weights version 2)")
     p.add_argument("--dataset-out", metavar="FILE", help="write the per-position dataset (depthcert.dataset v2); "
                    "verify-construction --dataset FILE --weights FILE re-checks it")
@@ -740,6 +745,8 @@ def _main(argv) -> int:
         if tol <= 0:
             raise BadInput(f"--tolerance must be positive, got {args.tolerance}")
     balls = _balls(args)
+    if args.find_min or args.find_max:
+        return _search_settings(args, vocab, balls, tol)
     with resource_budget(args.max_weights, args.max_seconds, show_progress=sys.stderr.isatty() and not args.json):
         res = check_program(args.program, vocab, args.max_seq_len, distinct=args.distinct_tokens,
                             causal=args.causal, max_inputs=args.max_inputs, balls=balls,
@@ -752,6 +759,44 @@ def _main(argv) -> int:
     else:
         print_human(res.info)
     return res.status
+
+
+def _search_settings(args, vocab, balls, tol) -> int:
+    """--find-min mlp-exactness / --find-max length: exit 0 when the search found a value."""
+    from depthcert.checkers.budget import resource_budget
+    from depthcert.proofs import tracr_settings as ts
+
+    if args.find_min and args.find_max:
+        raise BadInput("give one of --find-min and --find-max")
+    if args.export or args.dataset_out:
+        raise BadInput("--export and --dataset-out apply to one check, not to a search")
+    # the first check runs alone so that bad input (unknown program, sizes) exits 2 before the search
+    common = dict(distinct=args.distinct_tokens, causal=args.causal, max_inputs=args.max_inputs, balls=balls,
+                  float_check=False, embedding=args.embedding, symmetry=args.symmetry, tolerance=tol,
+                  skip_none=args.skip_none)
+
+    def check(mlp_exactness=args.mlp_exactness, max_seq_len=args.max_seq_len):
+        with resource_budget(args.max_weights, args.max_seconds, show_progress=False):
+            return check_program(args.program, vocab, max_seq_len, mlp_exactness=mlp_exactness, **common)
+
+    if args.find_min:
+        out = ts.find_min_exactness(check)
+        found = out.get("mlp_exactness") is not None
+        head = {"program": args.program, "vocab": [str(v) for v in vocab], "max_seq_len": args.max_seq_len,
+                "search": "min mlp_exactness", **out}
+    else:
+        out = ts.find_max_length(check, args.max_seq_len)
+        found = out.get("max_length") is not None
+        head = {"program": args.program, "vocab": [str(v) for v in vocab], "cap": args.max_seq_len,
+                "mlp_exactness": args.mlp_exactness, "search": "max length", **out}
+    if args.json:
+        print(json.dumps(head))
+    else:
+        print(f"verify-tracr {args.program}: {head['search']}")
+        for k, v in head.items():
+            if k not in ("program", "search"):
+                print(f"  {k:<14} {v}")
+    return 0 if found else 1
 
 
 def print_human(info: dict) -> None:

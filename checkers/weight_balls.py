@@ -1,0 +1,287 @@
+"""Certified forward passes in ball arithmetic (python-flint arb) for two robustness questions.
+
+1. Weight tolerance.  Every weight w is replaced by the ball [w - eps, w + eps] and the forward
+   pass is done in ball arithmetic; each point's margin against each other class is enclosed as
+   one ball, (W_O[y] - W_O[c]) . h with radius 2 eps on the difference.  If every lower end is
+   positive, every model whose weights each lie within eps of these keeps the strict argmax on
+   that point (ball arithmetic encloses every value any such model computes).
+
+2. Float formats.  A forward pass computed in a binary format with a p-bit significand (unit
+   roundoff u = 2^-p), weights rounded to the format and every operation rounded to nearest, on
+   exact 0/1 inputs.  Each result is enclosed by the exact operation on the enclosures plus the
+   standard rounding bounds (Higham, Accuracy and Stability of Numerical Algorithms, ch. 3):
+   a dot product of length k computed in any order is within gamma_k sum |a_i||b_i| (gamma_k =
+   k u / (1 - k u)) of the exact one, plus 2k eta for underflow (eta = half the smallest
+   subnormal); a sum or scaling is within u |result| + eta.  A value whose enclosure reaches the
+   format's largest finite number may overflow: the point is then not certified.  A point is
+   certified when its label's logit enclosure lies strictly above every other logit's.
+
+Supported: relu attention (the paper's class), causal masks, ReLU MLPs, the constant row,
+last-position outputs.  Hardmax and softmax heads are refused (ValueError).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from depthcert.checkers.model import Model
+
+PRECISION = 256  # bits of the ball midpoints
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    name: str
+    significand_bits: int  # p, counting the implicit bit
+    min_exponent: int  # smallest normal exponent e_min: normals are >= 2^e_min
+    max_finite: Fraction
+
+    @property
+    def unit_roundoff(self) -> Fraction:
+        return Fraction(1, 2**self.significand_bits)
+
+    @property
+    def eta(self) -> Fraction:
+        """Half the smallest positive subnormal: the absolute error bound of gradual underflow."""
+        return Fraction(1, 2 ** (self.significand_bits - self.min_exponent))
+
+    def round(self, x: Fraction) -> Fraction:
+        """x rounded to the nearest value of the format, ties to even (overflow: ValueError)."""
+        x = Fraction(x)
+        if x == 0:
+            return x
+        a = abs(x)
+        e = a.numerator.bit_length() - a.denominator.bit_length()
+        if Fraction(2) ** e > a:
+            e -= 1  # now 2^e <= a < 2^(e+1)
+        e = max(e, self.min_exponent)  # subnormals share the smallest exponent's spacing
+        quantum = Fraction(2) ** (e - self.significand_bits + 1)
+        q = a / quantum
+        n = q.numerator // q.denominator
+        rest = q - n
+        if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n % 2 == 1):
+            n += 1
+        r = n * quantum
+        if r > self.max_finite:
+            raise ValueError(f"{float(x):.6g} overflows {self.name}")
+        return r if x > 0 else -r
+
+
+FORMATS = {
+    "float16": FloatFormat("float16", 11, -14, Fraction(65504)),
+    "bfloat16": FloatFormat("bfloat16", 8, -126, Fraction((2**8 - 1) * 2**(127 - 7))),
+    "float32": FloatFormat("float32", 24, -126, Fraction((2**24 - 1) * 2**(127 - 23))),
+}
+
+
+def _check_supported(model: Model) -> None:
+    if model.outputs != "last":
+        raise ValueError("ball forward passes cover models read at the last position")
+    for layer in model.layers:
+        for head in layer:
+            if head.attention != "relu":
+                raise ValueError(f"ball forward passes cover relu attention only (a {head.attention} head)")
+
+
+def _arb(q):
+    from flint import arb, fmpq
+
+    q = Fraction(q)
+    return arb(fmpq(q.numerator, q.denominator))
+
+
+def _ball(q, rad: Fraction):
+    from flint import arb, fmpq
+
+    q = Fraction(q)
+    return arb(fmpq(q.numerator, q.denominator), fmpq(rad.numerator, rad.denominator)) if rad else _arb(q)
+
+
+def _mat(M: np.ndarray, rad: Fraction, conv=None):
+    from flint import arb_mat
+
+    M = np.atleast_2d(M)
+    conv = conv or (lambda v: v)
+    return arb_mat([[_ball(conv(v), rad) for v in row] for row in M])
+
+
+def _relu_ball(x):
+    from flint import arb
+
+    if x >= 0:
+        return x
+    if x <= 0:
+        return arb(0)
+    return arb(0).union(x)
+
+
+class BallForward:
+    """Margin enclosures of one model, with every weight widened by eps (weight tolerance) or
+    rounded to a float format with every operation's rounding error added (fmt)."""
+
+    def __init__(self, model: Model, eps: Fraction = Fraction(0), fmt: FloatFormat | None = None):
+        import flint
+
+        _check_supported(model)
+        if eps and fmt is not None:
+            raise ValueError("a weight radius and a float format are separate questions")
+        self.model, self.eps, self.fmt = model, Fraction(eps), fmt
+        self._prec = flint.ctx.prec
+        flint.ctx.prec = PRECISION
+        conv = fmt.round if fmt is not None else None
+        r = self.eps
+        self.layers = []
+        for layer in model.layers:
+            heads = [(_mat(h.W_QK, r, conv), _mat(h.W_V, r, conv)) for h in layer]
+            mlp = None
+            if layer.mlp is not None:
+                m = layer.mlp
+                mlp = (_mat(m.W1, r, conv), _mat(m.b1[:, None], r, conv), _mat(m.W2, r, conv), _mat(m.b2[:, None], r, conv))
+            self.layers.append((heads, layer.causal, mlp))
+        self.W_O = model.W_O
+        self.W_O_rounded = _mat(model.W_O, Fraction(0), conv)
+        flint.ctx.prec = self._prec
+
+    # ------------------------------------------------------------------ rounding bounds
+    def _dot_err(self, A, B, k: int):
+        """A * B plus, in format mode, gamma_k |A||B| + 2k eta entrywise (any summation order)."""
+        P = A * B
+        if self.fmt is None:
+            return P
+        from flint import arb, arb_mat, fmpq
+
+        u = self.fmt.unit_roundoff
+        gamma = k * u / (1 - k * u)
+        absA = arb_mat([[A[i, j].abs_upper() for j in range(A.ncols())] for i in range(A.nrows())])
+        absB = arb_mat([[B[i, j].abs_upper() for j in range(B.ncols())] for i in range(B.nrows())])
+        bound = absA * absB
+        g = arb(fmpq(gamma.numerator, gamma.denominator))
+        e = arb(fmpq(2 * k * self.fmt.eta.numerator, self.fmt.eta.denominator))
+        return arb_mat([[P[i, j] + _sym((bound[i, j] * g).abs_upper() + e) for j in range(P.ncols())]
+                        for i in range(P.nrows())])
+
+    def _op_err(self, M):
+        """M plus u |M| + eta entrywise (one rounded addition or scaling), in format mode."""
+        if self.fmt is None:
+            return M
+        from flint import arb, arb_mat, fmpq
+
+        u, eta = self.fmt.unit_roundoff, self.fmt.eta
+        fu, fe = arb(fmpq(u.numerator, u.denominator)), arb(fmpq(eta.numerator, eta.denominator))
+        return arb_mat([[M[i, j] + _sym((M[i, j].abs_upper() * fu).abs_upper() + fe) for j in range(M.ncols())]
+                        for i in range(M.nrows())])
+
+    def _overflow(self, M) -> bool:
+        if self.fmt is None:
+            return False
+        from flint import arb, fmpq
+
+        top = arb(fmpq(self.fmt.max_finite.numerator, self.fmt.max_finite.denominator))
+        return any(not (M[i, j].abs_upper() < top) for i in range(M.nrows()) for j in range(M.ncols()))
+
+    # ------------------------------------------------------------------ forward
+    def hidden(self, token_ids) -> tuple[object, bool]:
+        """(enclosure of the last column (d x 1 arb_mat), overflow possible)."""
+        import flint
+        from flint import arb_mat
+
+        from depthcert.checkers.model import embed_exact
+
+        prev = flint.ctx.prec
+        flint.ctx.prec = PRECISION
+        try:
+            n = len(token_ids)
+            H = arb_mat([[_arb(v) for v in row] for row in embed_exact(self.model, token_ids)])
+            d = H.nrows()
+            over = False
+            for heads, causal, mlp in self.layers:
+                if heads:
+                    m = len(heads)
+                    total = None
+                    for QK, V in heads:
+                        S = self._dot_err(H.transpose(), self._dot_err(QK, H, d), d)  # (keys, queries)
+                        A = arb_mat([[(_relu_ball(S[j, k]) if (not causal or j <= k) else _arb(0)) for k in range(n)]
+                                     for j in range(n)])
+                        U = self._dot_err(self._dot_err(V, H, d), A, n)
+                        total = U if total is None else self._op_err(total + U)
+                    upd = total * _arb(Fraction(1, m)) if m > 1 else total
+                    if m > 1:
+                        upd = self._op_err(upd)
+                    H = self._op_err(H + upd)
+                    over = over or self._overflow(H)
+                if mlp is not None:
+                    W1, b1, W2, b2 = mlp
+                    ones = arb_mat([[_arb(1)] * n])
+                    Z = self._op_err(self._dot_err(W1, H, d) + b1 * ones)
+                    Z = arb_mat([[_relu_ball(Z[i, j]) for j in range(n)] for i in range(Z.nrows())])
+                    H = self._op_err(self._op_err(H + self._dot_err(W2, Z, Z.nrows())) + b2 * ones)
+                    over = over or self._overflow(Z) or self._overflow(H)
+            h = arb_mat([[H[i, n - 1]] for i in range(d)])
+            return h, over
+        finally:
+            flint.ctx.prec = prev
+
+    def margin_lower(self, token_ids, label_row: int) -> tuple[Fraction, bool]:
+        """(a lower bound on the point's margin over every model in scope, overflow possible).
+
+        Weight tolerance: min_c lower((W_O[y] - W_O[c]) . h) with radius 2 eps per difference entry.
+        Float format: min_c lower(logit_y) - upper(logit_c), each logit with its rounding bound."""
+        import flint
+        from flint import arb_mat
+
+        h, over = self.hidden(token_ids)
+        prev = flint.ctx.prec
+        flint.ctx.prec = PRECISION
+        try:
+            C, d = self.W_O.shape
+            y = label_row
+            low = None
+            if self.fmt is None:
+                for c in range(C):
+                    if c == y:
+                        continue
+                    diff = _mat(np.array([[Fraction(self.W_O[y, r]) - Fraction(self.W_O[c, r]) for r in range(d)]]),
+                                2 * self.eps)
+                    v = (diff * h)[0, 0]
+                    lo = _lower(v)
+                    low = lo if low is None else min(low, lo)
+            else:
+                logits = self._dot_err(self.W_O_rounded, h, d)
+                over = over or self._overflow(logits)
+                ly = _lower(logits[y, 0])
+                for c in range(C):
+                    if c != y:
+                        lo = ly - _upper(logits[c, 0])
+                        low = lo if low is None else min(low, lo)
+            return (Fraction(0) if low is None else low), over
+        finally:
+            flint.ctx.prec = prev
+
+
+def _sym(r):
+    """A ball containing [-r, r] (r >= 0 an arb)."""
+    r = r.abs_upper()
+    return (-r).union(r)
+
+
+def _lower(x) -> Fraction:
+    """A rational at or below every value of the ball x."""
+    return _exact(x.lower(), down=True)
+
+
+def _upper(x) -> Fraction:
+    return _exact(x.upper(), down=False)
+
+
+def _exact(x, down: bool) -> Fraction:
+    """The arb x (an exact point after lower()/upper()) as a Fraction, rounded outward if needed."""
+    m, e = x.mid().man_exp()
+    q = Fraction(int(m)) * (Fraction(2) ** int(e))
+    rad = x.rad()
+    if rad != 0:
+        rm, re = rad.mid().man_exp()
+        r = Fraction(int(rm)) * (Fraction(2) ** int(re))
+        q = q - r if down else q + r
+    return q

@@ -1,0 +1,471 @@
+"""The max-margin linear read-out: a search whose answer is then verified like any other model.
+
+Given a model's layers, its read-out W_O only has to separate the final hidden vectors at the
+read position.  Among all W_O with every entry in [-1, 1] this module looks for one maximizing
+the minimum margin over the distinct (hidden vector, label) pairs of the dataset:
+
+    max t   subject to   (W_y - W_c) . x >= t   for every distinct (x, y) and class c != y,
+                         -1 <= W[c, r] <= 1.
+
+A margin means nothing without a scale (10^20 W_O has 10^20 times the margin), so every read-out
+is compared by its *normalized* margin: the exact minimum margin over the dataset divided by the
+largest absolute entry of its W_O.  The LP optimum is the largest normalized margin any linear
+read-out reaches on these hidden vectors.
+
+The LP is solved in floats (HiGHS) by constraint generation (each vector against its few
+closest competitors, violated pairs added until none is left), its answer is rounded to a dyadic
+grid 2^-b (the coarsest b whose exact margin on the vectors is within 2^-8 of the LP's), and
+the model with that W_O is then verified exactly on every point, as usual: nothing here is a
+verdict.
+
+Distinct hidden vectors: computed exactly at one point per orbit when the task declares a token
+symmetry and the layers are proven equivariant under it (checkers/symmetry.py on the layers);
+the LP is then solved over read-outs with the same symmetry (tied entries W[kappa c, pi r] =
+W[c, r]), which loses nothing (averaging an optimal W_O over the group keeps its margin and its
+box) and makes the margin of a representative the margin of its whole orbit.  Otherwise every
+point is evaluated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+import numpy as np
+
+from depthcert.checkers.errors import BadInput
+from depthcert.checkers.model import Model
+
+MAX_SCORE_ENTRIES = 50_000_000  # distinct vectors x classes held as float64 scores (400 MB)
+MAX_LP_ROUNDS = 12
+MAX_LP_ROWS = 10_000  # no LP with more pairs is solved: the best W_O so far (or the lifting read-out) is kept
+COMPETITORS = 8  # first competitor classes per vector (nearest vectors of other labels)
+ADDED_PER_ROUND = 8  # most violated competitor classes per vector added per round
+GRID_BITS = (4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48)
+STOP_GAP = 2.0**-12  # relative gap between the LP's bound and the fitted W_O's margin
+CLOSE_ENOUGH = 1 - 2.0**-8  # accept the coarsest grid within this factor of the LP's margin
+
+
+@dataclass(frozen=True)
+class HiddenVectors:
+    """Distinct (vector, label) pairs at the read position: X / den, label rows of the model."""
+
+    X: np.ndarray  # (N, d) exact integer numerators (object ints)
+    den: int
+    labels: np.ndarray  # (N,) model class rows
+    ties: tuple  # ((pi, kappa), ...): generator permutations a symmetric read-out must respect
+    points: int  # dataset points evaluated to find them
+    note: str
+
+
+@dataclass(frozen=True)
+class Readout:
+    """A fitted read-out and how it was found (a search result, not a verdict)."""
+
+    W_O: np.ndarray  # (C, d) Fractions, entries in [-1, 1]
+    bits: int  # entries are multiples of 2^-bits
+    lp_margin: float  # the LP's normalized margin on the vectors (floats)
+    vector_margin: Fraction  # exact normalized margin on the distinct vectors
+    vectors: int
+    rounds: int
+    note: str
+
+
+def normalized_margin(margin: Fraction | None, W_O: np.ndarray) -> Fraction | None:
+    """The exact margin divided by the largest absolute entry of W_O (None without a margin)."""
+    if margin is None:
+        return None
+    top = max((abs(Fraction(v)) for v in W_O.flat), default=Fraction(0))
+    return None if top == 0 else Fraction(margin) / top
+
+
+def _probe(model: Model) -> Model:
+    """The model with W_O = I: its logits are the final hidden vector at the read position."""
+    from depthcert.checkers.layout import eye
+
+    d = model.dim
+    return replace(model, classes=tuple(f"h{r}" for r in range(d)), W_O=eye(d), name="probe")
+
+
+def _generator_maps(model: Model, groups) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """(pi, kappa) per generator of the task's groups (stream rows, class rows), or None."""
+    from depthcert.checkers.symmetry import generators, row_permutation
+
+    class_index = {c: i for i, c in enumerate(model.classes)}
+    maps = []
+    for group in groups:
+        for sigma in generators(group):
+            pi = row_permutation(model, sigma)
+            if pi is None:
+                return None
+            kappa = np.arange(len(model.classes))
+            for c, i in class_index.items():
+                if c in sigma:
+                    if sigma[c] not in class_index:
+                        return None
+                    kappa[i] = class_index[sigma[c]]
+            maps.append((pi, kappa))
+    return maps
+
+
+def hidden_vectors(model: Model, task, symmetry: str = "auto", max_points: int | None = None,
+                   batch_size: int = 4096) -> HiddenVectors:
+    """The distinct exact final hidden vectors at the read position, with their labels."""
+    from depthcert.checkers.evaluate import Evaluator
+    from depthcert.checkers.exhaustive import check_compatible, token_rows
+
+    if model.outputs != "last":
+        raise BadInput("a fitted read-out needs a model read at the last position (outputs \"last\")")
+    if model.has_softmax:
+        raise BadInput("a fitted read-out needs an exact model (this one has softmax heads)")
+    class_map = check_compatible(model, task)
+    tokens = token_rows(model, task)
+    ties: tuple = ()
+    indices = None
+    note = "every point evaluated"
+    groups = task.symmetry_groups() if symmetry == "auto" else ()
+    reps = task.orbit_representatives() if groups else None
+    if reps is not None:
+        from depthcert.checkers.symmetry import check_equivariance
+
+        zero = np.full(model.W_O.shape, Fraction(0), dtype=object)
+        report = check_equivariance(replace(model, W_O=zero), groups)
+        maps = _generator_maps(model, groups) if report.ok else None
+        if maps is not None:
+            indices = np.asarray(reps[0], dtype=np.int64)
+            ties = tuple(maps)
+            note = (f"one point per orbit ({len(indices)} points; the layers are equivariant: {report.reason}); "
+                    "the read-out is fitted with the same symmetry")
+    n_points = task.size if indices is None else len(indices)
+    guard_fit(min(n_points, len(model.classes)), len(model.classes))
+    if max_points is not None and n_points > max_points:
+        raise BadInput(f"fitting a read-out evaluates {n_points} points, above the limit {max_points}; "
+                       f"raise it with --max-points {n_points}")
+    ev = Evaluator(_probe(model))
+    batches = task.batches(batch_size) if indices is None else task.batches_of(indices, batch_size)
+    seen: dict = {}
+    rows, labels = [], []
+    den = ev.denominator
+    for batch in batches:
+        ids = batch.ids if tokens is None else tokens[batch.ids]
+        num, den = ev.logits(ids)
+        ys = [class_map[int(y)] for y in batch.labels]
+        if num.dtype != object:
+            keys = [r.tobytes() for r in np.ascontiguousarray(num.astype(np.int64))]
+        else:
+            keys = [tuple(int(v) for v in r) for r in num]
+        for key, r, y in zip(keys, num, ys):
+            if (key, y) not in seen:
+                seen[(key, y)] = len(rows)
+                rows.append([int(v) for v in r])
+                labels.append(y)
+    X = np.empty((len(rows), model.dim), dtype=object)
+    for i, r in enumerate(rows):
+        X[i, :] = r
+    return HiddenVectors(X, int(den), np.asarray(labels, dtype=np.int64), ties, n_points, note)
+
+
+LP_SECONDS_PER_SCORE = 2e-5  # constraint generation: ~10 rounds over N x C scores plus the LP (measured here)
+
+
+def guard_fit(n_vectors: int, n_classes: int) -> None:
+    """Refuse (before any point is evaluated) a fit whose score matrix or LP is out of budget."""
+    from depthcert.checkers.budget import charge_seconds
+
+    if n_classes < 2:
+        return
+    charge_seconds(n_vectors * n_classes * LP_SECONDS_PER_SCORE,
+                   f"the max-margin read-out LP over up to {n_vectors:,} hidden vectors x {n_classes:,} classes")
+    if n_vectors * n_classes > MAX_SCORE_ENTRIES:
+        raise BadInput(f"a max-margin read-out for up to {n_vectors:,} distinct hidden vectors x {n_classes:,} classes "
+                       f"needs {n_vectors * n_classes:,} scores, above the limit {MAX_SCORE_ENTRIES:,}; use "
+                       "--readout lemma3 or smaller sizes")
+
+
+def _tied_variables(C: int, d: int, ties) -> tuple[np.ndarray, int]:
+    """var[c, r]: the LP variable of entry (c, r), equal for entries tied by the generators."""
+    parent = np.arange(C * d)
+
+    def find(a):
+        root = a
+        while parent[root] != root:
+            root = parent[root]
+        while parent[a] != root:
+            parent[a], a = root, parent[a]
+        return root
+
+    for pi, kappa in ties:
+        src = np.arange(C * d)
+        dst = (kappa[:, None] * d + pi[None, :]).ravel()
+        for a, b in zip(src.tolist(), dst.tolist()):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    roots = np.array([find(a) for a in range(C * d)])
+    _, var = np.unique(roots, return_inverse=True)
+    return var.reshape(C, d), int(var.max()) + 1
+
+
+def _exact_scores(X: np.ndarray, Wq: np.ndarray) -> np.ndarray:
+    """X (N, d) ints @ Wq^T (d, C) ints, exactly (float64 when every partial sum is below 2^53,
+    else python-flint)."""
+    xa = max((abs(int(v)) for v in X.flat), default=0)
+    wa = int(np.abs(Wq).max()) if Wq.size else 0
+    if xa * wa * X.shape[1] < 2**53:
+        return (np.asarray(X, dtype=np.float64) @ Wq.T.astype(np.float64)).astype(np.int64)
+    import flint
+
+    P = flint.fmpz_mat([[int(v) for v in row] for row in X]) * flint.fmpz_mat(Wq.T.tolist())
+    return np.array([[int(P[i, j]) for j in range(P.ncols())] for i in range(P.nrows())], dtype=object)
+
+
+def _min_margin(S: np.ndarray, y: np.ndarray) -> int:
+    """min over i and c != y_i of S[i, y_i] - S[i, c] (S exact)."""
+    N = len(y)
+    own = S[np.arange(N), y]
+    other = S.copy()
+    if other.dtype == object:
+        other[np.arange(N), y] = None
+        best = np.array([max(v for v in r if v is not None) for r in other], dtype=object)
+    else:
+        other[np.arange(N), y] = np.iinfo(np.int64).min
+        best = other.max(axis=1)
+    return int(min(own - best))
+
+
+def _exact_min_margin(X: np.ndarray, Wq: np.ndarray, y: np.ndarray, Xf: np.ndarray | None = None) -> int:
+    """min over i and c != y_i of (Wq[y_i] - Wq[c]) . X[i], exactly.
+
+    Wq = hi 2^k + lo with both halves small enough that X @ half^T is exact in float64; the
+    margins hi part and lo part are then exact floats, their float combination locates the
+    minimum up to a relative 2^-40, and the few candidates within that slack are combined in
+    Python integers.  Falls back to exact scores when even the halves do not fit.  Xf: X as
+    float64 (exact: the caller's copy, to save the conversion)."""
+    N, d = X.shape
+    xa = max((abs(int(v)) for v in X.flat), default=0)
+    wa = int(np.abs(Wq).max()) if Wq.size else 0
+    Xf = np.asarray(X, dtype=np.float64) if Xf is None else Xf
+    ar = np.arange(N)
+
+    def margins(W):
+        S = Xf @ W.T.astype(np.float64)
+        M = S[ar, y][:, None] - S  # exact: every |score| < 2^52, so |M| < 2^53
+        M[ar, y] = np.inf
+        return M
+
+    if xa * wa * d < 2**52:
+        return int(margins(Wq).min())
+    k = 52 - (xa * d).bit_length() - 1  # |X @ half| < 2 xa d 2^k <= 2^52
+    if k < 8 or (wa >> k) * xa * d >= 2**52:
+        return _min_margin(_exact_scores(X, Wq), y)
+    hi = np.floor_divide(Wq, 2**k)  # Wq int64: lo = Wq - hi 2^k in [0, 2^k)
+    lo = Wq - hi * 2**k
+    Mh, Ml = margins(hi), margins(lo)
+    approx = Mh * 2.0**k + Ml
+    m = approx.min()
+    slack = abs(m) * 2.0**-40 + 2.0 ** (k - 40) + 1
+    cand = np.argwhere(approx <= m + slack)
+    return min(int(Mh[i, c]) * 2**k + int(Ml[i, c]) for i, c in cand)
+
+
+def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
+    """The LP above by constraint generation, rounded to the coarsest good dyadic grid."""
+    import scipy.sparse as sp
+
+    from depthcert.proofs.dependence import _run_lp
+
+    N, d = hv.X.shape
+    C = n_classes
+    if C < 2:
+        return Readout(np.full((C, d), Fraction(0), dtype=object), 0, 0.0, Fraction(0), N, 0,
+                       "a single class: every read-out is correct")
+    if N * C > MAX_SCORE_ENTRIES:
+        raise BadInput(f"a max-margin read-out for {N:,} distinct hidden vectors x {C:,} classes needs "
+                       f"{N * C:,} scores, above the limit {MAX_SCORE_ENTRIES:,}; use --readout lemma3 or smaller sizes")
+    if hv.X.size:
+        scale = max(abs(int(v)) for v in hv.X.flat) or 1
+    else:
+        scale = 1
+    Xf = np.array([[int(v) / scale for v in row] for row in hv.X], dtype=np.float64).reshape(N, d)
+    Xint = np.asarray(hv.X, dtype=np.float64).reshape(N, d) if scale < 2**52 else None  # exact integers
+    y = hv.labels
+    var, n_var = _tied_variables(C, d, hv.ties)
+    # first competitors: the classes of each vector's nearest vectors (Euclidean) of other labels
+    active: set = set()
+    sq = (Xf * Xf).sum(axis=1)
+    k = min(COMPETITORS, C - 1)
+    for lo in range(0, N, 1024):
+        D2 = sq[lo:lo + 1024, None] + sq[None, :] - 2 * Xf[lo:lo + 1024] @ Xf.T
+        D2[y[lo:lo + 1024, None] == y[None, :]] = np.inf
+        kk = min(k, N - 1)
+        if kk < 1:
+            break
+        near = np.argpartition(D2, kk - 1, axis=1)[:, :kk]
+        for i, row in enumerate(near, start=lo):
+            for j in row:
+                if np.isfinite(D2[i - lo, j]):
+                    active.add((i, int(y[j])))
+    for i in range(N):  # every vector meets at least one other class
+        if not any((i, c) in active for c in (int(y[i]) - 1, int(y[i]) + 1)):
+            active.add((i, (int(y[i]) + 1) % C))
+    W = None
+    t = 0.0
+    rounds = 0
+    best_W, best_low = None, -np.inf  # the W_O with the largest true minimum margin so far
+    converged = False
+    mixed = None
+    W_lift = _lifting(hv.X, Xf, y, C)
+    lift = None if W_lift is None else True
+    if W_lift is not None:
+        S = Xf @ W_lift.T
+        M_lift = S[np.arange(N), y][:, None] - S
+        M_lift[np.arange(N), y] = np.inf
+    skipped = W_lift is not None and len(active) > MAX_LP_ROWS  # even the first LP is over the cap
+    if skipped:
+        best_W, best_low = W_lift, float(M_lift.min())
+    for rounds in range(1, 0 if skipped else MAX_LP_ROUNDS + 1):
+        pairs = np.array(sorted(active), dtype=np.int64)
+        I, Cc = pairs[:, 0], pairs[:, 1]
+        P = len(pairs)
+        data = np.concatenate([Xf[I], -Xf[I]], axis=1).ravel()
+        cols = np.concatenate([var[y[I]], var[Cc]], axis=1).ravel()
+        rowi = np.repeat(np.arange(P), 2 * d)
+        keep = data != 0
+        A = sp.coo_matrix((data[keep], (rowi[keep], cols[keep])), shape=(P, n_var + 1)).tocsc()
+        A = A + sp.coo_matrix((-np.ones(P), (np.arange(P), np.full(P, n_var))), shape=(P, n_var + 1)).tocsc()
+        cost = np.zeros(n_var + 1)
+        cost[-1] = -1.0
+        col_lo = np.concatenate([-np.ones(n_var), [-np.inf]])
+        col_hi = np.concatenate([np.ones(n_var), [np.inf]])
+        status, sol = _run_lp(cost, A, np.zeros(P), np.full(P, np.inf), col_lo, col_hi, interior=True)
+        if status != "optimal":
+            raise BadInput(f"the max-margin LP ended with status {status!r}")
+        W = sol[:n_var][var]
+        t = float(sol[-1])
+        S = Xf @ W.T
+        M = S[np.arange(N), y][:, None] - S
+        M[np.arange(N), y] = np.inf
+        # t bounds the optimum from above (fewer constraints), min M from below (this W on every
+        # pair): stop when they agree to far better than the grid rounding below keeps
+        if M.min() > best_low:
+            best_W, best_low = W, float(M.min())
+        if M.min() >= t - STOP_GAP * max(abs(t), 1e-12):
+            converged = True
+            break
+        if lift is not None:  # the relaxed solution may break pairs it never saw: mix in the lifting
+            lam, low = _best_mix(M, M_lift)
+            if low > best_low:
+                best_W, best_low, mixed = (1 - lam) * W + lam * W_lift, low, lam
+        bad = M < t - STOP_GAP * max(abs(t), 1e-12)
+        added = 0
+        for i in np.nonzero(bad.any(axis=1))[0]:
+            row = M[i]
+            cand = np.nonzero(bad[i])[0]
+            cand = cand[np.argsort(row[cand])][:ADDED_PER_ROUND]
+            for c in cand:
+                if (i, int(c)) not in active:
+                    active.add((i, int(c)))
+                    added += 1
+        if not added or len(active) > MAX_LP_ROWS:  # the next LP would be over the cap: keep the best so far
+            break
+    W = best_W
+    if W.size:  # a vector added to every row changes no margin (and keeps the ties): centre each column
+        W = W - (W.max(axis=0) + W.min(axis=0)) / 2
+    wmax = float(np.abs(W).max()) if W.size else 0.0
+    # the LP's optimum is the largest normalized margin of any read-out (rescale any W_O to a largest
+    # entry of 1); t bounds it from above (the relaxation has fewer constraints)
+    lp_norm = t * scale / hv.den if wmax > 0 else 0.0
+    # the grid is good enough once it keeps the chosen W_O's own margin (floats) up to CLOSE_ENOUGH
+    own_norm = best_low * scale / hv.den / wmax if wmax > 0 else 0.0
+    best = None
+    for bits in GRID_BITS:
+        Wq = np.rint(W * 2.0**bits).astype(np.int64)
+        top_q = int(np.abs(Wq).max())
+        if top_q == 0:
+            continue
+        m = _exact_min_margin(hv.X, Wq, y, Xint)
+        norm = Fraction(m, hv.den * top_q)
+        if best is None or norm > best[1]:
+            best = (bits, norm, Wq)
+        if own_norm > 0 and norm >= Fraction(own_norm) * Fraction(CLOSE_ENOUGH):
+            break
+    if best is None:
+        return Readout(np.full((C, d), Fraction(0), dtype=object), 0, lp_norm, Fraction(0), N, rounds,
+                       "the LP found no read-out with a positive margin")
+    bits, norm, Wq = best
+    W_O = np.empty((C, d), dtype=object)
+    den = 2**bits
+    for (c, r), v in np.ndenumerate(Wq):
+        W_O[c, r] = Fraction(int(v), den)
+    W_O.flags.writeable = False
+    note = (f"max-margin read-out: LP over {N} distinct hidden vectors x {C} classes ({rounds} round{'s' if rounds != 1 else ''} of "
+            f"constraint generation), entries multiples of 2^-{bits}")
+    if skipped:
+        note = (f"max-margin read-out: the LP over {N} distinct hidden vectors x {C} classes was not solved (its "
+                f"first round has {len(active):,} pairs, above the cap {MAX_LP_ROWS:,}): the lifting read-out, entries "
+                f"multiples of 2^-{bits}, reaches {float(norm):.4g}; no LP bound computed")
+    elif not converged:
+        note += (f"; constraint generation stopped at {len(active):,} pairs before the LP optimum: the best W_O found "
+                 + (f"(mixed with the lifting read-out, weight {mixed:.6f}) " if mixed is not None else "")
+                 + f"reaches {float(norm):.4g}, the LP's bound is {lp_norm:.4g}")
+    if lp_norm <= 0 and not skipped:
+        note += "; the LP found no positive margin (no linear read-out separates these vectors)"
+    return Readout(W_O, bits, lp_norm, norm, N, rounds, note)
+
+
+def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray | None:
+    """A read-out that separates distinct single-vector classes when some coordinate is the same
+    non-zero constant kappa on every vector (a bias): logit_c(x) = 2 m_c . x - |m_c|^2 =
+    |x|^2 - |x - m_c|^2 with m_c the class mean (the lifting of the nearest-mean rule), classes
+    without vectors -1; the bias spread over every constant coordinate and each column's range
+    centred on 0 (neither changes a margin: the logits move by the same amount for every class),
+    then scaled into the box.  None without a constant coordinate."""
+    N, d = Xf.shape
+    const = [j for j in range(d) if N and X[0, j] != 0 and all(X[i, j] == X[0, j] for i in range(N))]
+    if not const:
+        return None
+    j0 = const[0]
+    kappa = Xf[0, j0]
+    means = np.zeros((C, d))
+    counts = np.bincount(y, minlength=C).astype(np.float64)
+    np.add.at(means, y, Xf)
+    used = counts > 0
+    means[used] /= counts[used, None]
+    W = 2 * means
+    W[:, j0] -= (means * means).sum(axis=1) / kappa
+    W[~used] = 0.0
+    W[~used, j0] = -1.0 / kappa
+    # the bias spread over every constant coordinate (its sum is what the logits see)
+    kap = Xf[0, const]
+    bias = W[:, const] @ kap
+    W[:, const] = bias[:, None] * np.sign(kap)[None, :] / np.abs(kap).sum()
+    # a vector added to every row changes no margin: centre each column's range on 0
+    W -= (W.max(axis=0) + W.min(axis=0)) / 2
+    top = np.abs(W).max()
+    return W / top if top > 0 else None
+
+
+def _best_mix(M0: np.ndarray, M1: np.ndarray) -> tuple[float, float]:
+    """lambda in [0, 1] maximizing min over pairs of (1 - lambda) M0 + lambda M1 (concave in lambda:
+    ternary search), and that minimum."""
+    finite = np.isfinite(M0)
+    a, b = M0[finite], M1[finite] - M0[finite]
+
+    def f(lam):
+        return float((a + lam * b).min())
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if f(m1) < f(m2):
+            lo = m1
+        else:
+            hi = m2
+    lam = (lo + hi) / 2
+    return lam, f(lam)
+
+
+def with_max_margin_readout(model: Model, task, symmetry: str = "auto", max_points: int | None = None):
+    """(model with the fitted W_O, Readout, HiddenVectors)."""
+    hv = hidden_vectors(model, task, symmetry, max_points)
+    fit = fit_max_margin(hv, len(model.classes))
+    return replace(model, W_O=fit.W_O), fit, hv

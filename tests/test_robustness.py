@@ -1,0 +1,171 @@
+"""Max-margin read-out, robustness searches, float formats and tracr setting searches (small sizes)."""
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from depthcert.checkers.exhaustive import verify
+from depthcert.checkers.tasks import make_task
+from depthcert.checkers.weight_balls import FORMATS, BallForward
+from depthcert.constructions import registry
+from depthcert.proofs import readout as ro
+from depthcert.proofs import robustness as rb
+from depthcert.proofs import tracr_settings as ts
+from depthcert.cli.common import run_main
+from depthcert.cli.verify_construction import _verify_construction
+
+
+def _json(argv, capsys):
+    code = run_main(_verify_construction, argv + ["--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_lp_finds_the_known_optimum_of_two_orthogonal_vectors():
+    # w0 = (1, -1), w1 = (-1, 1) gives margin 2 on both, and no box-bounded W_O does better
+    X = np.array([[1, 0], [0, 1]], dtype=object)
+    hv = ro.HiddenVectors(X, 1, np.array([0, 1]), (), 2, "")
+    fit = ro.fit_max_margin(hv, 2)
+    assert fit.vector_margin == 2
+    assert all(abs(v) <= 1 for v in fit.W_O.flat)
+
+
+@pytest.mark.parametrize("task_args,variant", [({"l": 3, "alphabet": 4}, "ternary"),
+                                               ({"l": 3, "alphabet": 3}, "heads")])
+def test_max_margin_readout_verifies_and_beats_lemma3(task_args, variant):
+    task = make_task("tm", **task_args)
+    fitted, fit, _ = ro.with_max_margin_readout(registry.build(task, variant, lemma3=False).model, task)
+    lemma3 = registry.build(task, variant).model
+    v_fit, v_l3 = verify(fitted, task, symmetry="auto"), verify(lemma3, task, symmetry="auto")
+    assert v_fit.verified and v_l3.verified
+    assert ro.normalized_margin(v_fit.min_margin, fitted.W_O) >= ro.normalized_margin(v_l3.min_margin, lemma3.W_O)
+
+
+def test_cli_reports_both_normalized_margins(capsys):
+    code, info = _json(["tm", "--l", "3", "--alphabet", "3", "--variant", "ternary", "--compare-readouts"], capsys)
+    assert code == 0 and info["readout"] == "max-margin"
+    m = {k: Fraction(v) for k, v in info["readout_margins"].items()}
+    assert set(m) == {"max_margin", "lemma3"} and m["max_margin"] >= m["lemma3"] > 0
+    # Theorem 1's own read-out (closed form, the one --all-sizes proves) against the max-margin fit
+    code, info = _json(["sc", "--length", "3", "--alphabet", "2", "--compare-readouts"], capsys)
+    assert code == 0 and info["readout"] == "paper"
+    m = {k: Fraction(v) for k, v in info["readout_margins"].items()}
+    assert set(m) == {"paper", "max_margin"} and m["max_margin"] >= m["paper"] == 1
+
+
+@pytest.mark.parametrize("argv", [["icqa", "--k", "2", "--readout", "lemma3"], ["tm", "--readout", "paper"]])
+def test_readout_that_does_not_exist_is_bad_input(argv, capsys):
+    assert run_main(_verify_construction, argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --readout") and err.count("\n") == 1
+
+
+def test_icqa_fewest_bits_verify_and_one_fewer_fails(capsys):
+    code, info = _json(["icqa", "--k", "2", "--robustness"], capsys)
+    assert code == 0
+    b = info["robustness"]["min_fraction_bits"]["bits"]
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    assert verify(rb.round_to_bits(model, b), task, symmetry="off").verified
+    assert not verify(rb.round_to_bits(model, b - 1), task, symmetry="off").verified
+    lin = info["robustness"]["linf_radius"]
+    assert Fraction(lin["certified_lower"]) < Fraction(lin["broken_upper"])
+
+
+def test_certified_radius_survives_random_perturbations():
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    eps = Fraction(1, 256)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        pert = rb.map_weights(model, lambda w: w + eps * Fraction(int(rng.integers(-4, 5)), 4))
+        assert verify(pert, task, symmetry="off").verified
+
+
+def test_ball_margin_encloses_the_exact_margin():
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    batch = next(task.batches(4))
+    for ids, y in zip(batch.ids, batch.labels):
+        low, _ = BallForward(model).margin_lower([int(t) for t in ids], int(y))
+        assert low <= 3  # the exact margin (3) is inside the zero-radius enclosure
+        assert low > 3 - Fraction(1, 2**100)
+
+
+@pytest.mark.parametrize("name,dtype", [("float16", np.float16), ("float32", np.float32)])
+def test_format_rounding_matches_numpy(name, dtype):
+    rng = np.random.default_rng(1)
+    for x in list(rng.normal(size=200) * 10.0 ** rng.integers(-6, 4, size=200)) + [2.0**-24 * 1.5, 1 / 3]:
+        assert FORMATS[name].round(Fraction(float(x))) == Fraction(float(dtype(x)))
+
+
+def test_find_min_exactness_meets_the_threshold():
+    class R:
+        def __init__(self, ok):
+            self.status = 0 if ok else 1
+
+    out = ts.find_min_exactness(lambda mlp_exactness: R(mlp_exactness >= 37))
+    assert out["mlp_exactness"] == 37 and out["fails_at"] == 36
+    out = ts.find_max_length(lambda max_seq_len: R(max_seq_len <= 6), cap=9)
+    assert out["max_length"] == 6 and out["fails_at"] == 7
+
+
+def test_find_min_and_find_max_together_is_bad_input(capsys):
+    from depthcert.cli.verify_tracr import _main
+
+    code = run_main(_main, ["make_length", "--vocab", "1,2", "--max-seq-len", "3", "--find-min", "mlp-exactness",
+                            "--find-max", "length"])
+    assert code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_robustness_refuses_softmax_models():
+    from dataclasses import replace
+
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    soft = replace(model, layers=tuple(replace(L, heads=tuple(replace(h, attention="softmax") for h in L))
+                                       for L in model.layers))
+    from depthcert.checkers.errors import BadInput
+
+    with pytest.raises(BadInput):
+        rb.robustness_report(soft, task)
+
+
+def test_exact_min_margin_split_path_matches_python_integers():
+    # the hi/lo split path (scores past 2^53) against plain Python integers
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        N, d, C = (int(v) for v in rng.integers(2, 12, size=3))
+        X = np.array(rng.integers(-10**6, 10**6 + 1, size=(N, d)), dtype=object)
+        Wq = rng.integers(-2**48, 2**48 + 1, size=(C, d), dtype=np.int64)
+        y = rng.integers(0, C, size=N)
+        S = [[sum(int(X[i, r]) * int(Wq[c, r]) for r in range(d)) for c in range(C)] for i in range(N)]
+        assert ro._exact_min_margin(X, Wq, y) == min(S[i][y[i]] - S[i][c] for i in range(N) for c in range(C) if c != y[i])
+
+
+def test_lp_over_the_cap_keeps_the_lifting_readout(monkeypatch):
+    # with a cap below the first round's pairs no LP is solved: the lifting read-out is fitted,
+    # said so in the note, and still verified exactly on every point
+    monkeypatch.setattr(ro, "MAX_LP_ROWS", 1)
+    task = make_task("tm", l=3, alphabet=4)
+    fitted, fit, _ = ro.with_max_margin_readout(registry.build(task, "ternary", lemma3=False).model, task)
+    assert "was not solved" in fit.note and fit.vector_margin > 0
+    v = verify(fitted, task, symmetry="off")
+    assert v.verified and ro.normalized_margin(v.min_margin, fitted.W_O) == fit.vector_margin
+
+
+@pytest.mark.parametrize("rows", [[[1, 0], [0, 1]], [[1, 1], [0, 1]], [[1, 0], [0, 0]]])
+def test_checked_classifier_is_exact_on_every_bound_path(rows):
+    # column maxima [1, 1] reach 2^53 (per-row pass needed) / a row reaches 2^53 (big integers) /
+    # column maxima stay below (one row of maxima is enough): the logits are exact in every case
+    from depthcert.checkers.evaluate import Evaluator, _absmat, _float
+
+    task = make_task("icqa", k=2)
+    ev = Evaluator(registry.build(task).model)
+    CT = np.array([[2**52], [2**52]], dtype=object)
+    ev.use_float, ev._CT, ev._CTf, ev._CTa = False, CT, _float(CT), _float(_absmat(CT))
+    h = np.array(rows, dtype=np.float64)
+    got = ev._classify(h)
+    assert [int(v) for v in got[:, 0]] == [sum(int(a) * 2**52 for a in r) for r in rows]
