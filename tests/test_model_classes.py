@@ -424,7 +424,7 @@ def test_softmax_exact_tie_is_never_verified():
     ce = v.counterexample
     assert (ce.index, ce.expected, ce.predicted, ce.tie) == (1, "x", "y", True)
     assert v.undecided is None and v.undecided_count == 0
-    assert "exact tie decision (1 points)" in v.path
+    assert "exact tie decision (1 point)" in v.path
     lo, hi = v.margin_enclosure
     assert lo <= 0 <= hi
     assert softmax_cross_check(sym, data, v, balls=BALLS) == []
@@ -670,5 +670,5 @@ def test_hardmax_after_softmax_with_tied_scores_is_decided():
     v = verify(model, data, progress=False, balls=BALLS)
     assert v.verdict == "verified", v
     assert v.margin_enclosure == (10, 10)  # the margin is the rational 30 * 1/3 exactly
-    assert "exact tie decision (1 points)" in v.path
+    assert "exact tie decision (1 point)" in v.path
     assert softmax_cross_check(model, data, v, balls=BALLS) == []

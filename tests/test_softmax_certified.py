@@ -251,7 +251,7 @@ def test_two_heads_cancelling_through_exp_are_a_proven_tie():
     assert v.verdict == "refuted", v
     ce = v.counterexample
     assert (ce.index, ce.expected, ce.predicted, ce.tie) == (0, "x", "y", True)
-    assert "exact tie decision (1 points)" in v.path
+    assert "exact tie decision (1 point)" in v.path
     assert abs(float(Oracle(tied).margin(("a", "b", "b"), "x")[0])) < 1e-60
     apart = _two_heads(Fraction(7, 3))
     v = verify(apart, data, progress=False)
@@ -304,7 +304,7 @@ def test_tracr_mean_of_three_tokens_is_a_proven_three_way_tie(tmp_path, monkeypa
     assert v.verdict == "refuted", v
     ce = v.counterexample
     assert ce.tie and ce.position == 3 and ce.expected == "2"
-    assert "exact tie decision (1 points)" in v.path
+    assert "exact tie decision (1 point)" in v.path
 
 
 # ---- sharding and the journal apply to softmax runs
