@@ -496,6 +496,34 @@ def round_table(prob: GroupProblem, x: np.ndarray, points: np.ndarray | None = N
     return None
 
 
+LDP_LIMIT = 4_000_000  # entries of the dense (variables + 1) x rows matrix of the NNLS fallback
+
+
+def _least_distance_point(A) -> np.ndarray | None:
+    """argmin |x| subject to A x >= 1 in floats, by Lawson and Hanson's reduction of least
+    distance programming to non-negative least squares (Solving Least Squares Problems, 1974,
+    ch. 23; scipy.optimize.nnls): with E = [A^T; 1^T] and f = (0, ..., 0, 1), the NNLS residual
+    r = E u - f gives x = -r[:n] / r[n], and r = 0 means A x >= 1 is infeasible.  None when the
+    matrix is too large or the problem looks infeasible.  Only a search: the caller re-solves
+    exactly and checks every margin."""
+    from scipy.optimize import nnls
+
+    R, n = A.shape
+    if R == 0 or (n + 1) * R > LDP_LIMIT:
+        return None
+    E = np.vstack([A.toarray().T.astype(np.float64), np.ones((1, R))])  # (n + 1, R)
+    f = np.zeros(n + 1)
+    f[n] = 1.0
+    try:
+        u, _ = nnls(E, f)
+    except RuntimeError:  # iteration limit
+        return None
+    r = E @ u - f
+    if abs(r[n]) < 1e-12:
+        return None
+    return -r[:n] / r[n]
+
+
 CANONICAL_LIMIT = 1500  # active rows x variables beyond which the exact re-solve is skipped
 
 
@@ -518,7 +546,12 @@ def canonical_table(prob: GroupProblem) -> np.ndarray | None:
     st, x = _run_lp(np.zeros(prob.n_vars), prob.A.tocsc(), np.ones(R), np.full(R, inf),
                     np.full(prob.n_vars, -inf), np.full(prob.n_vars, inf), identity_hessian=True)
     if st != "optimal" or x is None:
-        return None
+        # HiGHS 1.16.0's QP solver calls some feasible problems infeasible
+        # (tests/test_dependence.py::test_solver_infeasibility_is_confirmed): the same point by
+        # another method
+        x = _least_distance_point(prob.A)
+        if x is None:
+            return None
     act = np.nonzero(prob.A @ x <= 1 + 1e-6)[0]
     used = np.nonzero(np.asarray(abs(prob.A[act]).sum(axis=0)).ravel())[0]
     if len(act) == 0 or len(act) * len(used) > CANONICAL_LIMIT**2 // 4 or len(used) > CANONICAL_LIMIT:

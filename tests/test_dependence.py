@@ -271,3 +271,49 @@ def test_stored_task_certificates_speak_about_their_datasets():
         assert_speaks_about(obj, _all_points(task))
         n += 1
     assert n >= 7
+
+
+
+@pytest.mark.parametrize("seqs, labels", [
+    ("aar abr bar bbr bcr car cbr", "pqpqptt"),
+    ("aaar aabr abar abbr baar", "ppspq"),
+])
+def test_solver_infeasibility_is_confirmed(seqs, labels):
+    """HiGHS 1.16.0's LP presolve calls these feasible one-layer fits infeasible (and no
+    certificate exists, so the search could not answer): an infeasibility is only taken from a
+    run without presolve.  The fitted model is then verified on every point."""
+    task = DatasetTask([list(s) for s in seqs.split()], list(labels))
+    dec = decide_task(task, progress=False)
+    assert dec.decision.fittable and dec.decision.certificate is None
+    assert dec.verdict.verified and dec.verdict.points_checked == task.size
+
+
+def test_least_norm_table_does_not_depend_on_the_qp_solver(monkeypatch):
+    """The printed one-layer model is the least-norm table, unique for the dataset: the same
+    exact table whether HiGHS's QP solver finds the point or fails (HiGHS 1.16.0 calls this QP
+    infeasible) and the NNLS least-distance fallback finds it."""
+    from depthcert.proofs import dependence
+
+    real_run_lp, real_canonical = dependence._run_lp, dependence.canonical_table
+    tables = []
+
+    def spy(prob):
+        tables.append(real_canonical(prob))
+        return tables[-1]
+
+    def qp_fails(*args, identity_hessian=False, **kw):
+        if identity_hessian:
+            return "infeasible", None
+        return real_run_lp(*args, **kw)
+
+    monkeypatch.setattr(dependence, "canonical_table", spy)
+    task = DatasetTask([list(s) for s in "aar abr bar bbr bcr car cbr".split()], list("pqpqptt"))
+    first = decide_task(task, progress=False)
+    monkeypatch.setattr(dependence, "_run_lp", qp_fails)
+    second = decide_task(task, progress=False)
+    assert len(tables) == 2 and all(t is not None for t in tables)
+    assert tables[0].tolist() == tables[1].tolist() == [
+        [81, 59, -140], [81, 59, -140], [-139, -161, 300], [116, -126, 10], [-214, 204, 10],
+        [121, -121, 0], [23, -43, 20]]
+    assert first.decision.fits == second.decision.fits
+    assert second.verdict.verified
