@@ -213,11 +213,12 @@ def _run_lp(cost, A: sp.csc_matrix, row_lo, row_hi, col_lo, col_hi, time_limit: 
         if len(sol) == A.shape[1] and h.getInfo().primal_solution_status == 2:
             return ("optimal" if st == highspy.HighsModelStatus.kOptimal else "feasible"), sol
         return "other", None
-    if st == highspy.HighsModelStatus.kInfeasible:
-        # HiGHS 1.16's presolve calls some feasible LPs infeasible (tests/test_dependence.py:
-        # test_presolve_infeasibility_is_confirmed); an infeasibility is only taken from a run
-        # without presolve.  Either answer is still only a search: certificates and models are
-        # checked exactly.
+    if st in (highspy.HighsModelStatus.kInfeasible, highspy.HighsModelStatus.kUnboundedOrInfeasible):
+        # An infeasibility is only taken from a run without presolve: HiGHS 1.16's presolve calls
+        # some feasible LPs infeasible (tests/test_dependence.py:
+        # test_solver_infeasibility_is_confirmed), and presolve cannot tell infeasible from
+        # unbounded (feasibility LPs here are never unbounded).  Either answer is still only a
+        # search: certificates and models are checked exactly.
         h.setOptionValue("presolve", "off")
         h.run()
         st = h.getModelStatus()
@@ -225,15 +226,6 @@ def _run_lp(cost, A: sp.csc_matrix, row_lo, row_hi, col_lo, col_hi, time_limit: 
         return "optimal", np.array(h.getSolution().col_value, dtype=np.float64)
     if st == highspy.HighsModelStatus.kInfeasible:
         return "infeasible", None
-    if st == highspy.HighsModelStatus.kUnboundedOrInfeasible:
-        # re-run without presolve to tell the two apart (feasibility LPs here are never unbounded)
-        h.setOptionValue("presolve", "off")
-        h.run()
-        st = h.getModelStatus()
-        if st == highspy.HighsModelStatus.kInfeasible:
-            return "infeasible", None
-        if st == highspy.HighsModelStatus.kOptimal:
-            return "optimal", np.array(h.getSolution().col_value, dtype=np.float64)
     return "other", None
 
 
