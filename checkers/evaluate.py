@@ -417,22 +417,30 @@ class Evaluator:
 
     def _classify(self, h: np.ndarray) -> np.ndarray:
         """h (..., d') exact stream rows -> exact logit numerators (..., C)."""
-        if h.dtype != object and self._CTf is not None:
-            if self.use_float:  # the a-priori bound covers the logits too (magnitude_bound): exact
-                return _rowmul_any(h, self._CTf).astype(np.int64)
-            ha = np.abs(h)
-            try:
-                # one row of column maxima dominates every row's |h| @ |C^T| (nonnegative sums):
-                # when it stays below 2^53 no per-row absolute pass is needed
-                top = ha.reshape(-1, ha.shape[-1]).max(axis=0, initial=0.0)
-                try:
-                    _limit(top[None, :] @ self._CTa)
-                except _Exceeded:
-                    _limit(_rowmul_any(ha, self._CTa))
-                return _rowmul_any(h, self._CTf).astype(np.int64)
-            except _Exceeded:
-                pass
+        f = self._classify_float(h)
+        if f is not None:
+            return f.astype(np.int64)
         return _rowmul_any(_to_int_objects(h), self._CT)
+
+    def _classify_float(self, h: np.ndarray) -> np.ndarray | None:
+        """h (..., d') -> the logit numerators as float64 when every one is proven an integer
+        below 2^53 (so each is exact), else None (the caller classifies in big integers)."""
+        if h.dtype == object or self._CTf is None:
+            return None
+        if self.use_float:  # the a-priori bound covers the logits too (magnitude_bound): exact
+            return _rowmul_any(h, self._CTf)
+        ha = np.abs(h)
+        try:
+            # one row of column maxima dominates every row's |h| @ |C^T| (nonnegative sums):
+            # when it stays below 2^53 no per-row absolute pass is needed
+            top = ha.reshape(-1, ha.shape[-1]).max(axis=0, initial=0.0)
+            try:
+                _limit(top[None, :] @ self._CTa)
+            except _Exceeded:
+                _limit(_rowmul_any(ha, self._CTa))
+            return _rowmul_any(h, self._CTf)
+        except _Exceeded:
+            return None
 
     def logits(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
         X, k = self._stream(token_ids, last_only=True)
@@ -445,12 +453,16 @@ class Evaluator:
     def margins_last(self, token_ids: np.ndarray, rows: np.ndarray):
         """(margin numerators (B,) label minus best other, denominator, logits (B, C) or None).
 
-        With a small classifier the logits are computed and returned; with a big one each
+        With a small classifier the logits are computed (returned only when they needed big
+        integers: float64 logits proven below 2^53 give the margins directly); with a big one each
         distinct hidden vector is classified once (cached across batches as its best class,
         best and second-best logit) and the logits are not returned (None)."""
         X, k = self._stream(token_ids, last_only=True)
         h = X[:, -1, :]
         if not self.big_classifier:
+            f = self._classify_float(h)
+            if f is not None:  # exact float logits: only the two logits per point become integers
+                return _scaled(_margins_from_float_logits(f, rows), k), self.denominator, None
             num = _scaled(self._classify(h), k)
             return _margins_from_logits(num, rows), self.denominator, num
         keys = _row_keys(h)
@@ -605,6 +617,18 @@ def _margins_from_logits(num: np.ndarray, rows: np.ndarray) -> np.ndarray | None
         best_other = num.max(axis=1)
         num[ar, rows] = correct
     return correct - best_other
+
+
+def _margins_from_float_logits(f: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """f (B, C) float64 logits, each an integer below 2^53 (so exact), rows (B,) -> int64 label
+    minus best other.  The label's and the best other's logits are converted to integers before
+    subtracting (their float difference could round), never the whole (B, C) matrix."""
+    ar = np.arange(len(rows))
+    correct = f[ar, rows].copy()
+    f[ar, rows] = -np.inf  # masked in place and restored: no copy of the logits
+    best_other = f.max(axis=1)
+    f[ar, rows] = correct
+    return correct.astype(np.int64) - best_other.astype(np.int64)
 
 
 def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, proven: int = 0,

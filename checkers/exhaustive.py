@@ -152,13 +152,13 @@ def check_batch(ev: Evaluator, batch: Batch, class_rows: np.ndarray, tokens: np.
     """(margins numerators (B,), denominator, first failing row or -1, numerators, positions).
 
     Last-position tasks: numerators (B, C) (None when need_logits is False and the evaluator
-    classifies distinct hidden vectors instead: Evaluator.margins_last), positions None.  Tasks
+    gives the margins without them: Evaluator.margins_last), positions None.  Tasks
     labelling every position: numerators (B, n, C); a point's margin is its minimum over
     labelled positions, and positions (B,) holds, per point, its first failing position (else
     its smallest margin's)."""
     ids = batch.ids if tokens is None else tokens[batch.ids]
     if batch.labels.ndim == 1:
-        if not need_logits and getattr(ev, "big_classifier", False) and len(ev.model.classes) > 1:
+        if not need_logits and hasattr(ev, "margins_last") and len(ev.model.classes) > 1:
             margins, den, num = ev.margins_last(ids, class_rows[batch.labels])
             bad = np.nonzero(np.asarray(margins <= 0, dtype=bool))[0]
             return margins, den, (int(bad[0]) if len(bad) else -1), num, None

@@ -3,7 +3,7 @@
 Rooms (docs/architecture.md), from the top: cli > interop, proofs, training > constructions >
 checkers.  A module may import its own room and the rooms listed for it in ALLOWED, nothing else.
 The kernel (checkers/, listed in checkers/__init__.py) imports only kernel modules, the standard
-library, numpy, python-flint and tqdm; checkers/certificate.py imports only the standard library;
+library, numpy, python-flint, tqdm and threadpoolctl; checkers/certificate.py imports only the standard library;
 every .py file of checkers/ is on the kernel list.  Each rule is also run on a synthetic bad
 import, so the test can fail.
 """
@@ -35,7 +35,7 @@ ALLOWED = {
     "training": {"training", "constructions", "checkers"},
     "cli": {"cli", "interop", "proofs", "training", "constructions", "checkers"},
 }
-KERNEL_THIRD_PARTY = {"numpy", "flint", "tqdm"}  # tqdm: the progress bar only
+KERNEL_THIRD_PARTY = {"numpy", "flint", "tqdm", "threadpoolctl"}  # tqdm: the progress bar only; threadpoolctl: one BLAS thread per forked worker
 
 
 def kernel_modules() -> list[str]:

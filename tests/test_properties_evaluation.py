@@ -212,3 +212,20 @@ def test_margins_do_not_depend_on_batch_size_or_workers(case, batch_size, data):
         o = trace(model, list(p.tokens)).logits
         y = model.classes.index(p.label)
         assert margins[4096][i] == o[y] - max(v for c, v in enumerate(o) if c != y)
+
+
+def test_margins_from_float_logits_are_exact_past_2_to_53():
+    """Logits below 2^53 are exact in float64, but their difference need not be: 2^52 + 1 minus
+    -(2^52 + 2) is 2^53 + 3, which float64 rounds.  The margins are taken in integers, and the
+    logits are left as they were."""
+    from depthcert.checkers.evaluate import _margins_from_float_logits
+
+    a, b = 2**52 + 1, -(2**52 + 2)
+    assert float(a) - float(b) != a - b  # the float difference really rounds
+    f = np.array([[float(a), float(b), 0.0], [3.0, 5.0, float(b)]])
+    before = f.copy()
+    m = _margins_from_float_logits(f, np.array([0, 0]))
+    assert m.tolist() == [a - 0, 3 - 5]
+    assert m.dtype == np.int64 and np.array_equal(f, before)
+    f2 = np.array([[float(a), float(b)]])
+    assert _margins_from_float_logits(f2, np.array([0])).tolist() == [a - b]
