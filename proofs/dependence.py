@@ -529,7 +529,8 @@ def canonical_table(prob: GroupProblem) -> np.ndarray | None:
     space of A_S, rref in python-flint).  The exact answer is kept only if every margin is >= 1
     (checked exactly), and is then divided by the gcd of its numerators' content, so the same
     dataset always gives the same integer table.  None (the caller rounds an LP vertex instead)
-    when the QP fails, the active set is too large for an exact solve, or the check fails.
+    when both the QP and its NNLS fallback (_least_distance_point) fail, the active set is too
+    large for an exact solve, or the check fails.
     """
     import flint
 
@@ -538,9 +539,8 @@ def canonical_table(prob: GroupProblem) -> np.ndarray | None:
     st, x = _run_lp(np.zeros(prob.n_vars), prob.A.tocsc(), np.ones(R), np.full(R, inf),
                     np.full(prob.n_vars, -inf), np.full(prob.n_vars, inf), identity_hessian=True)
     if st != "optimal" or x is None:
-        # HiGHS 1.16.0's QP solver calls some feasible problems infeasible
-        # (tests/test_dependence.py::test_solver_infeasibility_is_confirmed): the same point by
-        # another method
+        # HiGHS 1.16.0's QP solver calls some feasible problems infeasible (tests/test_dependence.py::
+        # test_least_norm_table_does_not_depend_on_the_qp_solver): the same point by another method
         x = _least_distance_point(prob.A)
         if x is None:
             return None
