@@ -43,7 +43,7 @@ class Claim:
 @dataclass(frozen=True)
 class ClaimResult:
     claim: Claim
-    verdict: str  # "verified", "certified", "fittable", "refuted", "not established"
+    verdict: str  # "verified", "certified", "fittable", "refuted", "not_established"
     detail: str
     seconds: float
     printed_verdict: str = ""  # the printed weights' verdict when they differ: "refuted" / "verified"
@@ -177,10 +177,10 @@ def _check_certificate_claim(claim: Claim, task) -> tuple[str, str]:
         cert = dec.decision.certificate.to_json()
     ok, msg = check_certificate(cert)
     if not ok:
-        return "not established", f"{source} certificate rejected by the independent checker: {msg}"
+        return "not_established", f"{source} certificate rejected by the independent checker: {msg}"
     why = certificate_speaks_about(cert, task)
     if why:
-        return "not established", why
+        return "not_established", why
     n = sum(1 for p in cert["points"] if any(int(v) > 0 for v in p.get("mu", {}).values()))
     return "certified", f"{source} certificate with {n} points, accepted by checkers/certificate.py; all are dataset points"
 
@@ -216,7 +216,7 @@ def check_claim(claim: Claim) -> ClaimResult:
         else:
             verdict, detail = _check_certificate_claim(claim, task)
     except BadInput as exc:
-        verdict, detail = "not established", f"error: {exc}"
+        verdict, detail = "not_established", f"error: {exc}"
     return ClaimResult(claim, verdict, detail, time.perf_counter() - t0, printed_verdict, printed_detail)
 
 

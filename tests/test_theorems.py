@@ -26,3 +26,27 @@ def test_certificate_for_other_data_is_not_about_the_task():
     assert "label" in certificate_speaks_about(cert, task)
     cert["points"][0]["tokens"][0] = "q9"
     assert "not in" in certificate_speaks_about(cert, task)
+
+
+
+def test_rejected_certificate_is_not_established_in_json_and_table(monkeypatch, capsys):
+    """A claim whose certificate the independent checker rejects is `not_established` (one token,
+    like every other verdict value, and valid under the output schema) in --json, NOT ESTABLISHED
+    in the table, and exit 1."""
+    import json
+
+    jsonschema = pytest.importorskip("jsonschema")
+    from depthcert.checkers import certificate
+    from depthcert.cli.common import run_main
+    from depthcert.cli.reproduce_paper import _reproduce_paper
+    from depthcert.schema import output_schema
+
+    monkeypatch.setattr(certificate, "check_certificate", lambda cert: (False, "tampered for the test"))
+    assert run_main(_reproduce_paper, ["--only", "theorem2", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "not_reproduced"
+    assert [c["verdict"] for c in doc["claims"]] == ["not_established"]
+    assert "tampered for the test" in doc["claims"][0]["detail"]
+    jsonschema.Draft202012Validator(output_schema()).validate(doc)
+    assert run_main(_reproduce_paper, ["--only", "theorem2"]) == 1
+    assert "| NOT ESTABLISHED |" in capsys.readouterr().out

@@ -61,7 +61,7 @@ def _claim_row(r, command) -> list[str]:
     if c.printed == "same":
         printed = "identical to depthcert's version"
     elif c.printed == "differs":
-        printed = f"{r.printed_verdict.upper()}: {r.printed_detail}"
+        printed = f"{r.printed_verdict.replace('_', ' ').upper()}: {r.printed_detail}"
     elif c.printed == "none":
         printed = "no weights printed (a suggestion in words)"
     elif c.printed == "dependence":
@@ -73,7 +73,7 @@ def _claim_row(r, command) -> list[str]:
     cmd = f"`{command(c)}`"
     if c.printed == "differs":
         cmd += f", `{command(c, as_printed=True)}`"
-    return [claim, printed, r.detail, r.verdict.upper(), cmd]
+    return [claim, printed, r.detail, r.verdict.replace("_", " ").upper(), cmd]
 
 
 def reproduce_paper_main(argv=None) -> int:
