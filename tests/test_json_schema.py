@@ -213,6 +213,25 @@ def test_the_examples_ship_with_the_package():
     assert os.path.isfile(os.path.join(EXAMPLES_DIR, "tm-one-substitution-l3.json"))
 
 
+@pytest.mark.parametrize("weights,verdict,margin", [
+    ("prev-token-hardmax.json", "verified", {"exact": "1", "decimal": "1"}),
+    ("prev-token-softmax-1.json", "refuted", "lower"),
+    ("prev-token-softmax-20.json", "verified", "lower"),
+])
+def test_verify_model(weights, verdict, margin, capsys):
+    """verify-model speaks the shared conventions: command, verdict, margin objects (exact for a
+    rational model, a certified enclosure for softmax), counts that are integers."""
+    from depthcert.cli.verify_model import _main
+
+    code = run_main(_main, [EX + weights, "--dataset", EX + "prev-token-data.json", "--json"])
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    validate(doc)
+    assert code == 0 and doc["command"] == "verify-model" and doc["verdict"] == verdict
+    assert doc["points"] == doc["correct"] + doc["wrong"] + doc["undecided_points"] == 81
+    assert doc["min_margin"] == margin if isinstance(margin, dict) else margin in doc["min_margin"]
+
+
 def test_verify_construction_undecided(capsys, tmp_path):
     """A softmax head after a softmax layer, tied exactly: outside the exact tie decision, so the
     run ends undecided at the precision cap (exit 3) and the document says so."""

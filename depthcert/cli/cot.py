@@ -19,21 +19,7 @@ import numpy as np
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
 from depthcert.constructions import cot_builders
-from depthcert.cli.common import enclosure_text, logits_line, margin_json, plural
-
-
-def _counterexample_json(ce) -> dict:
-    from depthcert.cli.common import _counterexample_json as base
-
-    return base(ce)
-
-
-def _undecided_json(u) -> dict:
-    from depthcert.cli.common import _undecided_json as base
-
-    out = base(u)
-    out["logits"] = {c: enclosure_text(b) for c, b in zip(u.classes, u.logit_bounds)}
-    return out
+from depthcert.cli.common import _counterexample_json, _undecided_json, enclosure_text, logits_line, margin_json, plural
 
 
 def _model(args, task):

@@ -17,12 +17,12 @@ import sys
 import time
 
 from depthcert.checkers.errors import BadInput
-from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, plural, positive_int,
-                                  run_main, task_from_args)
+from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, margin_json, plural,
+                                  positive_int, run_main, task_from_args)
 
 EXIT_REFUTED = 1
-MAX_LISTED = 2_000_000
-DEFAULT_MAX_POINTS = 100_000_000  # refuse larger datasets unless --max-points says otherwise  # --wrong-out refuses to list more points than this (the counts stay exact)
+MAX_LISTED = 2_000_000  # --wrong-out refuses to list more points than this (the counts stay exact)
+DEFAULT_MAX_POINTS = 100_000_000  # refuse larger datasets unless --max-points says otherwise
 
 
 def load_any_model(path: str, config: str | None, task):
@@ -211,12 +211,15 @@ def _main(argv) -> int:
     else:
         code = 0
     if args.json:
-        print(json.dumps({"model": os.path.basename(args.checkpoint), "task": task.describe(), "points": v.points,
-                          "correct": v.correct, "wrong": len(v.wrong), "undecided": len(v.undecided),
-                          "verdict": v.verdict, "min_margin": None if v.margin is None else [str(v.margin[0]), str(v.margin[1])],
+        margin = (None if v.margin is None else
+                  margin_json(exact=v.margin[0]) if v.margin[0] == v.margin[1] else margin_json(enclosure=v.margin))
+        print(json.dumps({"command": "verify-model", "checkpoint": os.path.basename(args.checkpoint),
+                          "task": task.describe(), "points": v.points,
+                          "correct": v.correct, "wrong": len(v.wrong), "undecided_points": len(v.undecided),
+                          "verdict": v.verdict, "min_margin": margin,
                           "first_wrong": [int(i) for i in v.wrong[: args.show]],
-                          "undecided_points": [int(i) for i in v.undecided[:100]],
-                          "path": v.path, "seconds": round(v.seconds, 3)}))
+                          "first_undecided": [int(i) for i in v.undecided[:100]],
+                          "evaluation": v.path, "seconds": round(v.seconds, 3)}))
         return code
     pct = 100 * v.correct / v.points if v.points else 0.0
     print(f"model          {os.path.basename(args.checkpoint)} ({model.kinds()}, {plural(model.n_layers, 'layer')}, d' = {model.dim})")
