@@ -214,14 +214,7 @@ class Journal:
             raise BadInput(f"{where}: not a JSON chunk line") from None
         if isinstance(r, dict) and "low" in r:
             return self._ball_line(r, where)
-        if not isinstance(r, dict) or set(r) != set(_CHUNK_KEYS):
-            raise BadInput(f"{where}: not a chunk line of journal version {VERSION} (fields "
-                           f"{', '.join(_CHUNK_KEYS)})")
-        if r["run"] != self.run_id:
-            raise BadInput(f"{where}: the line belongs to another run (its fingerprint differs from the header's): "
-                           "spliced from another journal")
-        if r["sum"] != line_checksum(r):
-            raise BadInput(f"{where}: checksum mismatch: the line was edited or corrupted")
+        self._check_signed(r, _CHUNK_KEYS, "chunk line", where)
         ints = ("lo", "hi", "checked", "min_index", "bad_index")
         if not all(type(r[k]) is int for k in ints) or not (
                 isinstance(r["batches"], list) and len(r["batches"]) == 2
@@ -239,18 +232,21 @@ class Journal:
             raise BadInput(f"{where}: {problem}")
         return res
 
-    def _ball_line(self, r: dict, where: str):
-        """One softmax chunk line, validated, as a BallChunkResult."""
-        from depthcert.checkers.shards import BallChunkResult
-
-        if set(r) != set(_BALL_KEYS):
-            raise BadInput(f"{where}: not a softmax chunk line of journal version {VERSION} (fields "
-                           f"{', '.join(_BALL_KEYS)})")
+    def _check_signed(self, r, keys, kind: str, where: str) -> None:
+        """The fields of a line of this kind, this run's fingerprint, and the line's checksum."""
+        if not isinstance(r, dict) or set(r) != set(keys):
+            raise BadInput(f"{where}: not a {kind} of journal version {VERSION} (fields {', '.join(keys)})")
         if r["run"] != self.run_id:
             raise BadInput(f"{where}: the line belongs to another run (its fingerprint differs from the header's): "
                            "spliced from another journal")
         if r["sum"] != line_checksum(r):
             raise BadInput(f"{where}: checksum mismatch: the line was edited or corrupted")
+
+    def _ball_line(self, r: dict, where: str):
+        """One softmax chunk line, validated, as a BallChunkResult."""
+        from depthcert.checkers.shards import BallChunkResult
+
+        self._check_signed(r, _BALL_KEYS, "softmax chunk line", where)
         ints = ("lo", "hi", "checked", "bad_index", "undecided", "undecided_index")
         if not all(type(r[k]) is int for k in ints) or type(r["unknown"]) is not bool:
             raise BadInput(f"{where}: {', '.join(ints)} must be integers and unknown true or false")

@@ -175,24 +175,6 @@ def test_points_near_a_tie_go_to_arb():
     assert v.by_tables == 0 and v.by_balls == 1 and list(v.wrong) == [0] and v.correct == 0
 
 
-def near_tie_model():
-    """tests/test_weights_v2.py's: class a beats b by about 10^-60, beyond 128-bit balls."""
-    import mpmath
-    from fractions import Fraction
-
-    from depthcert.checkers.layout import BlockMatrix, Layout
-    from depthcert.checkers.model import Head, Layer, Model
-
-    with mpmath.workdps(90):
-        w = mpmath.e / (mpmath.e + 1)
-        q = Fraction(mpmath.nstr(w, 80, strip_zeros=False)) - Fraction(1, 10**60)
-    lay = Layout.of(("token", 2), ("position", 3), ("A", 1))
-    qk = BlockMatrix(lay, lay).entry("token", 0, "position", 1, 1).build()
-    v = BlockMatrix(lay, lay).entry("A", 0, "token", 0, 1).build()
-    out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "A", 0, 1).entry("class", 1, "position", 1, q).build()
-    return Model(("x", "y"), 3, ("a", "b"), lay, (Layer((Head(qk, v, attention="softmax"),)),), out)
-
-
 # ---------------------------------------------------------------------------- verify-model
 
 def run(argv, capsys):
@@ -216,6 +198,7 @@ def test_require_all_refutes_and_exit_codes(capsys, tmp_path):
     code, out, _ = run([CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--require-all"], capsys)
     assert code == 1 and "verdict        refuted" in out
     from depthcert.checkers.weights_file import model_to_json
+    from test_weights_v2 import near_tie_model  # class a beats b by about 10^-60, beyond 128-bit balls
 
     (tmp_path / "w.json").write_text(json.dumps(model_to_json(near_tie_model())))
     (tmp_path / "d.json").write_text(json.dumps({"format": "depthcert.dataset", "version": 1,
