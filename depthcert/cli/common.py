@@ -98,6 +98,24 @@ def margin_json(exact=None, enclosure=None) -> dict | None:
     return None
 
 
+def verdict_fields(v, task, t_start: float) -> dict:
+    """The fields every exhaustive verify run reports in --json (verify-construction, --cot):
+    counts, the dataset's size formula, the verdict, the margin object, the evaluation path, times."""
+    import time
+
+    return {
+        "points_total": v.points_total,
+        "points_covered": v.points_covered,
+        "points_checked": v.points_checked,
+        "size_formula": task.size_formula,
+        "verdict": v.verdict,
+        "min_margin": margin_json(v.min_margin, v.margin_enclosure),
+        "evaluation": v.path,
+        "seconds": round(v.seconds, 3),
+        "total_seconds": round(time.perf_counter() - t_start, 3),
+    }
+
+
 TASK_OPTIONS = (
     ("k", "number of (question, answer) pairs in the context (icqa, ictm); sequence length (max-of-k)"),
     ("l", "template length (tm, ictm); --len is the same"),

@@ -19,7 +19,8 @@ import numpy as np
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.rational import format_rational
 from depthcert.constructions import cot_builders
-from depthcert.cli.common import _counterexample_json, _undecided_json, enclosure_text, logits_line, margin_json, plural
+from depthcert.cli.common import (_counterexample_json, _undecided_json, enclosure_text, logits_line, margin_json,
+                                  plural, verdict_fields)
 
 
 def _model(args, task):
@@ -83,14 +84,7 @@ def verify_cot(args, task) -> int:
         "steps": g.steps,
         "mode": g.mode,
         "causal": is_causal(model),
-        "points_total": v.points_total,
-        "points_checked": v.points_checked,
-        "size_formula": task.size_formula,
-        "verdict": v.verdict,
-        "min_margin": margin_json(v.min_margin, v.margin_enclosure),
-        "evaluation": v.path,
-        "seconds": round(v.seconds, 3),
-        "total_seconds": round(time.perf_counter() - t_start, 3),
+        **verdict_fields(v, task, t_start),
     }
     if v.counterexample is not None:
         ce = _counterexample_json(v.counterexample)

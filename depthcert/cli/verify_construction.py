@@ -21,7 +21,7 @@ from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, TASK_OPTIONS,
                                   _Parser, _precision_options, _undecided_json, add_budget_options, add_task_options,
                                   data_file, enclosure_text, exit_codes_epilog, guard_classifier_size, logits_line,
                                   margin_json, nonnegative_int, plural, positive_int, run_main, task_from_args,
-                                  tasks_help, variants_help)
+                                  tasks_help, variants_help, verdict_fields)
 
 DEFAULT_MAX_POINTS = 20_000_000
 
@@ -261,15 +261,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         "layers": model.n_layers,
         "heads": list(model.heads),
         "d_model": model.dim,
-        "points_total": v.points_total,
-        "points_covered": v.points_covered,
-        "points_checked": v.points_checked,
-        "size_formula": task.size_formula,
-        "verdict": v.verdict,
-        "min_margin": margin_json(v.min_margin, v.margin_enclosure),
-        "evaluation": v.path,
-        "seconds": round(v.seconds, 3),
-        "total_seconds": round(time.perf_counter() - t_start, 3),
+        **verdict_fields(v, task, t_start),
         "symmetry": v.notes[0] if v.notes else "",
         "notes": list(notes),
     }
