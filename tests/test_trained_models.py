@@ -253,6 +253,57 @@ def test_pt_checkpoint_with_separate_config(tmp_path, capsys):
     assert code == 0 and "/216" in out
 
 
+def test_pt_checkpoint_with_the_config_as_transformer_lens_writes_it(tmp_path, capsys):
+    """torch.save({"config": cfg.to_dict(), "state_dict": ...}): cfg.to_dict() holds attn_scale as a
+    numpy float64 and dtype as a torch dtype, which the weights-only load must accept."""
+    cfg = tiny_config(d_head=3)
+    m = random_tl(cfg, 4)
+    pt = str(tmp_path / "m.pt")
+    torch.save({"config": {**cfg, "attn_scale": np.sqrt(3.0), "dtype": torch.float32},
+                "state_dict": {k: v.float() for k, v in m.state_dict().items()}}, pt)
+    code, out, err = run([pt, "--task", "max-of-k", "--vocab", "6", "--k", "3", "--json"], capsys)
+    assert code == 0, err
+    same = tl.model_from_state_dict(cfg, {k: v.float() for k, v in m.state_dict().items()})
+    v = decide_all(same, make_task("max-of-k", vocab=6, k=3))
+    assert json.loads(out)["correct"] == v.correct
+
+
+def test_transformer_lens_checkpoints_with_layernorm_or_gelu_are_refused_in_one_line(tmp_path, capsys):
+    """HookedTransformers made by transformer-lens and saved as its users save them (.pt with the
+    config, safetensors with the config in the metadata): LayerNorm, the LNPre that fold_ln leaves,
+    and GELU are refused with one line; the same model without them is decided."""
+    pytest.importorskip("transformer_lens")
+    from depthcert.interop.checkpoint_files import write_safetensors
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+        def make(**kw):
+            c = dict(n_layers=1, d_model=8, n_heads=2, d_head=3, d_vocab=5, n_ctx=3, attn_only=True,
+                     normalization_type=None, act_fn=None, seed=0)
+            return HookedTransformer(HookedTransformerConfig(**{**c, **kw}))
+
+        folded = make(normalization_type="LN")
+        folded.process_weights_(fold_ln=True)
+        cases = [(make(normalization_type="LN"), "normalization_type 'LN' is not supported"),
+                 (folded, "normalization_type 'LNPre' is not supported"),
+                 (make(attn_only=False, d_mlp=4, act_fn="gelu"), "act_fn 'gelu' is not supported"),
+                 (make(attn_only=False, d_mlp=4, act_fn="relu"), None)]
+    argv = ["--task", "max-of-k", "--vocab", "5", "--k", "3"]
+    for i, (ht, msg) in enumerate(cases):
+        pt, st = str(tmp_path / f"m{i}.pt"), str(tmp_path / f"m{i}.safetensors")
+        torch.save({"config": ht.cfg.to_dict(), "state_dict": ht.state_dict()}, pt)
+        write_safetensors(st, {k: v.float().numpy() for k, v in ht.state_dict().items() if v.is_floating_point()},
+                          {tl.CONFIG_KEY: json.dumps(tl._plain(ht.cfg.to_dict()))})
+        for path in (pt, st):
+            code, out, err = run([path] + argv, capsys)
+            if msg is None:
+                assert code == 0 and "certified accuracy" in out, err
+            else:
+                assert code == 2 and out == "" and msg in err and len(err.strip().splitlines()) == 1
+
+
 def test_journal_resumes_to_the_same_counts(tmp_path, capsys):
     j = str(tmp_path / "run.journal")
     argv = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--chunk-points", "1000", "--json", "--journal", j]

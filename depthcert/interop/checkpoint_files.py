@@ -86,6 +86,16 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray], metadata: dict[
     os.replace(tmp, path)
 
 
+def _numpy_scalar_globals() -> list:
+    """numpy scalars and dtypes, which torch's weights-only unpickler refuses by default: the config
+    of a HookedTransformer (cfg.to_dict()) holds attn_scale as a numpy float64.  Both rebuild data
+    (a dtype and its bytes) and run no code; listed under numpy 2's and numpy 1's module names."""
+    core = getattr(np, "_core", None) or np.core
+    scalar = core.multiarray.scalar
+    return [(scalar, "numpy._core.multiarray.scalar"), (scalar, "numpy.core.multiarray.scalar"), np.dtype,
+            *{type(np.dtype(c)) for c in "?bhilqBHILQefdg"}]
+
+
 def read_torch(path: str):
     """torch.load with weights_only=True (no code runs); tensors become float64 numpy arrays."""
     try:
@@ -94,7 +104,8 @@ def read_torch(path: str):
         raise BadInput(f"{path}: reading a .pt checkpoint needs torch (pip install 'depthcert[train]'), "
                        "or save it as safetensors") from None
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(_numpy_scalar_globals()):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise BadInput(f"cannot read {path}: No such file or directory") from None
     except Exception as exc:  # torch raises many kinds for a malformed file
