@@ -265,3 +265,47 @@ def test_to_exact_keeps_every_float32_weight_exactly():
     exact = to_exact(tm, task)
     w = tm.W_O.detach().double().numpy()
     assert all(exact.W_O[i, j] == Fraction(float(w[i, j])) for i in range(w.shape[0]) for j in range(w.shape[1]))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_softmax_trained_weights_are_decided_exactly(causal):
+    """A softmax-attention model of the training code, its float32 weights as they are: the exact
+    verdicts (checkers.accuracy) agree with the float64 forward on every point whose float margin is
+    clear of rounding, and the certified softmax logits enclose the forward's."""
+    from depthcert.checkers.accuracy import decide_all
+    from depthcert.training.export import to_exact
+    from depthcert.training.model import AttentionOnly, ModelShape
+
+    task = make_task("icqa", k=2, n_questions=3, n_answers=3)
+    shape = ModelShape(vocab_size=len(task.vocab), max_length=task.length, dim=len(task.vocab) + task.length + 2,
+                       heads=(1, 2), n_classes=len(task.classes), attention="softmax", causal=causal)
+    tm = AttentionOnly(shape, dtype=torch.float32)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.7)
+    exact = to_exact(tm, task)
+    assert {h.attention for L in exact.layers for h in L} == {"softmax"}
+    v = decide_all(exact, task)
+    ids, labels = task.decode(np.arange(task.size))
+    with torch.no_grad():
+        logits = tm.double()(torch.tensor(ids)).numpy()
+    own = logits[np.arange(task.size), labels]
+    rest = logits.copy()
+    rest[np.arange(task.size), labels] = -np.inf
+    margin = own - rest.max(axis=1)
+    clear = np.abs(margin) > 1e-9
+    wrong = np.zeros(task.size, bool)
+    wrong[np.asarray(v.wrong, dtype=int)] = True
+    assert len(v.undecided) == 0 and 0 < v.correct < task.size
+    assert (wrong[clear] == (margin[clear] <= 0)).all()
+    assert v.correct == int((margin > 0).sum())
+
+
+def test_cli_exact_check_decides_softmax_attention(capsys):
+    rc = train_main(["icqa", "--k", "2", "--n-questions", "2", "--n-answers", "3", "--steps", "5", "--attention", "softmax",
+                     "--eval-size", "10", "--json", "--exact-check"])
+    assert rc == 0
+    chk = json.loads(capsys.readouterr().out)["exact_check"]
+    assert chk["bits"] is None and chk["points"] == make_task("icqa", k=2, n_questions=2, n_answers=3).size
+    assert chk["evaluator"].startswith("certified")

@@ -41,20 +41,21 @@ def _rounded(M, bits: int | None) -> np.ndarray:
 
 
 def to_exact(model, task, bits: int | None = None) -> Model:
-    """The trained ReLU model with exact weights: its float32 weights as they are (bits None),
+    """The trained model (ReLU or softmax attention) with exact weights: its float32 weights as they are (bits None),
     or every weight rounded to the nearest multiple of 2^-bits.
 
     `task` needs vocab, classes and a sequence length (`length`, or `seq_len` for the copy task);
     a model with outputs "all" or a causal mask becomes the checker's widened class."""
-    if model.shape.attention != "relu":
-        raise BadInput("only ReLU-attention models match the verifier's model class")
+    attention = model.shape.attention  # relu (the paper's) or softmax: weights exp(score), no scale
+    if attention not in ("relu", "softmax"):
+        raise BadInput(f"attention {attention!r} has no exact counterpart (relu or softmax)")
     V, d = len(task.vocab), model.shape.dim
     n = getattr(task, "seq_len", None) or task.length
     layout = Layout.of(("token", V), ("position", n)).padded(d)
     layers = []
     for Wqk, Wv in zip(model.W_QK, model.W_V):
         Wqk, Wv = Wqk.detach().double().numpy(), Wv.detach().double().numpy()
-        heads = tuple(Head(_rounded(Wqk[h], bits), _rounded(Wv[h], bits)) for h in range(Wqk.shape[0]))
+        heads = tuple(Head(_rounded(Wqk[h], bits), _rounded(Wv[h], bits), attention=attention) for h in range(Wqk.shape[0]))
         layers.append(Layer(heads, causal=bool(getattr(model.shape, "causal", False))))
     return Model(
         vocab=tuple(task.vocab),

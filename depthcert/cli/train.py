@@ -251,8 +251,6 @@ def _train(argv) -> int:
         config = config_from_args(args)
         canonical_task(config.task)
         _check_log_folder(args.log)
-        if args.exact_check is not None and config.attention != "relu":
-            raise BadInput("--exact-check needs --attention relu (the verifier's model class)")
         result, model = train(config, progress=not args.json)
         log = _clean(result.to_json())
         if args.exact_check is not None:
