@@ -13,7 +13,10 @@
    a dot product of length k computed in any order is within gamma_k sum |a_i||b_i| (gamma_k =
    k u / (1 - k u)) of the exact one, plus 2k eta for underflow (eta = half the smallest
    subnormal); a sum or scaling is within u |result| + eta.  A value whose enclosure reaches the
-   format's largest finite number may overflow: the point is then not certified.  A point is
+   format's largest finite number may overflow, and so may an intermediate value: a dot product
+   whose sum |a_i||b_i| (1 + gamma_k) + 2k eta reaches it (a bound on every product and partial
+   sum in any order; an overflowed attention score times a zero value is NaN, invisible in the
+   result's enclosure).  Either way the point is not certified.  A point is
    certified when its label's logit enclosure lies strictly above every other logit's.
 
 Supported: relu attention (the paper's class), causal masks, ReLU MLPs, the constant row,
@@ -128,6 +131,7 @@ class BallForward:
         if eps and fmt is not None:
             raise ValueError("a weight radius and a float format are separate questions")
         self.model, self.eps, self.fmt = model, Fraction(eps), fmt
+        self._over = False
         self._prec = flint.ctx.prec
         flint.ctx.prec = PRECISION
         conv = fmt.round if fmt is not None else None
@@ -159,6 +163,10 @@ class BallForward:
         bound = absA * absB
         g = arb(fmpq(gamma.numerator, gamma.denominator))
         e = arb(fmpq(2 * k * self.fmt.eta.numerator, self.fmt.eta.denominator))
+        # every product and every partial sum, in any order, is at most sum |a||b| (1 + gamma) + e
+        # in magnitude: below the largest finite number, nothing on the way can overflow (an
+        # overflowed score times a zero value is NaN, which no enclosure of the result would show)
+        self._check_range(bound * (1 + g) + e)
         return arb_mat([[P[i, j] + _sym((bound[i, j] * g).abs_upper() + e) for j in range(P.ncols())]
                         for i in range(P.nrows())])
 
@@ -170,8 +178,15 @@ class BallForward:
 
         u, eta = self.fmt.unit_roundoff, self.fmt.eta
         fu, fe = arb(fmpq(u.numerator, u.denominator)), arb(fmpq(eta.numerator, eta.denominator))
-        return arb_mat([[M[i, j] + _sym((M[i, j].abs_upper() * fu).abs_upper() + fe) for j in range(M.ncols())]
-                        for i in range(M.nrows())])
+        out = arb_mat([[M[i, j] + _sym((M[i, j].abs_upper() * fu).abs_upper() + fe) for j in range(M.ncols())]
+                       for i in range(M.nrows())])
+        self._check_range(out)
+        return out
+
+    def _check_range(self, M) -> None:
+        """Record a possible overflow when an entry of M may reach the format's largest finite number."""
+        if self._overflow(M):
+            self._over = True
 
     def _overflow(self, M) -> bool:
         if self.fmt is None:
@@ -191,6 +206,7 @@ class BallForward:
 
         prev = flint.ctx.prec
         flint.ctx.prec = PRECISION
+        self._over = False  # set by every rounded operation whose value may reach the largest finite number
         try:
             n = len(token_ids)
             H = arb_mat([[_arb(v) for v in row] for row in embed_exact(self.model, token_ids)])
@@ -219,7 +235,7 @@ class BallForward:
                     H = self._op_err(self._op_err(H + self._dot_err(W2, Z, Z.nrows())) + b2 * ones)
                     over = over or self._overflow(Z) or self._overflow(H)
             h = arb_mat([[H[i, n - 1]] for i in range(d)])
-            return h, over
+            return h, over or self._over
         finally:
             flint.ctx.prec = prev
 
@@ -248,8 +264,9 @@ class BallForward:
                     lo = _lower(v)
                     low = lo if low is None else min(low, lo)
             else:
+                self._over = False
                 logits = self._dot_err(self.W_O_rounded, h, d)
-                over = over or self._overflow(logits)
+                over = over or self._over or self._overflow(logits)
                 ly = _lower(logits[y, 0])
                 for c in range(C):
                     if c != y:

@@ -169,3 +169,24 @@ def test_checked_classifier_is_exact_on_every_bound_path(rows):
     h = np.array(rows, dtype=np.float64)
     got = ev._classify(h)
     assert [int(v) for v in got[:, 0]] == [sum(int(a) * 2**52 for a in r) for r in rows]
+
+
+def test_format_overflow_of_an_intermediate_value_is_not_certified():
+    # a second head whose scores pass float32's range and whose W_V is 0 leaves the exact model as
+    # it was (the first head's W_V doubled for the 1/m), but in float32 the scores overflow to inf
+    # and inf * 0 = NaN reaches the stream: no enclosure of the result shows it, the range check must
+    from dataclasses import replace
+
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    d, L = model.dim, model.layers[1]
+    (h,) = L.heads
+    big = replace(h, W_QK=np.full((d, d), Fraction(2**125), dtype=object), W_V=np.full((d, d), Fraction(0), dtype=object))
+    both = replace(model, layers=(model.layers[0], replace(L, heads=(replace(h, W_V=h.W_V * 2), big))))
+    assert verify(both, task, symmetry="off").verified
+    ones = np.ones(d, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        assert np.isinf(ones @ np.full((d, d), np.float32(2.0**125)) @ ones)  # a score in float32
+    out = rb.formats(both, task, symmetry="off")
+    assert not out["float32"]["ok"] and "largest finite" in out["float32"]["note"]
+    assert rb.formats(model, task, symmetry="off")["float32"]["ok"]
