@@ -18,11 +18,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from depthcert import constructions  # noqa: E402
 from depthcert.checkers.layout import BlockMatrix, Layout  # noqa: E402
 from depthcert.checkers.model import Head, Model  # noqa: E402
 from depthcert.checkers.tasks import make_task  # noqa: E402
 from depthcert.constructions import (copy_matching, memorization, multihop, parsing_copying_matching,  # noqa: E402
-                                     parsing_mapping, registry)
+                                     parsing_mapping)
 from depthcert.constructions.attention import instructive_attention  # noqa: E402
 
 
@@ -52,20 +53,20 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}")
     for k, n in ((3, 10), (6, 30), (3, 100), (2, 400)):
         task = make_task("icqa", k=k, n_questions=n, n_answers=n)
-        assert registry.build(task).model == direct_icqa(task)
-        a, b = best(lambda: registry.build(task)), best(lambda: direct_icqa(task))
+        assert constructions.build(task).model == direct_icqa(task)
+        a, b = best(lambda: constructions.build(task)), best(lambda: direct_icqa(task))
         print(f"icqa k={k} n={n} (d'={3 * k + 2 + 2 * n + 1}): set-indexed {a * 1e3:.2f} ms, direct {b * 1e3:.2f} ms, "
               f"ratio {a / b:.2f}")
-    runs = [("icqa", lambda: registry.build(copy_matching.symbolic_task())),
-            ("multihop linear k=3", lambda: registry.build(multihop.symbolic_task(3), "linear")),
-            ("tm ternary l=4", lambda: registry.build(parsing_mapping.symbolic_task(4), "ternary")),
-            ("ictm k=2 l=2", lambda: registry.build(parsing_copying_matching.symbolic_task(2, 2))),
-            ("sc", lambda: registry.build(memorization.symbolic_task()))]
+    runs = [("icqa", lambda: constructions.build(copy_matching.symbolic_task())),
+            ("multihop linear k=3", lambda: constructions.build(multihop.symbolic_task(3), "linear")),
+            ("tm ternary l=4", lambda: constructions.build(parsing_mapping.symbolic_task(4), "ternary")),
+            ("ictm k=2 l=2", lambda: constructions.build(parsing_copying_matching.symbolic_task(2, 2))),
+            ("sc", lambda: constructions.build(memorization.symbolic_task()))]
     for name, fn in runs:
         print(f"symbolic run, {name}: {best(fn, 3) * 1e3:.1f} ms")
     for L, M in ((4, 3), (5, 3), (6, 3)):
         task = make_task("sc", length=L, alphabet=M)
-        a, b = best(lambda: registry.build(task), 2), best(lambda: registry.build(task, as_printed=True), 1)
+        a, b = best(lambda: constructions.build(task), 2), best(lambda: constructions.build(task, as_printed=True), 1)
         print(f"sc L={L} M={M} ({M ** L} points): closed-form read-out {a * 1e3:.1f} ms, Lemma 3 (as printed) "
               f"{b * 1e3:.1f} ms, ratio {b / a:.1f}")
 

@@ -54,11 +54,11 @@ def main() -> None:
     whole = time.perf_counter() - t
     info = json.loads(out.stdout)
     from depthcert.checkers.tasks import make_task
-    from depthcert.constructions import registry
+    from depthcert import constructions
 
     task = make_task("tm", l=a.l, alphabet=a.alphabet)
     # the same layers and W_O shape (the forward's cost does not depend on W_O's values)
-    model = registry.build(task, "ternary", lemma3=False).model
+    model = constructions.build(task, "ternary", lemma3=False).model
     plain = plain_forward_seconds(model, task)
     print(f"$ {' '.join(cmd)}")
     print(f"  verdict {info['verdict']}, {info['points_checked']:,} points evaluated, read-out {info['readout']}")

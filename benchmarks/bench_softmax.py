@@ -30,10 +30,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from depthcert import constructions  # noqa: E402
 from depthcert.checkers.exhaustive import verify  # noqa: E402
 from depthcert.checkers.model import Layer  # noqa: E402
 from depthcert.checkers.tasks import ICQA  # noqa: E402
-from depthcert.constructions import registry  # noqa: E402
 
 
 class FloatForward:
@@ -143,14 +143,14 @@ def main() -> None:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}")
     rows = []
     big = ICQA(k=3, n_questions=6, n_answers=6)
-    base = registry.build(big).model
+    base = constructions.build(big).model
     for kind in ("relu", "hardmax", "softmax"):
         m = layer2(base, kind, 64)
         name = f"ICQA k=3 n=6 ({big.size:,} points), layer 2 {kind}" + (" scale 64" if kind == "softmax" else "")
         rows.append((name, m, big))
     small = ICQA(k=3, n_questions=5, n_answers=5)
     rows.append((f"ICQA k=3 n=5 ({small.size:,} points), layer 2 softmax scale 64",
-                 layer2(registry.build(small).model, "softmax", 64), small))
+                 layer2(constructions.build(small).model, "softmax", 64), small))
     if not args.no_tracr:
         tr = tracr_row()
         if tr is not None:

@@ -5,9 +5,10 @@ prints them; False: the smallest correct fix, identical to the printed ones when
 and returns a `Construction` (constructions/construction.py).  The first variant listed for a
 task is its default.
 
-Discovery is explicit: MEMBERS lists, in order, the modules that register builders through a
-BUILDERS = {task: {variant: builder}} table (and chain-of-thought models through COT_BUILDERS).
-A new construction module is added to MEMBERS; members import construction.py, never this module.
+Registration is explicit: BUILDERS lists, in order, the members' tables
+{task: {variant: builder}} (COT_BUILDERS the chain-of-thought models' tables), each named by a
+plain attribute, so a reader or a tool follows a builder from here to its module.  A new
+construction module adds its table here; members import construction.py, never this module.
 """
 from __future__ import annotations
 
@@ -18,31 +19,38 @@ from depthcert.constructions import (composition, copy_matching, group_tree, mem
                                      parsing_copying_matching, parsing_mapping, reachability)
 from depthcert.constructions.construction import Builder, Construction
 
-__all__ = ["Builder", "Construction", "MEMBERS", "all_variants", "build", "builder_of", "cot_builders", "fits_readout",
-           "variants"]
+__all__ = ["BUILDERS", "COT_BUILDERS", "Builder", "Construction", "all_variants", "build", "builder_of", "cot_builders",
+           "fits_readout", "variants"]
 
 # In order: the first variant registered for a task is its default.
-MEMBERS = (parsing_mapping, parsing_copying_matching, multihop, composition, group_tree, reachability)
+BUILDERS: tuple[dict[str, dict[str, Builder]], ...] = (
+    {"sc": {"heads": memorization.build}},
+    {"icqa": {"copy-matching": copy_matching.build}},
+    parsing_mapping.BUILDERS,
+    parsing_copying_matching.BUILDERS,
+    multihop.BUILDERS,
+    composition.BUILDERS,
+    group_tree.BUILDERS,
+    reachability.BUILDERS,
+)
+COT_BUILDERS: tuple[dict[str, dict[str, Builder]], ...] = (composition.COT_BUILDERS,)
+
+
+def _merged(tables) -> dict[str, dict[str, Builder]]:
+    table: dict[str, dict[str, Builder]] = {}
+    for member in tables:
+        for task, variants in member.items():
+            table.setdefault(task, {}).update(variants)
+    return table
 
 
 def _builders() -> dict[str, dict[str, Builder]]:
-    table: dict[str, dict[str, Builder]] = {
-        "sc": {"heads": memorization.build},
-        "icqa": {"copy-matching": copy_matching.build},
-    }
-    for mod in MEMBERS:
-        for task, variants in getattr(mod, "BUILDERS", {}).items():
-            table.setdefault(task, {}).update(variants)
-    return table
+    return _merged(BUILDERS)
 
 
 def cot_builders() -> dict[str, dict[str, Builder]]:
     """task -> {variant: builder} of the chain-of-thought models (the members' COT_BUILDERS)."""
-    table: dict = {}
-    for mod in MEMBERS:
-        for task, variants in getattr(mod, "COT_BUILDERS", {}).items():
-            table.setdefault(task, {}).update(variants)
-    return table
+    return _merged(COT_BUILDERS)
 
 
 def variants(task: str) -> tuple[str, ...]:
@@ -62,15 +70,16 @@ def fits_readout(builder: Builder) -> bool:
     return "lemma3" in inspect.signature(builder).parameters
 
 
-def builder_of(task: Task, variant: str | None = None) -> Builder:
-    """The builder registered for the task's name and the variant (None: the default)."""
-    table = _builders().get(task.name)
+def builder_of(task: Task | str, variant: str | None = None) -> Builder:
+    """The builder registered for the task (a Task or a task name) and the variant (None: the default)."""
+    name = task if isinstance(task, str) else task.name
+    table = _builders().get(name)
     if not table:
-        raise BadInput(f"no construction for task {task.name!r}")
+        raise BadInput(f"no construction for task {name!r}")
     if variant is None:
         variant = next(iter(table))
     if variant not in table:
-        raise BadInput(f"unknown --variant {variant!r} for {task.name}; known: {', '.join(table)}")
+        raise BadInput(f"unknown --variant {variant!r} for {name}; known: {', '.join(table)}")
     return table[variant]
 
 

@@ -27,7 +27,6 @@ subpackages (docs/architecture.md).
 """
 from __future__ import annotations
 
-import importlib as _importlib
 import os as _os
 
 # Running from a source checkout without installing: the subpackages are this folder's siblings.
@@ -37,45 +36,17 @@ if not _os.path.isdir(_os.path.join(_here, "checkers")) and _os.path.isfile(
 ):
     __path__.append(_os.path.dirname(_here))  # noqa: F821 (package __path__)
 
-_EXPORTS = {
-    "Model": "depthcert.checkers.model",
-    "Layer": "depthcert.checkers.model",
-    "Head": "depthcert.checkers.model",
-    "MLP": "depthcert.checkers.model",
-    "Layout": "depthcert.checkers.layout",
-    "BlockMatrix": "depthcert.checkers.layout",
-    "eye": "depthcert.checkers.layout",
-    "zeros": "depthcert.checkers.layout",
-    "verify": "depthcert.checkers.exhaustive",
-    "Verdict": "depthcert.checkers.exhaustive",
-    "Counterexample": "depthcert.checkers.exhaustive",
-    "UndecidedPoint": "depthcert.checkers.exhaustive",
-    "trace": "depthcert.checkers.trace",
-    "Task": "depthcert.checkers.tasks",
-    "make_task": "depthcert.checkers.tasks",
-    "Dataset": ("depthcert.checkers.tasks.dataset_file", "DatasetTask"),
-    "load_dataset": "depthcert.checkers.tasks.dataset_file",
-    "save_dataset": "depthcert.checkers.tasks.dataset_file",
-    "model_to_json": "depthcert.checkers.weights_file",
-    "model_from_json": "depthcert.checkers.weights_file",
-    "load_weights": "depthcert.checkers.weights_file",
-    "save_weights": "depthcert.checkers.weights_file",
-    "BadInput": "depthcert.checkers.errors",
-}
+# The public API: kernel names only, by plain imports (docs/architecture.md).
+from depthcert.checkers.errors import BadInput  # noqa: E402
+from depthcert.checkers.exhaustive import Counterexample, UndecidedPoint, Verdict, verify  # noqa: E402
+from depthcert.checkers.layout import BlockMatrix, Layout, eye, zeros  # noqa: E402
+from depthcert.checkers.model import MLP, Head, Layer, Model  # noqa: E402
+from depthcert.checkers.tasks import Task, make_task  # noqa: E402
+from depthcert.checkers.tasks.dataset_file import DatasetTask as Dataset  # noqa: E402
+from depthcert.checkers.tasks.dataset_file import load_dataset, save_dataset  # noqa: E402
+from depthcert.checkers.trace import trace  # noqa: E402
+from depthcert.checkers.weights_file import load_weights, model_from_json, model_to_json, save_weights  # noqa: E402
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    """Exports load on first use, so `import depthcert` stays cheap."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'depthcert' has no attribute {name!r}")
-    target = _EXPORTS[name]
-    module, attr = target if isinstance(target, tuple) else (target, name)
-    value = getattr(_importlib.import_module(module), attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__ = ["BadInput", "BlockMatrix", "Counterexample", "Dataset", "Head", "Layer", "Layout", "MLP", "Model", "Task",
+           "UndecidedPoint", "Verdict", "eye", "load_dataset", "load_weights", "make_task", "model_from_json",
+           "model_to_json", "save_dataset", "save_weights", "trace", "verify", "zeros"]

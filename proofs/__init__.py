@@ -5,6 +5,9 @@
     all_sizes*.py          the all-size prover (a construction proved for every size of its family)
     check_all_sizes.py     the re-checker of an all-size proof
     theorems.py            the table of the paper's claims and how each is established
+    readout.py             the max-margin read-out LP (re-checked by verify)
+    robustness.py          linf radius, fewest bits, float formats: searches over kernel verdicts
+    tracr_settings.py      verify-tracr's mlp_exactness / length searches over a check it is handed
     certificates/          stored certificates (package data)
 
 Imports constructions/ and checkers/ only (docs/architecture.md).

@@ -515,12 +515,13 @@ def _builder_name(plan: LumpedPlan) -> str:
 
 
 def _builder_of(task: str, variant: str) -> str:
-    from depthcert.constructions import registry
+    from depthcert import constructions
+    from depthcert.checkers.errors import BadInput
 
     try:
-        fn = registry._builders()[task][variant]
+        fn = constructions.builder_of(task, variant)
         return f"{fn.__module__}.{fn.__qualname__}"
-    except (KeyError, AttributeError):
+    except (BadInput, AttributeError):
         return "the given builder"
 
 

@@ -18,7 +18,7 @@ from depthcert.checkers.tasks.dataset_file import DatasetTask
 from depthcert.checkers.layout import BlockMatrix, Layout
 from depthcert.checkers.model import MLP, Head, Layer, Model
 from depthcert.checkers.tasks import make_task
-from depthcert.constructions import registry
+from depthcert.constructions import all_variants, build
 
 # Small dataset per task (every task name make_task knows).  Sizes: sc 9, icqa 24, tm 27,
 # ictm 64, multihop 16 points.
@@ -44,13 +44,13 @@ PER_CASE_TASK = {"composition": 6, "ictm": 12}
 def constructions():
     """[(label, task, Construction)] for every task / variant / as_printed the registry offers."""
     out = []
-    for name, variants in sorted(registry._builders().items()):
+    for name, variants in sorted(all_variants().items()):
         if name not in SMALL:
             raise KeyError(f"registry offers task {name!r} with no small size in tests/mutation_cases.SMALL")
         task = make_task(name, **SMALL[name])
         for variant in variants:
             for as_printed in (False, True):
-                c = registry.build(task, variant, as_printed)
+                c = build(task, variant, as_printed)
                 label = f"{name}/{variant}" + ("/printed" if as_printed else "")
                 out.append((label, task, c))
     return out

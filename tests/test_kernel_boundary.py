@@ -4,8 +4,11 @@ Rooms (docs/architecture.md), from the top: cli > interop, proofs, training > co
 checkers.  A module may import its own room and the rooms listed for it in ALLOWED, nothing else.
 The kernel (checkers/, listed in checkers/__init__.py) imports only kernel modules, the standard
 library, numpy, python-flint, tqdm and threadpoolctl; checkers/certificate.py imports only the standard library;
-every .py file of checkers/ is on the kernel list.  Each rule is also run on a synthetic bad
-import, so the test can fail.
+every .py file of checkers/ is on the kernel list.  Every module of the package is in a room
+(or is the public API, which re-exports kernel names only); nobody imports a room by its bare
+folder name; modules are imported by plain import statements (no import_module / __import__ /
+pkgutil lookups by string) except where a command loads a module the user names.  Each rule is
+also run on a synthetic bad import, so the test can fail.
 """
 from __future__ import annotations
 
@@ -35,6 +38,12 @@ ALLOWED = {
     "training": {"training", "constructions", "checkers"},
     "cli": {"cli", "interop", "proofs", "training", "constructions", "checkers"},
 }
+# modules outside the rooms: the public API (kernel names only) and the schema's data loader
+OUTSIDE_ROOMS = {os.path.join("depthcert", "__init__.py"): {"checkers"},
+                 os.path.join("depthcert", "schema", "__init__.py"): set()}
+# the only modules that import by a string: a module the user names on the command line
+USER_NAMED_MODULES = {os.path.join("depthcert", "cli", "all_sizes.py"),  # --family MODULE:FUNCTION
+                      os.path.join("depthcert", "cli", "verify_tracr.py")}  # verify-tracr MODULE:FUNCTION
 KERNEL_THIRD_PARTY = {"numpy", "flint", "tqdm", "threadpoolctl"}  # tqdm: the progress bar only; threadpoolctl: one BLAS thread per forked worker
 
 
@@ -92,7 +101,28 @@ def room_of(name: str) -> str | None:
 
 
 def direction_violations(room: str, imported: set[str]) -> list[str]:
-    return sorted(n for n in imported if room_of(n) and room_of(n) not in ALLOWED[room])
+    """Imports of a room the given room may not import, and of any room by its bare folder name
+    (`import checkers.model`: works only from a source checkout, and hides the room)."""
+    bare = {"checkers", "constructions", "proofs", "training"}
+    return sorted(n for n in imported if (room_of(n) and room_of(n) not in ALLOWED[room]) or n.split(".")[0] in bare)
+
+
+def string_imports(source: str) -> list[str]:
+    """Calls that import a module named by a string: importlib.import_module, __import__,
+    importlib.util.spec_from_file_location / module_from_spec, pkgutil scans."""
+    names = {"import_module", "__import__", "spec_from_file_location", "module_from_spec", "iter_modules",
+             "walk_packages"}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name in names:
+                found.append(f"line {node.lineno}: {name}")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"line {node.lineno}: import {m}" for m in mods if m.split(".")[0] == "pkgutil"]
+    return found
 
 
 def kernel_violations(imported: set[str], kernel: set[str]) -> list[str]:
@@ -129,6 +159,45 @@ def test_every_room_imports_only_downward():
     assert not bad, "\n".join(bad)
 
 
+def package_files() -> list[str]:
+    """Every .py file of the installed package: the rooms' folders and the depthcert folder."""
+    files = set(python_files("depthcert"))
+    for folder in ROOMS.values():
+        files |= set(python_files(folder))
+    return sorted(files)
+
+
+def test_every_module_is_in_a_room():
+    folders = [folder + os.sep for folder in ROOMS.values()]
+    loose = [os.path.relpath(p, ROOT) for p in package_files()]
+    loose = [p for p in loose if not any(p.startswith(f) for f in folders) and p not in OUTSIDE_ROOMS]
+    assert not loose, f"modules in no room (add the room to ROOMS and docs/architecture.md): {loose}"
+
+
+def test_public_api_imports_only_the_kernel():
+    kernel = set(kernel_modules())
+    for rel, rooms in OUTSIDE_ROOMS.items():
+        package = "depthcert" if rel == os.path.join("depthcert", "__init__.py") else "depthcert.schema"
+        imported = imports(open(os.path.join(ROOT, rel)).read(), package, is_package=True)
+        inside = {n for n in imported if n.startswith("depthcert.")}
+        assert {room_of(n) for n in inside} <= rooms, (rel, sorted(inside))
+        assert not kernel_violations(inside, kernel), (rel, kernel_violations(inside, kernel))
+
+
+def test_modules_are_imported_by_plain_imports():
+    bad = []
+    for path in package_files():
+        rel = os.path.relpath(path, ROOT)
+        if rel not in USER_NAMED_MODULES:
+            bad += [f"{rel} {hit}" for hit in string_imports(open(path).read())]
+    assert not bad, "\n".join(bad)
+    for line in ("import importlib\nimportlib.import_module('depthcert.proofs.x')", "__import__('x')",
+                 "from importlib import import_module\nimport_module('x')", "import pkgutil",
+                 "import importlib.util as u\nu.spec_from_file_location('m', 'f.py')"):
+        assert string_imports(line), line
+    assert not string_imports("import importlib.resources\nfrom depthcert.checkers import model")
+
+
 def test_direction_rule_catches_an_upward_import():
     """Self-check on synthetic edges: each of these must be refused."""
     cases = [("checkers", "from depthcert.constructions import build"),
@@ -137,7 +206,9 @@ def test_direction_rule_catches_an_upward_import():
              ("proofs", "from depthcert.cli.common import run_main"),
              ("interop", "from depthcert.proofs import dependence"),
              ("training", "from depthcert import cli"),
-             ("training", "from depthcert.interop.tracr_import import import_tracr")]
+             ("training", "from depthcert.interop.tracr_import import import_tracr"),
+             ("cli", "from checkers.model import Model"),
+             ("proofs", "import constructions.registry")]
     for room, line in cases:
         assert direction_violations(room, imports(line, f"depthcert.{room}.m")), (room, line)
     assert not direction_violations("cli", imports("from depthcert import constructions", "depthcert.cli.m"))

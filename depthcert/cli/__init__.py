@@ -11,8 +11,10 @@
     export_transformerlens.py  export-transformerlens (a softmax model as a TransformerLens checkpoint)
     train_max_of_k.py       python -m depthcert.cli.train_max_of_k (the shipped Max-of-K checkpoint; "train" extra)
     train.py                train and reproduce (OBSERVED training runs; the "train" extra)
-    cluster.py              verify-construction --cluster (a Dask runner for shards)
+    all_sizes.py            verify-construction --all-sizes / --family (options, instance check, report)
+    cluster.py              --dask of verify-construction and verify-model (a Dask runner for shards)
     common.py               what every command shares: parsing, budget options, number formatting
+    errors.py               the wrapper every entry point runs in: exit codes, one-line errors
 
 The top room: a command may import every other room; nothing imports a command.
 """

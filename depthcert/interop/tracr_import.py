@@ -55,10 +55,9 @@ BOS = "BOS"  # the name given to tracr's compiler BOS token
 def require_tracr():
     """The tracr package, or BadInput (exit 2, one line) naming the extra to install."""
     try:
-        import importlib
-
-        for name in ("jax", "haiku", "tracr.compiler.compiling"):
-            importlib.import_module(name)
+        import jax  # noqa: F401 (tracr's compiler needs jax and haiku; the first missing is named)
+        import haiku  # noqa: F401
+        import tracr.compiler.compiling  # noqa: F401
         import tracr
     except ImportError as exc:
         raise BadInput(f"{INSTALL_HINT} ({exc.name or exc} is missing)") from None
