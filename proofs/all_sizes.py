@@ -958,6 +958,16 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None, construc
                                  symbolic=builder is None)
 
 
+def _same_size(a, b) -> bool:
+    """a = b as polynomials in the sizes (no comparison decided over a range: a repeat count equal to
+    hops at every size read but not as a polynomial is not hops)."""
+    try:
+        diff = b - a
+    except (TypeError, ValueError):
+        return False
+    return not getattr(diff, "terms", True)
+
+
 def _multihop_linear_symbolic(task, construct, rep, ring_, built, t0):
     """The family of multi-hop linear from its builder run with symbolic N and hops: layers =
     (copy, Repeat(hop, hops)); no weight may depend on the hops (one hop layer for every h)."""
@@ -969,9 +979,12 @@ def _multihop_linear_symbolic(task, construct, rep, ring_, built, t0):
     try:
         sym_task = symbolic_task(k)
         sym = S.run_symbolic(construct, sym_task)
-        if (len(sym.layers) != 2 or isinstance(sym.layers[0], Repeat) or not isinstance(sym.layers[1], Repeat)
-                or not (sym.layers[1].count is sym_task.hops or sym.layers[1].count == sym_task.hops)):
+        if len(sym.layers) != 2 or isinstance(sym.layers[0], Repeat) or not isinstance(sym.layers[1], Repeat):
             raise S.NotSymbolic("the model is not (copy layer, one hop layer repeated hops times)")
+        count = sym.layers[1].count
+        if count is not sym_task.hops and not _same_size(count, sym_task.hops):
+            raise S.NotSymbolic(f"the hop layer is repeated {count} times, not hops times: the model is not "
+                                "(copy layer, one hop layer repeated hops times)")
         copy_f = S.layer_tables(sym.layers[0], ring_)
         hop_f = S.layer_tables(sym.layers[1].layer, ring_)
         copy_f.o = {key: S.as_poly(ring_, v) for key, v in sym.W_O.table.items()}

@@ -19,7 +19,8 @@ It also re-derives, and refuses a certificate that disagrees: the orbit-size ide
 summed over the representatives equals the task's dataset size, as factorial ratios of linear
 forms, with the dataset size of the task known here, not read from the certificate); every set
 size (model sets and point sets) is >= 0 over the claimed range, the parts of every model set add
-up to it (so a set with a fixed member is non-empty), the model sets are the task's; the claimed
+up to it (so a set with a fixed member is non-empty), the model sets are the task's, the class
+families count the task's classes (no competitor left out); the claimed
 range lies inside the task's; the top-level claim, range and margin equal what it derived.  A
 task it has no dataset formula for is refused (exit 2): it cannot re-derive that proof.
 
@@ -365,7 +366,7 @@ def _icqa(fixed: dict):
     if fixed:
         return None
     return {"range": [("k", 1, None), ("n_q", 0, "k"), ("n_a", 0, "k")],
-            "sets": {"Q": {"n_q": 1}, "A": {"n_a": 1}, "T": {"k": 1}},
+            "sets": {"Q": {"n_q": 1}, "A": {"n_a": 1}, "T": {"k": 1}}, "classes": {"n_a": 1},
             "size_num": [{"n_q": 1}, {"n_a": 1}, {"k": 1}],
             "size_den": [{"n_q": 1, "k": -1}, {"n_a": 1, "k": -1}, {"k": 1, "": -1}]}
 
@@ -375,7 +376,7 @@ def _multihop(fixed: dict):
     if set(fixed) != {"hops", "k"} or not all(isinstance(v, int) and v >= 1 for v in fixed.values()):
         return None
     k = fixed["k"]
-    return {"range": [("N", k, None)], "sets": {"N": {"N": 1}}, "size_num": [{"N": 1}],
+    return {"range": [("N", k, None)], "sets": {"N": {"N": 1}}, "classes": {"N": 1}, "size_num": [{"N": 1}],
             "size_den": [{"N": 1, "": -k}], "size_poly": {(): k ** k * k}}
 
 
@@ -383,8 +384,20 @@ def _tm(fixed: dict):
     """At a fixed length l: m^l sequences."""
     if set(fixed) != {"l"} or not isinstance(fixed["l"], int) or fixed["l"] < 1:
         return None
-    return {"range": [("m", 1, None)], "sets": {"m": {"m": 1}}, "size_num": [], "size_den": [],
+    return {"range": [("m", 1, None)], "sets": {"m": {"m": 1}}, "classes": {"": _bell(fixed["l"])},
+            "size_num": [], "size_den": [],
             "size_poly": {("m",) * fixed["l"]: 1}}
+
+
+def _bell(n: int) -> int:
+    """The number of set partitions of n items (the templates of a length-n sequence)."""
+    row = [1]
+    for _ in range(n - 1):
+        nxt = [row[-1]]
+        for v in row:
+            nxt.append(nxt[-1] + v)
+        row = nxt
+    return row[-1]
 
 
 TASKS = {"icqa": _icqa, "multihop": _multihop, "tm": _tm}
@@ -479,6 +492,17 @@ def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
                               f"{_text(parts, ctx)}, not {_text(size, ctx)} (wrong orbit sizes)")
             if not _nonneg(ctx, size, zeros, free) or size.is_zero():
                 raise Invalid(f"set {S} of size {_text(size, ctx)} can be negative in the claimed range")
+        # the class families cover the task's classes: a family of a point set counts |P| classes, a
+        # fixed one counts 1 (a certificate without some competitors re-decides fewer margins)
+        names = [f[0] for f in pt["classes"]]
+        if len(set(names)) != len(names):
+            raise Invalid(f"representative {pt['representative']}: a class family is named twice")
+        count = Poly({}, ctx.nv)
+        for name, sort in pt["classes"]:
+            count = count + (Poly.const(1, ctx.nv) if sort is None else sorts.get(sort, Poly({}, ctx.nv)))
+        if count != _linear(info["classes"], ctx):
+            raise Invalid(f"representative {pt['representative']}: the class families count {_text(count, ctx)} "
+                          f"classes, the task has {_text(_linear(info['classes'], ctx), ctx)}")
         # orbit size |G| / |Stab| = prod_S |S|! / prod_P |P|!
         orbit = _factorial_ratio([Poly.parse(e["size"], ctx.nv) for e in msets.values()], list(sorts.values()), ctx)
         if total is None:

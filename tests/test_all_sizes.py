@@ -422,6 +422,54 @@ def test_polynomial_tamper_is_refuted_at_its_smallest_failing_size(edit, first_b
         assert verify(build(task).model, task, symmetry="auto", progress=False).verified is ok
 
 
+def _unused_answers_quartic(task, sym):
+    """Our own tamper: the read-out weight 1 - u(u-1)(u-2)(u-3)/24 with u = n_a - k unused answers
+    (1 at every base case, u <= 2; 0 at u = 4): fails first at k = 1, n_q = 1, n_a = 5."""
+    u = task.n_a - task.k
+    sym.W_O.same("cls:A", "tok:A", same=1 - u * (u - 1) * (u - 2) * (u - 3) / 24)
+
+
+def test_tamper_in_another_parameter_is_refuted_at_its_smallest_failing_size():
+    build = symbolic_tamper(_unused_answers_quartic)
+    rep = prove_lumped(icqa_plan(construct=build))
+    assert rep.status == "fails" and rep.exit_code == 1
+    assert rep.failure["size"] == {"k": 1, "n_q": 1, "n_a": 5}, rep.failure
+    assert rep.failure["confirmed"].startswith("verify at this size: REFUTED")
+    assert all(r["verdict"] == "verified" for r in rep.base_cases)
+    for size, ok in (((1, 1, 4), True), ((1, 1, 5), False), ((3, 4, 6), True), ((3, 3, 7), False)):
+        task = make_task("icqa", k=size[0], n_questions=size[1], n_answers=size[2])
+        assert verify(build(task).model, task, symmetry="auto", progress=False).verified is ok
+
+
+SNIFFING_FAMILY = """
+from dataclasses import replace
+
+from depthcert.constructions import copy_matching
+
+
+def build(task, as_printed=False):
+    c = copy_matching.build(task, as_printed)
+    if isinstance(task.k, int) and task.k >= 7:  # a concrete task only: the symbolic run never sees it
+        return replace(c, model=replace(c.model, W_O=-c.model.W_O))
+    return c
+"""
+
+
+def test_a_family_that_tells_concrete_from_symbolic_sizes_is_caught_by_the_instance(capsys, tmp_path):
+    """Our own tamper: a family that changes only its concrete builds (isinstance(task.k, int)) and
+    makes no size comparison the symbolic run could refuse. The proof is about the builder run with
+    symbolic sizes (what `rests on` says); the instance line builds the family at the given sizes and
+    its verify run contradicts the proof there: FAILS, exit 1."""
+    path = tmp_path / "sniff.py"
+    path.write_text(SNIFFING_FAMILY)
+    code, out, _ = run(["icqa", "--family", f"{path}:build", "--all-sizes", "--k", "7", "--n-questions", "7",
+                        "--n-answers", "7"], capsys)
+    assert code == 1 and "verify refuted on 177811200 points" in out and "DISAGREES" in out, out
+    assert "verdict     FAILS" in out and "PROVEN" not in out
+    code, out, _ = run(["icqa", "--family", f"{path}:build", "--all-sizes", "--k", "6"], capsys)
+    assert code == 0 and "margin 3 = the proof's margin there" in out
+
+
 def tampered(e=Fraction(1, 10), d=Fraction(1, 20)):
     """Copy-matching with e added to every layer-1 position score (every column also attends every
     column a little) and -d to every layer-2 position score: still set-indexed, correct up to k = 9,
@@ -525,21 +573,63 @@ def test_multihop_proven_from_its_builder_in_the_sizes_it_reaches(capsys):
         assert v.min_margin == symbolic_margin(rep, {"N": N}) == 1
 
 
-def test_multihop_hop_tamper_from_h5_is_refused_naming_the_line():
+def _flip_w_o(model):
+    return replace(model, W_O=-model.W_O)
+
+
+def _flip_last_hop(model):
+    """The last hop layer's W_V negated: that hop subtracts the entity it should copy."""
+    last = model.layers[-1]
+    heads = tuple(replace(h, W_V=-h.W_V) for h in last)
+    return replace(model, layers=model.layers[:-1] + (heads,))
+
+
+@pytest.mark.parametrize("flip", [_flip_w_o, _flip_last_hop])
+def test_multihop_hop_tamper_from_h5_is_refused_naming_the_line(flip):
     from depthcert.constructions import multihop
     from depthcert.proofs.all_sizes import prove_multihop_linear
 
     def hop_flip(task, as_printed=False):
         c = multihop.build_linear(task, as_printed)
         if task.hops >= 5:  # the last hop flipped, at sizes no base case reaches
-            return replace(c, model=replace(c.model, W_O=-c.model.W_O))
+            return replace(c, model=flip(c.model))
         return c
 
     rep = prove_multihop_linear(make_task("multihop", k=2, hops=1), construct=hop_flip)
     assert rep.status == "not-proven" and rep.exit_code == 3
     assert "test_all_sizes.py:" in rep.reason and "if task.hops >= 5:" in rep.reason
-    task = make_task("multihop", k=2, hops=5, n_entities=3)
-    assert not verify(hop_flip(task).model, task, symmetry="off", progress=False).verified
+    assert all(r["verdict"] == "verified" for r in rep.base_cases)
+    for h, ok in ((4, True), (5, False)):
+        task = make_task("multihop", k=2, hops=h, n_entities=3)
+        assert verify(hop_flip(task).model, task, symmetry="off", progress=False).verified is ok
+
+
+def test_multihop_hop_count_equal_to_hops_only_at_the_sizes_read_is_refused():
+    """Our own tamper (not in the audit's list): the hop layer repeated hops + (h-1)(h-2)(h-3)(h-4)/24
+    times, with no size comparison: the same model at every h <= 4, one hop too many at h = 5. The
+    proof needs the count to be hops as a polynomial: refused (exit 3), never proven; verify at h = 5
+    refutes it."""
+    from depthcert.constructions import multihop
+    from depthcert.constructions.indexed import Repeat
+    from depthcert.proofs.all_sizes import prove_multihop_linear
+
+    def extra_hop(task, as_printed=False):
+        if not is_symbolic(task):
+            task = multihop._check(task)
+            return multihop._finite(extra_hop, task, as_printed, symbolic_hops=True, layers=task.hops + 2)
+        c = multihop.build_linear(task, as_printed)
+        h, (copy, hop) = task.hops, c.symbolic.layers
+        count = h + (h - 1) * (h - 2) * (h - 3) * (h - 4) / 24
+        return replace(c, symbolic=replace(c.symbolic, layers=(copy, Repeat(hop.layer, count))))
+
+    rep = prove_multihop_linear(make_task("multihop", k=2, hops=1), construct=extra_hop)
+    assert rep.status == "not-proven" and rep.exit_code == 3, rep.reason
+    assert "the hop layer is repeated" in rep.reason and "not hops times" in rep.reason
+    for h, layers, ok in ((4, 5, True), (5, 7, False)):
+        task = make_task("multihop", k=2, hops=h, n_entities=3)
+        model = extra_hop(task).model
+        assert len(model.layers) == layers
+        assert verify(model, task, symmetry="off", progress=False).verified is ok
 
 
 def test_tm_ternary_proven_from_its_builder_in_m(capsys):
@@ -658,7 +748,7 @@ def test_rechecker_rederives_and_rejects_edited_certificates(path, value, needle
 
 def test_rechecker_rederives_fixed_structure_certificates(capsys, tmp_path):
     """tm at a fixed l: the orbits (falling factorials of m) must add up to m^l; dropping one
-    representative, or claiming another l, is rejected."""
+    representative, or claiming another l (its Bell(l) classes), is rejected."""
     code, out, _ = run(["tm", "--l", "3", "--variant", "ternary", "--all-sizes", "--json"], capsys)
     info = json.loads(out)
     rc, rout, err = recheck(tmp_path, info)
@@ -667,11 +757,26 @@ def test_rechecker_rederives_fixed_structure_certificates(capsys, tmp_path):
     dropped["certificate"]["points"].pop()
     rc, _, err = recheck(tmp_path, dropped)
     assert rc == 2 and "orbit identity" in err
-    rc, _, err = recheck(tmp_path, _edit(info, ("certificate", "fixed", "l"), 4))
-    assert rc == 2 and "orbit identity" in err
+    rc, _, err = recheck(tmp_path, _edit(info, ("certificate", "fixed", "l"), 4))  # Bell(4) = 15 templates
+    assert rc == 2 and "the class families count 5 classes, the task has 15" in err, err
     code, out, _ = run(["ictm", "--k", "1", "--l", "2", "--all-sizes", "--json"], capsys)
     rc, _, err = recheck(tmp_path, json.loads(out))
     assert rc == 2 and "no dataset formula for task 'ictm'" in err
+
+
+def test_rechecker_rejects_a_certificate_without_some_competitors(capsys, tmp_path):
+    """The unused answers' class family (and its margin) removed: fewer margins would be re-decided;
+    the class families must count the task's n_a classes."""
+    code, out, _ = run(["icqa", "--all-sizes", "--json"], capsys)
+    info = json.loads(out)
+    point = info["certificate"]["points"][0]
+    drop = [i for i, (name, _) in enumerate(point["classes"]) if name == "cls:A@Ua"]
+    assert drop == [2]
+    point["classes"] = point["classes"][:2]
+    point["W_O"] = [e for e in point["W_O"] if e[0] != 2]
+    del point["tree"]["margins"]["cls:A@Ua"]
+    rc, _, err = recheck(tmp_path, info)
+    assert rc == 2 and "the class families count k classes, the task has n_a" in err, err
 
 
 def test_rechecker_orbit_identity_with_a_second_orbit_is_rejected(capsys, tmp_path):

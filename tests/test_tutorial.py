@@ -3,7 +3,9 @@
 Every ```python block of the tutorial is executed in order in one shared namespace, in a temporary
 working directory (the files the tutorial writes go there).  When a ```python block is followed
 directly (blank lines aside) by a ```text block, the block's captured stdout must equal that text
-exactly, after stripping trailing whitespace from every line and trailing blank lines.
+exactly, after stripping trailing whitespace from every line and trailing blank lines.  A ```python
+block directly under a line `<!-- file: NAME -->` is also written to NAME in that directory before
+it runs (the tutorial tells the reader to save it; later blocks import it or pass it to a command).
 """
 from __future__ import annotations
 
@@ -49,6 +51,17 @@ def tutorial_blocks(path: str | None = None) -> list[tuple[int, str, str | None]
     return blocks
 
 
+def block_files(path: str | None = None) -> dict[int, str]:
+    """{line of the ```python fence: file name} for blocks directly under `<!-- file: NAME -->`."""
+    lines = open(path or TUTORIAL, encoding="utf-8").read().splitlines()
+    out = {}
+    for i, text in enumerate(lines[1:], start=1):
+        prev = lines[i - 1].strip()
+        if text.strip() == "```python" and prev.startswith("<!-- file:") and prev.endswith("-->"):
+            out[i + 1] = prev[len("<!-- file:"):-len("-->")].strip()
+    return out
+
+
 def normalise(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
 
@@ -61,8 +74,13 @@ def run_tutorial(workdir: str) -> list[tuple[int, str | None, str]]:
     # the tutorial calls the console scripts by name: make the ones of this interpreter's venv found
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + old_path
     os.chdir(workdir)
+    sys.path.insert(0, workdir)  # `from my_family import build`, as a script run next to the file
+    files = block_files()
     try:
         for line, code, expected in tutorial_blocks():
+            if line in files:
+                with open(os.path.join(workdir, files[line]), "w", encoding="utf-8") as fh:
+                    fh.write(code)
             out = io.StringIO()
             try:
                 with contextlib.redirect_stdout(out):
@@ -74,6 +92,9 @@ def run_tutorial(workdir: str) -> list[tuple[int, str | None, str]]:
     finally:
         os.chdir(old_cwd)
         os.environ["PATH"] = old_path
+        sys.path.remove(workdir)
+        for name in files.values():  # a later run in another directory imports its own copy
+            sys.modules.pop(os.path.splitext(name)[0], None)
     return results
 
 
@@ -89,4 +110,4 @@ def test_tutorial_runs_and_prints_what_it_says(tmp_path):
             assert normalise(printed) == normalise(expected), (
                 f"docs/tutorial.md:{line}: the block prints\n{printed}\nbut the tutorial says\n{expected}")
     written = sorted(os.listdir(tmp_path))
-    assert {"w.json", "data.json"} <= set(written), written
+    assert {"w.json", "data.json", "my_family.py"} <= set(written), written

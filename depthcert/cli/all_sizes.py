@@ -103,7 +103,8 @@ def _instance(rep: Report, task, args, construct=None) -> str:
     except BadInput as exc:
         return text + f"verify not run ({exc})"
     got = "none (a single class)" if v.min_margin is None else str(format_rational(v.min_margin))
-    text += f"verify {v.verdict} on {v.points_total} points ({v.points_checked} evaluated), margin {got}"
+    text += (f"verify {v.verdict} on {v.points_total} point{'' if v.points_total == 1 else 's'} "
+             f"({v.points_checked} evaluated), margin {got}")
     if rep.lumped is not None and rep.status in ("proven", "partial") and all(p.name in values for p in rep.lumped[2]):
         if sym == v.min_margin:
             text += " = the proof's margin there"
