@@ -20,8 +20,10 @@ How every operation is bounded (u = 2^-53, eta = 2^-1074, gamma_k = k u / (1 - k
     bounded above by `_mm_up`;
   * sums of non-negative terms (np.sum, any order) err by at most gamma_n times the sum;
   * exp: numpy's exp is assumed accurate to EXP_REL (2^-50, i.e. 4 ulp) relative error for
-    arguments in [EXP_LOW, 0 + small]; the test suite checks that assumption against arb on
-    random and extreme arguments of the whole range used (tests/test_softmax_intervals.py).
+    arguments in [EXP_LOW, EXP_HIGH] = [-700, 5]; the test suite checks that assumption against
+    arb on random and extreme arguments of that whole range
+    (tests/test_softmax_certified.py::test_numpy_exp_is_within_exp_rel_of_arb).  Above EXP_HIGH
+    (an exponent's upper end there needs a score radius above 5) no exp is trusted: [0, inf].
     Below EXP_LOW = -700 the result is replaced by the interval [0, 2^-1000] without calling exp
     (exp(-700) < 2^-1000), so subnormal results never need an accuracy claim.
 """
@@ -35,8 +37,9 @@ from depthcert.checkers.model import Model
 
 U = 2.0 ** -53
 ETA = 2.0 ** -1074
-EXP_REL = 2.0 ** -50  # assumed relative accuracy of np.exp on [EXP_LOW, 1] (checked by tests)
+EXP_REL = 2.0 ** -50  # assumed relative accuracy of np.exp on [EXP_LOW, EXP_HIGH] (checked by tests)
 EXP_LOW = -700.0
+EXP_HIGH = 5.0  # np.exp is called on [EXP_LOW, EXP_HIGH] only: the range the EXP_REL test covers
 EXP_TINY = 2.0 ** -1000  # >= exp(x) for every x <= EXP_LOW
 INF = np.inf
 
@@ -289,11 +292,18 @@ def scale(X: Interval, c: tuple[float, float]) -> Interval:
 
 def relu(X: Interval) -> Interval:
     """relu elementwise: unchanged where m >= r (x >= 0 surely), 0 where m <= -r (x <= 0
-    surely; both exact float comparisons), else <h/2, h/2 + eta> with h >= m + r (covers [0, h])."""
+    surely; both exact float comparisons of finite floats), else <h/2, h/2 + eta> with
+    h >= m + r (covers [0, h]); an entry with an infinite or NaN m or r (an overflow: the
+    enclosure says nothing) goes to the last case, where h/2 is inf or NaN."""
     if X.r is None:
         return Interval(np.maximum(X.m, 0.0), None)
+    # a non-finite m or r (an overflow, possibly mid-sum: the exact value may have either sign)
+    # is neither: the straddling branch turns it into inf/NaN, which makes the point unsure
+    finite = np.isfinite(X.m) & np.isfinite(X.r)
     pos = X.m >= X.r
-    mixed = X.m > -X.r
+    pos &= finite
+    mixed = ~(X.m <= -X.r)
+    mixed |= ~finite
     mixed &= ~pos
     # not mixed: m where x >= 0 surely (m >= r >= 0, so max(m, 0) = m), else 0 (m <= -r <= 0)
     m = np.maximum(X.m, 0.0)
@@ -311,14 +321,16 @@ EXP_HI_FACTOR = 1.0 + 2 * EXP_REL
 
 
 def exp_bounds(lo, hi):
-    """Floats E_lo <= exp(t) <= E_hi for every real t in [lo, hi] (hi at most a few): below
-    EXP_LOW the result is [0, EXP_TINY]; elsewhere np.exp's value e (relative error <= EXP_REL,
+    """Floats E_lo <= exp(t) <= E_hi for every real t in [lo, hi]: below EXP_LOW the result is
+    [0, EXP_TINY]; above EXP_HIGH (outside the range the EXP_REL assumption is checked on) the
+    upper end is inf and the lower end 0; elsewhere np.exp's value e (relative error <= EXP_REL,
     results >= 1e-304 are normal) times (1 -+ 2 EXP_REL): e (1 - 2E)(1 + u) <= exp(t)(1 + E)(1 - 2E)
-    (1 + u) < exp(t), and the mirror inequality above."""
-    el = np.exp(np.maximum(lo, EXP_LOW))
-    eh = np.exp(np.maximum(hi, EXP_LOW))
-    E_lo = np.where(lo < EXP_LOW, 0.0, el * EXP_LO_FACTOR)
-    E_hi = np.where(hi < EXP_LOW, EXP_TINY, eh * EXP_HI_FACTOR)
+    (1 + u) < exp(t), and the mirror inequality above.  A NaN end stays NaN (the caller makes
+    such weights [0, 1])."""
+    el = np.exp(np.clip(lo, EXP_LOW, EXP_HIGH))
+    eh = np.exp(np.clip(hi, EXP_LOW, EXP_HIGH))
+    E_lo = np.where((lo < EXP_LOW) | (lo > EXP_HIGH), 0.0, el * EXP_LO_FACTOR)
+    E_hi = np.where(hi < EXP_LOW, EXP_TINY, np.where(hi > EXP_HIGH, INF, eh * EXP_HI_FACTOR))
     return E_lo, E_hi
 
 
@@ -348,17 +360,20 @@ def softmax(T: Interval, mask) -> Interval:
 
 def hardmax(S: Interval, mask):
     """(weights, settled): keys certainly at the maximum, equal weights 1/count; `settled` is
-    False (per batch row and query) where some key may or may not reach it."""
+    False (per batch row and query) where some key may or may not reach it, or where some
+    allowed key's score bounds are infinite or NaN (an overflow says nothing about the score)."""
     lo, hi = S.bounds()
+    finite = np.isfinite(lo) & np.isfinite(hi)  # an overflowed score (inf/NaN) may be the maximum
     if mask is not None:
         lo = np.where(mask, lo, -INF)
         hi = np.where(mask, hi, -INF)
+        finite |= ~mask
     best_lo = lo.max(axis=-1, keepdims=True)
     cand = hi >= best_lo
     if mask is not None:
         cand &= mask
     count = cand.sum(axis=-1, keepdims=True)
-    settled = (count == 1).all(axis=-1)
+    settled = ((count == 1) & finite.all(axis=-1, keepdims=True)).all(axis=-1)
     w = np.where(cand, 1.0 / np.maximum(count, 1), 0.0)
     return Interval(w, _up1(U * w)), settled  # 1/count is correctly rounded: error <= u |w|
 

@@ -381,3 +381,69 @@ def test_softmax_journal_lines_cannot_lie(tmp_path):
     j.write_text("\n".join([lines[0], json.dumps(forged)] + lines[2:]) + "\n")
     with pytest.raises(BadInput, match="line 2: counterexample 16 decided again is not what the journal records"):
         verify(model, task, progress=False, journal=str(j), chunk_points=17)
+
+
+# ---- overflow inside a float sum: the enclosure says nothing, the point must go to the balls
+
+
+def test_relu_and_hardmax_never_settle_an_overflowed_entry():
+    """An entry whose float value overflowed (m = -inf with a finite radius: a dot product whose
+    partial sums overflowed although its exact value is positive) is not "surely <= 0" for relu,
+    nor surely below the maximum for hardmax; the exponent bounds trust np.exp only on
+    [EXP_LOW, EXP_HIGH]."""
+    with np.errstate(all="ignore"):
+        for m in (-np.inf, np.inf, np.nan):
+            R = si.relu(si.Interval(np.array([m, -2.0]), np.array([1.0, 1.0])))
+            assert not np.isfinite(R.m[0]) and (R.m[1], R.r[1]) == (0.0, 0.0)  # the finite entry: 0
+            w, settled = si.hardmax(si.Interval(np.array([[[m, 0.0]]]), np.array([[[1.0, 1e-6]]])), None)
+            assert not settled.any(), m
+        R = si.relu(si.Interval(np.array([1.0]), np.array([np.inf])))
+        assert not np.isfinite(R.r[0])
+        w, settled = si.hardmax(si.Interval(np.array([[[-np.inf, 0.0]]]), np.array([[[1.0, 1e-6]]])),
+                                np.array([[False, True]]))  # the overflowed key is masked: settled
+        assert settled.all()
+        lo, hi = si.exp_bounds(np.array([si.EXP_HIGH, 6.0]), np.array([si.EXP_HIGH, 6.0]))
+        assert np.isfinite(hi[0]) and (lo[1], hi[1]) == (0.0, np.inf)
+
+
+def _overflow_model(order, attention, vz, wx):
+    """Layer 1 (relu, exact prefix) writes the huge exact floats `order` (three -1.5 2^996 and five
+    1.125 2^996) into key 0's block c only.  Layer 2's `attention` head scores key 0 for the last
+    query by 2^27 sum(c): exactly 9 2^1020 > 0, but the float sum overflows to -inf in some
+    orders.  The value z is key 0's position entry (relu) or one of its negative c entries
+    (hardmax), times vz; x reads z with weight wx; y reads 1."""
+    lay = Layout.of(("token", 2), ("position", 2), ("c", 8), ("z", 1))
+    t0, p0, c0, z0 = lay.offset("token"), lay.offset("position"), lay.offset("c"), lay.offset("z")
+    qk1 = BlockMatrix(lay, lay).entry("position", 0, "position", 0, 1).build()  # only query 0 attends
+    v1 = BlockMatrix(lay, lay)
+    for i, val in enumerate(order):
+        v1.entry("c", i, "token", 0, val).entry("c", i, "token", 1, val)
+    qk2 = BlockMatrix(lay, lay)
+    for i in range(8):
+        qk2.entry("c", i, "position", 1, 2**27)
+    read = ("position", 0) if attention == "relu" else ("c", list(order).index(min(order)))  # a negative c
+    v2 = BlockMatrix(lay, lay).entry("z", 0, *read, vz).build()
+    out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "z", 0, wx).entry("class", 1, "position", 1, 1).build()
+    zero = BlockMatrix(lay, lay).build()
+    return Model(("a", "b"), 2, ("x", "y"), lay,
+                 (Layer((Head(qk1, v1.build(), attention="relu"),)),
+                  Layer((Head(zero, zero, attention="softmax"), Head(qk2.build(), v2, attention=attention)))), out)
+
+
+@pytest.mark.parametrize("attention, vz, wx", [("relu", Fraction(1, 2**1000), 1), ("hardmax", Fraction(1, 2**1000), -32)])
+def test_an_overflowing_score_never_verifies_a_wrong_point(attention, vz, wx):
+    """Label y is wrong at every order (relu: key 0's weight 9 2^1020 makes x = 4.5 2^20;
+    hardmax: key 0 wins and x = 1.5).  The float path used to read the overflowed score -inf as a
+    zero relu weight (or as a key out of the argmax) and verify the point; every summation order
+    of the 8 terms is tried, so whichever order this machine's BLAS takes, some order overflows."""
+    from itertools import permutations
+
+    from independent_oracle import Oracle
+
+    big_neg, big_pos = -3 * 2**995, 9 * 2**993
+    orders = sorted(set(permutations([big_neg] * 3 + [big_pos] * 5)))
+    data = DatasetTask([["a", "b"]], ["y"])
+    assert Oracle(_overflow_model(orders[0], attention, vz, wx)).margin(("a", "b"), "y")[0] < 0
+    for order in orders:
+        v = verify(_overflow_model(order, attention, vz, wx), data, progress=False)
+        assert v.verdict == "refuted", ([1 if x > 0 else -1 for x in order], v.verdict, v.path)
