@@ -353,21 +353,30 @@ def test_export_computes_the_exact_models_logits():
 
 # ---------------------------------------------------------------------------- with transformer-lens (interop extra)
 
-def test_round_trip_through_transformer_lens():
-    """In: a live HookedTransformer -> exact Model, certified logits enclose TransformerLens's float64
-    logits; out: the export loaded into a HookedTransformer reproduces depthcert's logits."""
+@pytest.mark.parametrize("extra, dtype", [
+    ({}, "float32"),
+    ({"n_layers": 2, "n_heads": 3, "d_head": 3, "attn_only": False, "d_mlp": 5, "act_fn": "relu",
+      "attention_dir": "bidirectional"}, "bfloat16"),
+    ({"n_layers": 2, "n_heads": 1, "d_head": 5, "attn_only": False, "d_mlp": 3, "act_fn": "relu"}, "float16"),
+])
+def test_round_trip_through_transformer_lens(extra, dtype):
+    """In: a live HookedTransformer (biases, MLPs, 1/sqrt(d_head) irrational, float16/bfloat16 weights)
+    -> exact Model, certified logits enclose TransformerLens's float64 logits; out: the export loaded
+    into a HookedTransformer reproduces depthcert's logits."""
     pytest.importorskip("transformer_lens")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-        cfg = tiny_config(d_vocab=5, d_vocab_out=5)
-        ht = HookedTransformer(HookedTransformerConfig(**{**cfg, "act_fn": None, "dtype": torch.float64, "seed": 0}))
+        cfg = tiny_config(d_vocab=5, d_vocab_out=5, **extra)
+        ht = HookedTransformer(HookedTransformerConfig(**{"act_fn": None, **cfg, "dtype": torch.float64, "seed": 0}))
+    g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in ht.parameters():
-            p.add_(torch.randn(p.shape, dtype=p.dtype) * 0.3)
-            p.copy_(p.float().double())
+            p.add_(torch.randn(p.shape, dtype=p.dtype, generator=g) * 0.3)
+            p.copy_(p.to(getattr(torch, dtype)).double())
     model = tl.model_from_hooked_transformer(ht)
+    assert model.n_layers == cfg["n_layers"] and all((L.mlp is not None) == (not cfg["attn_only"]) for L in model.layers)
     ids = make_task("max-of-k", vocab=5, k=3).decode(np.arange(0, 125, 7))[0]
     with torch.no_grad():
         ref = ht(torch.tensor(ids))[:, -1].numpy()
