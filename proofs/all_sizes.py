@@ -503,7 +503,7 @@ def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0:
         f"the finite builds at the {len(family_sizes)} sizes used here in that range equal that object instantiated "
         "(the finite check builds by the same instantiation)")))
     rep.rests_on = (
-        f"the builder the finite check calls (registry.build -> {_builder_name(plan)}), evaluated with symbolic sizes",
+        f"the builder the finite check calls (constructions.build -> {_builder_name(plan)}), evaluated with symbolic sizes",
         "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "
         "one-hot token and position embedding, read-out at the last column)",
         "the task's symmetry: the orbit identity of step 2 (the dataset is the orbit of its representatives)")
@@ -1015,7 +1015,7 @@ def _multihop_linear_symbolic(task, construct, rep, ring_, built, t0):
         f"({S.table_count(copy_f) + S.table_count(hop_f)} non-zero classes over {len(spaces[0])} row families)",
         f"the finite builds at the {len(built)} sizes used here equal that object instantiated")))
     rep.rests_on = (
-        f"the builder the finite check calls (registry.build -> "
+        f"the builder the finite check calls (constructions.build -> "
         f"{_builder_of('multihop', 'linear')}"
         "), evaluated with symbolic sizes",
         "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "
