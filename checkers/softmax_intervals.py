@@ -393,6 +393,7 @@ class IntervalForward:
                 c = None
                 if h.attention == "softmax":
                     c = _scale_interval(h.scale, h.scale_sqrt_divisor)
+                    ok &= c is not None
                 heads.append((qk.right(), v.right(), h.attention, c))
             mlp = None
             if layer.mlp is not None:
@@ -601,9 +602,13 @@ def _const_interval(q: Fraction) -> tuple[float, float]:
     return m, _float_up(abs(q - Fraction(m)))
 
 
-def _scale_interval(scale: Fraction, divisor: Fraction) -> tuple[float, float]:
-    """<cm, cr> enclosing c = scale / sqrt(divisor): exact comparisons of squares."""
+def _scale_interval(scale: Fraction, divisor: Fraction) -> tuple[float, float] | None:
+    """<cm, cr> enclosing c = scale / sqrt(divisor): exact comparisons of squares.  None when c
+    (or scale, or divisor) is beyond float64's range, say 10^400 (the balls take every point)."""
     c2 = scale * scale / divisor  # c^2, c > 0
+    if not Fraction(1, 2**1000) <= c2 <= 2**1000 or not Fraction(1, 2**1000) <= divisor <= 2**1000 \
+            or scale > 2**1000:
+        return None
     cm = float(scale) / float(np.sqrt(float(divisor)))
     lo, hi = cm, cm
     while lo > 0 and Fraction(lo) ** 2 > c2:

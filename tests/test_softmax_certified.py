@@ -447,3 +447,22 @@ def test_an_overflowing_score_never_verifies_a_wrong_point(attention, vz, wx):
     for order in orders:
         v = verify(_overflow_model(order, attention, vz, wx), data, progress=False)
         assert v.verdict == "refuted", ([1 if x > 0 else -1 for x in order], v.verdict, v.path)
+
+
+@pytest.mark.parametrize("score, scale, divisor, verdict", [
+    (1, 10**400, 1, "verified"), (1, 1, Fraction(1, 10**400), "verified"), (1, 1, 10**400, "verified"),
+    (1, 10**300, Fraction(1, 10**300), "verified"), (1, Fraction(1, 10**400), 1, "verified"), (-1, 10**400, 1, "refuted")])
+def test_scales_beyond_float64_are_decided_by_the_balls(score, scale, divisor, verdict):
+    """A scale or divisor beyond float64's range (c = 10^400, 10^-200, 10^450) has no float
+    enclosure: the interval path steps aside (it used to raise OverflowError or ZeroDivisionError)."""
+    lay = Layout.of(("token", 2), ("position", 2), ("A", 1))
+    qk = BlockMatrix(lay, lay).entry("token", 0, "position", 1, score).build()
+    v = BlockMatrix(lay, lay).entry("A", 0, "token", 0, 1).build()
+    out = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "A", 0, 1) \
+        .entry("class", 1, "position", 1, Fraction(1, 4)).build()
+    model = Model(("a", "b"), 2, ("x", "y"), lay, (Layer((Head(qk, v, attention="softmax", scale=Fraction(scale),
+                                                                scale_sqrt_divisor=Fraction(divisor)),)),), out)
+    data = DatasetTask([["a", "b"], ["b", "b"]], ["x", "y"])
+    v_ = verify(model, data, progress=False)
+    assert v_.verdict == verdict, v_
+    assert softmax_cross_check(model, data, v_) == []
