@@ -109,10 +109,18 @@ def test_mlp_models_are_read_and_decided():
     ({"positional_embedding_type": "rotary"}, "rotary"),
     ({"n_key_value_heads": 1}, "grouped-query"),
     ({"attn_scale": 3.0}, "attn_scale"),
+    ({"d_model": None}, "d_model must be an integer"),
 ])
 def test_unsupported_configurations_are_refused_in_one_line(change, msg):
     with pytest.raises(BadInput, match=msg):
         tl.config_from_dict(tiny_config(**change))
+
+
+def test_a_config_without_the_sizes_is_refused_by_name():
+    with pytest.raises(BadInput, match="lacks d_model, d_head"):
+        tl.config_from_dict({k: v for k, v in tiny_config().items() if k not in ("d_model", "d_head")})
+    with pytest.raises(BadInput, match="lacks n_layers, d_model, n_heads, d_head, d_vocab, n_ctx"):
+        tl.config_from_dict({})
 
 
 def test_state_dict_problems_are_refused():

@@ -94,6 +94,9 @@ def config_from_dict(cfg) -> TLConfig:
     line what the exact model cannot express."""
     if not isinstance(cfg, dict):
         raise BadInput("TransformerLens config must be a JSON object (HookedTransformerConfig.to_dict())")
+    missing = [k for k in ("n_layers", "d_model", "n_heads", "d_head", "d_vocab", "n_ctx") if k not in cfg]
+    if missing:
+        raise BadInput(f"TransformerLens config lacks {', '.join(missing)} (HookedTransformerConfig.to_dict() has them)")
     norm = cfg.get("normalization_type")
     if norm not in (None, "None"):
         raise BadInput(f"TransformerLens config: normalization_type {norm!r} is not supported: LayerNorm/RMSNorm "
