@@ -466,3 +466,75 @@ def test_scales_beyond_float64_are_decided_by_the_balls(score, scale, divisor, v
     v_ = verify(model, data, progress=False)
     assert v_.verdict == verdict, v_
     assert softmax_cross_check(model, data, v_) == []
+
+
+def test_hardmax_after_softmax_tie_with_an_irrational_margin():
+    """Layer 1 (softmax) writes s = the total weight of the a's into every column (the same at
+    every query); layer 2 (hardmax) scores every key by s: a three-way tie whose balls never
+    separate.  The exact decision makes the argmax all three keys, so t = mean s = s: on "a a b"
+    x - y = 2e / (2e + 1) - 59/100 = 0.2546...: verified (the issue's hardmax-after-softmax
+    shape, margin about 0.254); on "a b b" s = e / (e + 2) < 0.59: refuted, not a tie."""
+    import math
+
+    from independent_oracle import softmax_cross_check
+
+    lay = Layout.of(("token", 2), ("position", 3), ("s", 1), ("t", 1))
+    qk1 = BlockMatrix(lay, lay).set("token", "position", [[1, 1, 1], [0, 0, 0]]).build()
+    v1 = BlockMatrix(lay, lay).entry("s", 0, "token", 0, 1).build()
+    qk2 = BlockMatrix(lay, lay).set("s", "position", [[1, 1, 1]]).build()
+    v2 = BlockMatrix(lay, lay).entry("t", 0, "s", 0, 1).build()
+    W_O = BlockMatrix(Layout.of(("class", 2)), lay).entry("class", 0, "t", 0, 1) \
+        .entry("class", 1, "position", 2, Fraction(59, 100)).build()
+    model = Model(("a", "b"), 3, ("x", "y"), lay,
+                  ((Head(qk1, v1, attention="softmax"),), (Head(qk2, v2, attention="hardmax"),)), W_O)
+    e = math.e
+    for seq, verdict, margin in ((["a", "a", "b"], "verified", 2 * e / (2 * e + 1) - 0.59),
+                                 (["a", "b", "b"], "refuted", e / (e + 2) - 0.59)):
+        data = DatasetTask([seq], ["x"])
+        v = verify(model, data, progress=False)
+        assert v.verdict == verdict and "exact tie decision (1 point)" in v.path, v
+        lo, hi = v.margin_enclosure
+        assert lo <= Fraction(margin) + Fraction(1, 10**12) and Fraction(margin) - Fraction(1, 10**12) <= hi
+        assert hi - lo < Fraction(1, 10**12)
+        assert verdict == "verified" or not v.counterexample.tie
+        assert softmax_cross_check(model, data, v) == []
+
+
+def _weight_heads(specs, coefs):
+    """Softmax heads on "a b b", query 2: head i scores key a with specs[i][0] (keys b: 0) at scale
+    specs[i][1] / sqrt(specs[i][2]) and writes a's weight into A_i; class x reads sum coefs_i A_i."""
+    lay = Layout.of(("token", 2), ("position", 3), ("A", len(specs)))
+    out = BlockMatrix(Layout.of(("class", 2)), lay)
+    heads = []
+    for i, ((score, scale, divisor), c) in enumerate(zip(specs, coefs)):
+        qk = BlockMatrix(lay, lay).entry("token", 0, "position", 2, score).build()
+        v = BlockMatrix(lay, lay).entry("A", i, "token", 0, 1).build()
+        heads.append(Head(qk, v, attention="softmax", scale=Fraction(scale), scale_sqrt_divisor=Fraction(divisor)))
+        out.entry("class", 0, "A", i, c)
+    return Model(("a", "b"), 3, ("x", "y"), lay, (Layer(tuple(heads)),), out.build())
+
+
+@pytest.mark.parametrize("specs, coefs, verdict, tie", [
+    # exponents 2 * 3/sqrt 5, 3 * 2/sqrt 5, 1 * 12/sqrt 20 and 2 * (3/2)/sqrt(5/4): equal only once collected
+    ([(2, 3, 5), (3, 2, 5), (1, 12, 20)], [1, 1, -2], "refuted", True),
+    ([(2, Fraction(3, 2), Fraction(5, 4)), (1, 12, 20)], [1, -1], "refuted", True),
+    ([(1, 2, 1), (1, 4, 4)], [1, -1], "refuted", True),  # 2 and 4/sqrt 4: a rational scale either way
+    # near ties: the scale moved by 10^-29 changes the weight by about 2.4e-31, never a tie
+    ([(1, 6, 5), (1, 6 + Fraction(1, 10**29), 5)], [1, -1], "refuted", False),
+    ([(1, 6, 5), (1, 6 - Fraction(1, 10**29), 5)], [1, -1], "verified", None),
+    ([(1, 1, 2), (1, 1, 3)], [1, -1], "verified", None),  # sqrt 2 and sqrt 3: never the same exponent
+])
+def test_ties_after_collecting_exponents_and_near_ties(specs, coefs, verdict, tie):
+    from independent_oracle import softmax_cross_check
+
+    data = DatasetTask([["a", "b", "b"]], ["x"])
+    model = _weight_heads(specs, coefs)
+    v = verify(model, data, progress=False)
+    assert v.verdict == verdict, v
+    assert (v.counterexample.tie if v.counterexample else None) == tie
+    if tie:
+        assert v.margin_enclosure == (0, 0) and "exact tie decision (1 point)" in v.path
+    else:
+        lo, hi = v.margin_enclosure
+        assert (lo > 0) == (verdict == "verified") and (hi < 0) == (verdict == "refuted")
+        assert softmax_cross_check(model, data, v) == []
