@@ -16,7 +16,10 @@
    format's largest finite number may overflow, and so may an intermediate value: a dot product
    whose sum |a_i||b_i| (1 + gamma_k) + 2k eta reaches it (a bound on every product and partial
    sum in any order; an overflowed attention score times a zero value is NaN, invisible in the
-   result's enclosure).  Either way the point is not certified.  A point is
+   result's enclosure).  Either way the point is not certified.  An operation on values known
+   exactly (zero-radius balls) whose exact result, and for a dot product every product and
+   partial sum in any order, is a value of the format is computed without error: no bound is
+   added there (small-integer constructions are then computed exactly, as a float run does).  A point is
    certified when its label's logit enclosure lies strictly above every other logit's.
 
 Supported: relu attention (the paper's class), causal masks, ReLU MLPs, the constant row,
@@ -146,6 +149,12 @@ class BallForward:
             self.layers.append((heads, layer.causal, mlp))
         self.W_O = model.W_O
         self.W_O_rounded = _mat(model.W_O, Fraction(0), conv)
+        self._weight_rows = {}  # id of a weight matrix (the left factor of its products) -> its dyadic rows
+        if fmt is not None:
+            for heads, _, mlp in self.layers:
+                for M in [m for QK_V in heads for m in QK_V] + list(mlp[::2] if mlp is not None else ()):
+                    self._weight_rows[id(M)] = _dyadic_lines(M, by_rows=True)
+            self._weight_rows[id(self.W_O_rounded)] = _dyadic_lines(self.W_O_rounded, by_rows=True)
         flint.ctx.prec = self._prec
 
     # ------------------------------------------------------------------ rounding bounds
@@ -167,8 +176,33 @@ class BallForward:
         # in magnitude: below the largest finite number, nothing on the way can overflow (an
         # overflowed score times a zero value is NaN, which no enclosure of the result would show)
         self._check_range(bound * (1 + g) + e)
-        return arb_mat([[P[i, j] + _sym((bound[i, j] * g).abs_upper() + e) for j in range(P.ncols())]
-                        for i in range(P.nrows())])
+        exact = self._exact_dots(A, B)
+        return arb_mat([[P[i, j] if (exact[i][j] and P[i, j].is_exact()) else P[i, j] + _sym((bound[i, j] * g).abs_upper() + e)
+                         for j in range(P.ncols())] for i in range(P.nrows())])
+
+    def _exact_dots(self, A, B) -> list[list[bool]]:
+        """exact[i][j]: row i of A and column j of B are exact points (the computed values are
+        known exactly) and every product and partial sum of their dot product, in any order, is
+        a value of the format, so the computation makes no rounding error at all.  Row i of A is
+        N_i 2^(E_i) and column j of B is M_j 2^(F_j) with integer vectors; every partial sum is
+        then an integer multiple k of 2^(E_i + F_j) with |k| <= s = |N_i| . |M_j|, and such a
+        number is a value of the format when s <= 2^p and 2^(E_i + F_j) is at least the smallest
+        subnormal (overflow is the range check's business)."""
+        rows = self._weight_rows.get(id(A)) or _dyadic_lines(A, by_rows=True)
+        cols = _dyadic_lines(B, by_rows=False)
+        exact = [[False] * B.ncols() for _ in range(A.nrows())]
+        ok_r = [i for i, r in enumerate(rows) if r is not None]
+        ok_c = [j for j, c in enumerate(cols) if c is not None]
+        if not ok_r or not ok_c:
+            return exact
+        p, lowest = self.fmt.significand_bits, self.fmt.min_exponent - self.fmt.significand_bits + 1
+        NA = np.array([[abs(v) for v in rows[i][0]] for i in ok_r], dtype=object).reshape(len(ok_r), A.ncols())
+        MB = np.array([[abs(v) for v in cols[j][0]] for j in ok_c], dtype=object).reshape(len(ok_c), B.nrows())
+        S = NA.dot(MB.T)
+        for a, i in enumerate(ok_r):
+            for b, j in enumerate(ok_c):
+                exact[i][j] = S[a, b] <= 2**p and rows[i][1] + cols[j][1] >= lowest
+        return exact
 
     def _op_err(self, M):
         """M plus u |M| + eta entrywise (one rounded addition or scaling), in format mode."""
@@ -178,10 +212,22 @@ class BallForward:
 
         u, eta = self.fmt.unit_roundoff, self.fmt.eta
         fu, fe = arb(fmpq(u.numerator, u.denominator)), arb(fmpq(eta.numerator, eta.denominator))
-        out = arb_mat([[M[i, j] + _sym((M[i, j].abs_upper() * fu).abs_upper() + fe) for j in range(M.ncols())]
-                       for i in range(M.nrows())])
+        out = arb_mat([[M[i, j] if self._representable(M[i, j]) else M[i, j] + _sym((M[i, j].abs_upper() * fu).abs_upper() + fe)
+                        for j in range(M.ncols())] for i in range(M.nrows())])
         self._check_range(out)
         return out
+
+    def _representable(self, x) -> bool:
+        """x is an exact point and a value of the format: an operation whose exact result it is (on
+        operands known exactly) is computed without error."""
+        if not x.is_exact():
+            return False
+        m, e = x.mid().man_exp()
+        q = Fraction(int(m)) * Fraction(2) ** int(e)
+        try:
+            return self.fmt.round(q) == q
+        except ValueError:  # beyond the largest finite number
+            return False
 
     def _check_range(self, M) -> None:
         """Record a possible overflow when an entry of M may reach the format's largest finite number."""
@@ -275,6 +321,28 @@ class BallForward:
             return (Fraction(0) if low is None else low), over
         finally:
             flint.ctx.prec = prev
+
+
+def _dyadic_lines(M, by_rows: bool) -> list:
+    """Per row (or column) of an arb_mat: (integers N, exponent E) with the line exactly N 2^E, or
+    None when one of its entries is not an exact point."""
+    n_lines, n_along = (M.nrows(), M.ncols()) if by_rows else (M.ncols(), M.nrows())
+    out = []
+    for a in range(n_lines):
+        parts = []
+        for b in range(n_along):
+            x = M[a, b] if by_rows else M[b, a]
+            if not x.is_exact():
+                parts = None
+                break
+            m, e = x.mid().man_exp()
+            parts.append((int(m), int(e)))
+        if parts is None:
+            out.append(None)
+            continue
+        E = min((e for m, e in parts if m), default=0)
+        out.append(([m << (e - E) if m else 0 for m, e in parts], E))
+    return out
 
 
 def _sym(r):

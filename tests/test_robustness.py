@@ -187,6 +187,81 @@ def test_format_overflow_of_an_intermediate_value_is_not_certified():
     ones = np.ones(d, dtype=np.float32)
     with np.errstate(over="ignore"):
         assert np.isinf(ones @ np.full((d, d), np.float32(2.0**125)) @ ones)  # a score in float32
-    out = rb.formats(both, task, symmetry="off")
+    out = rb.formats(both, task)
     assert not out["float32"]["ok"] and "largest finite" in out["float32"]["note"]
-    assert rb.formats(model, task, symmetry="off")["float32"]["ok"]
+    assert rb.formats(model, task)["float32"]["ok"]
+
+
+def _float16_margin(model, ids, y):
+    """The margin of a forward pass actually computed in numpy float16 (weights rounded to float16,
+    every product and sum rounded, sums in index order; H^T (W_QK H), (W_V H) A as the ball pass)."""
+    from depthcert.checkers.model import embed_exact
+
+    dt = np.float16
+
+    def r(M):
+        return np.array([[float(FORMATS["float16"].round(Fraction(v))) for v in row] for row in np.atleast_2d(M)]).astype(dt)
+
+    def mm(A, B):
+        acc = np.zeros((A.shape[0], B.shape[1]), dtype=dt)
+        for k in range(A.shape[1]):
+            acc = (acc + (A[:, k:k + 1] * B[k:k + 1, :]).astype(dt)).astype(dt)
+        return acc
+
+    H = np.array([[float(v) for v in row] for row in embed_exact(model, ids)]).astype(dt)
+    with np.errstate(all="ignore"):
+        for L in model.layers:
+            total = None
+            for h in L:
+                S = np.maximum(mm(H.T, mm(r(h.W_QK), H)), dt(0))
+                U = mm(mm(r(h.W_V), H), S)
+                total = U if total is None else (total + U).astype(dt)
+            if len(L.heads) > 1:
+                total = (total / dt(len(L.heads))).astype(dt)
+            H = (H + total).astype(dt)
+        logits = mm(r(model.W_O), H[:, -1:])[:, 0].astype(np.float64)
+    return logits[y] - max(logits[c] for c in range(len(logits)) if c != y)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_float16_enclosure_holds_for_a_real_float16_run(seed):
+    # the ball pass's margin lower bound is at most the margin numpy's float16 computes, for W_O's
+    # rows times odd integers in (2^10, 2^11) (exact weights whose logits pass 2^11: rounded, the
+    # case an exactness rule must not call exact) and for random weights, thirds (rounded weights)
+    from dataclasses import replace
+
+    from depthcert.checkers.exhaustive import token_rows
+
+    task = make_task("icqa", k=2)
+    base = registry.build(task).model
+    rng = np.random.default_rng(seed)
+    tokens = token_rows(base, task)
+    f = rng.integers(512, 1024, size=len(base.classes)) * 2 + 1
+    odd = replace(base, W_O=np.array([[w * int(f[c]) for w in row] for c, row in enumerate(base.W_O)], dtype=object))
+    thirds = rb.map_weights(base, lambda w: w + Fraction(int(rng.integers(-8, 9)), 3))
+    batch = next(task.batches(48))
+    for model in (odd, thirds):
+        bf = BallForward(model, fmt=FORMATS["float16"])
+        for ids, y in zip(batch.ids if tokens is None else tokens[batch.ids], batch.labels):
+            ids = [int(t) for t in ids]
+            low, over = bf.margin_lower(ids, int(y))
+            m = _float16_margin(model, ids, int(y))
+            assert over or (np.isfinite(m) and Fraction(float(m)) >= low)
+
+
+def test_float16_certified_claims_hold_on_every_point():
+    # exact operations are exact: icqa's small integers are computed without error (lower bound
+    # = the exact margin 3); tm heads with Lemma 3's read-out mixes exact and rounded operations.
+    # The claim is computed at orbit representatives and checked here on every point
+    for task, model in ((make_task("icqa", k=2), None), (make_task("tm", l=3, alphabet=4), "heads")):
+        m = registry.build(task).model if model is None else registry.build(task, model).model
+        f16 = rb.formats(m, task)["float16"]
+        assert f16["ok"]
+        low = Fraction(f16["worst_margin_lower"])
+        for i in range(task.size):
+            p = task.point(i)
+            ids = [m.vocab.index(t) for t in p.tokens]
+            label = p.label if isinstance(p.label, str) else task.classes[p.label]
+            assert Fraction(float(_float16_margin(m, ids, list(m.classes).index(label)))) >= low
+    icqa = make_task("icqa", k=2)
+    assert Fraction(rb.formats(registry.build(icqa).model, icqa)["bfloat16"]["worst_margin_lower"]) == 3
