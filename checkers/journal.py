@@ -267,7 +267,7 @@ class Journal:
     def _ball_consistency(self, res) -> str:
         checked = self._plan(res.lo, res.lo + res.checked)
         if not 0 <= res.n_undecided <= res.checked - (res.bad_index >= 0):
-            return f"{res.n_undecided} undecided points recorded for {res.checked} points checked"
+            return f"{_n(res.n_undecided, 'undecided point')} recorded for {_n(res.checked, 'point')} checked"
         if (res.n_undecided > 0) != (res.undecided_index >= 0) or (
                 res.undecided_index >= 0 and not _contains(checked, res.undecided_index)):
             return f"the first undecided point {res.undecided_index} does not match the undecided count or chunk"
@@ -286,15 +286,15 @@ class Journal:
         if not (0 <= lo < self.n_points and lo % chunk == 0 and hi == min(self.n_points, lo + chunk)):
             return f"chunk {lo}..{hi - 1} is not a chunk of this run ({self.n_points} points in chunks of {chunk})"
         if not 1 <= res.checked <= hi - lo:
-            return f"chunk {lo}..{hi - 1} of {hi - lo} points records {res.checked} points checked"
+            return f"chunk {lo}..{hi - 1} of {_n(hi - lo, 'point')} records {_n(res.checked, 'point')} checked"
         last = int(self._plan(lo + res.checked - 1, lo + res.checked)[0])
         if res.bad_index < -1:
             return f"bad_index {res.bad_index} is neither -1 (no failure) nor a point index"
         if res.bad_index == -1 and res.checked != hi - lo:
-            return f"chunk {lo}..{hi - 1} records no failure but {res.checked} of its {hi - lo} points checked"
+            return f"chunk {lo}..{hi - 1} records no failure but {res.checked} of its {_n(hi - lo, 'point')} checked"
         if res.bad_index >= 0 and res.bad_index != last:
             return (f"chunk {lo}..{hi - 1} records point {res.bad_index} as its first failure but checked "
-                    f"{res.checked} points, the last of which is point {last}")
+                    f"{_n(res.checked, 'point')}, the last of which is point {last}")
         return ""
 
     def check_decided(self, key, what: str, index: int, ok: bool) -> None:
@@ -361,6 +361,11 @@ class Journal:
                 os.fsync(fh.fileno())
         except OSError as exc:
             raise BadInput(f"cannot write journal {self.path}: {exc.strerror}") from None
+
+
+def _n(count: int, word: str) -> str:
+    """'1 point', '2 points'."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 def _contains(points, index: int) -> bool:

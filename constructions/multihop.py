@@ -24,6 +24,8 @@ floor(log2 h) + 2 layers.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from depthcert.checkers.errors import BadInput
@@ -172,16 +174,24 @@ def build_linear(task, as_printed: bool = False) -> Construction:
     if not is_symbolic(task):
         task = _check(task)
         _guard_layers_per_hop(task, "linear", task.hops + 1)
-        return _finite(build_linear, task, as_printed, symbolic_hops=True, layers=task.hops + 1)
+        c = _finite(build_linear, task, as_printed, symbolic_hops=True, layers=task.hops + 1)
+        return replace(c, description=_linear_description(task.hops, task.hops + 1))
     stream, positions, classes = _layouts(task, ("dst",))
     last = task.length - 1
     layers = [(_copy(task, stream, "dst", True),), Repeat((_hop(task, stream, [last], "dst", "dst"),), task.hops)]
     sym = _symbolic(task, "multihop-linear", stream, positions, classes, layers, "dst")
     return Construction(
         "multihop", "linear", THEOREM, None, as_printed,
-        f"copy (Lemma 1) then {task.hops} hop layers of the last column: {task.hops + 1} layers",
+        _linear_description(task.hops, task.hops + 1),
         ("no printed version exists; --as-printed builds the same weights",) if as_printed else (), symbolic=sym,
     )
+
+
+def _linear_description(hops, layers) -> str:
+    """The linear variant's description: the sizes' values when built for one size (the finite
+    build runs the symbolic builder, whose hop count is a symbol)."""
+    hop_layers = "1 hop layer" if hops == 1 else f"{hops} hop layers"
+    return f"copy (Lemma 1) then {hop_layers} of the last column: {layers} layers"
 
 
 def doubling_schedule(hops: int) -> list[tuple[bool, bool]]:
@@ -265,7 +275,7 @@ def build_paper(task, as_printed: bool = False) -> Construction:
     sym = _symbolic(task, "multihop-paper", stream, positions, classes, layers, "dst1")
     return Construction(
         "multihop", "paper", THEOREM, None, False,
-        f"{h} rounds of copy (into dst_t) + hop: {2 * h} layers",
+        f"{h} round{'s' if h != 1 else ''} of copy (into dst_t) + hop: {2 * h} layers",
         ("Theorem 3's W_V = I copy merges x_i and y_i into one entity block; the fix copies y_i into its own block",),
         symbolic=sym,
     )

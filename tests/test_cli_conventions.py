@@ -93,6 +93,26 @@ def test_help_lists_every_task_of_the_registry(command, capsys):
         assert re.search(rf"[ :,(]{re.escape(name)}[,) ]", text), (command, name)
 
 
+@pytest.mark.parametrize("command", ["find-dependence", "check-certificate", "verify-model", "train"])
+def test_dataset_commands_list_every_task_of_the_task_registry(command, capsys):
+    """Commands that take any task's dataset (not only a constructed one) list every task of
+    checkers/tasks' registry, max-of-k (no construction) included; the construction commands
+    list only the constructions registry's, which refuses max-of-k in one line."""
+    from depthcert.checkers.tasks import TASK_ALIASES
+    from depthcert.cli.verify_model import _main as verify_model_main
+
+    mains = _mains() | {"verify-model": lambda a: run_main(verify_model_main, a)}
+    with pytest.raises(SystemExit):
+        mains[command](["--help"])
+    text = re.sub(r"\s+", " ", capsys.readouterr().out).replace("max- of-k", "max-of-k")
+    every = list(dict.fromkeys(TASK_ALIASES.values()))
+    assert "max-of-k" in every and set(constructions.all_variants()) < set(every)
+    for name in every:
+        assert re.search(rf"[ :,(]{re.escape(name)}[,) ]", text), (command, name)
+    assert _mains()["verify-construction"](["max-of-k"]) == 2
+    assert "no construction for task 'max-of-k'" in capsys.readouterr().err
+
+
 def test_missing_task_names_every_task(capsys):
     assert _mains()["verify-construction"]([]) == 2
     err = capsys.readouterr().err
@@ -137,3 +157,23 @@ def test_no_generated_text_says_s_in_parentheses():
             continue
         for i, line in enumerate(open(path), 1):
             assert not pattern.search(line), f"{path}:{i}: {line.strip()}"
+
+
+def test_one_hop_and_one_round_are_singular_with_values_not_symbols(capsys):
+    """The multihop descriptions at h = 1 (the linear variant's is built from the symbolic
+    builder, whose hop count is a symbol: the printed text gives the values)."""
+    for variant, want in [("linear", "then 1 hop layer of the last column: 2 layers"),
+                          ("paper", "1 round of copy")]:
+        assert _mains()["verify-construction"](["multihop", "--hops", "1", "--k", "2", "--variant", variant]) == 0
+        assert want in capsys.readouterr().out
+    assert _mains()["verify-construction"](["multihop", "--hops", "3", "--k", "2", "--variant", "linear"]) == 0
+    assert "then 3 hop layers of the last column: 4 layers" in capsys.readouterr().out
+
+
+def test_find_dependence_one_class_margin_is_named_not_none(tmp_path, capsys):
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps({"format": "depthcert.dataset", "version": 1,
+                                "sequences": [["a", "b"], ["b", "b"]], "labels": ["x", "x"]}))
+    assert _mains()["find-dependence"](["--dataset", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "min margin none (one class)" in out and "None" not in out, out

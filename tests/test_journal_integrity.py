@@ -122,6 +122,14 @@ def test_forged_counterexample_with_inconsistent_count(capsys, files):
     refused(capsys, w["good"], j, 3, "records point 700 as its first failure but checked 500 points")
 
 
+def test_one_point_is_singular_in_the_refusal(capsys, files):
+    tmp, w = files
+    j, lines = written(capsys, tmp, w["good"])
+    lines[2] = edit(lines[2], True, bad_index=700, checked=1, min_num="-0x1", min_index=700)
+    j.write_text("\n".join(lines))
+    refused(capsys, w["good"], j, 3, "as its first failure but checked 1 point, the last of which is point 500")
+
+
 def test_line_spliced_from_another_models_journal(capsys, files):
     tmp, w = files
     _, bad_lines = written(capsys, tmp, w["bad"], "jbad")

@@ -25,7 +25,7 @@ def _check_certificate(argv) -> int:
                 "(checkers/certificate.py). With --task or --dataset, also check that every certificate point is a "
                 "point of that dataset with its dataset label (the certificate then speaks about that dataset).")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--task", help=tasks_help() + ", with its size options")
+    p.add_argument("--task", help=tasks_help(every_task=True) + ", with its size options")
     p.add_argument("--dataset", metavar="DATASET", help="a depthcert.dataset file")
     add_task_options(p)
     p.add_argument("--max-points", type=positive_int, default=2_000_000,

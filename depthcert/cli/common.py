@@ -65,9 +65,19 @@ def task_names() -> list[str]:
     return list(constructions.all_variants())
 
 
-def tasks_help() -> str:
-    """A task argument's help: the task names of the registry."""
-    return "the task: " + ", ".join(task_names()) + " (docs/ describes each)"
+def every_task_name() -> list[str]:
+    """Every task with a dataset (checkers/tasks' registry), constructed or not (max-of-k has
+    no construction: find-dependence, check-certificate, verify-model and train take it)."""
+    from depthcert.checkers.tasks import TASK_ALIASES
+
+    names = task_names()
+    return names + [t for t in dict.fromkeys(TASK_ALIASES.values()) if t not in names]
+
+
+def tasks_help(every_task: bool = False) -> str:
+    """A task argument's help: the task names of the registry (the tasks with a construction, or
+    with `every_task` every task with a dataset)."""
+    return "the task: " + ", ".join(every_task_name() if every_task else task_names()) + " (docs/ describes each)"
 
 
 def data_file(path: str | None) -> str | None:

@@ -15,8 +15,8 @@ import sys
 import time
 
 from depthcert.checkers.errors import BadInput
-from depthcert.cli.common import (_Parser, add_budget_options, add_task_options, data_file, margin_json, plural,
-                                  positive_int, run_main, task_from_args, tasks_help)
+from depthcert.cli.common import (_Parser, _fmt_q, add_budget_options, add_task_options, data_file, margin_json,
+                                  plural, positive_int, run_main, task_from_args, tasks_help)
 
 RULES_OUT = (
     "one-layer attention-only transformers with ReLU, linear or any other entrywise attention "
@@ -102,7 +102,7 @@ def _build_parser() -> _Parser:
         "print a checked impossibility certificate (paper Def. 3) or a one-layer model verified on every point.",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--task", help=tasks_help())
+    src.add_argument("--task", help=tasks_help(every_task=True))
     src.add_argument("--dataset", metavar="FILE", help="a depthcert.dataset JSON file")
     add_task_options(p)
     p.add_argument("--sample", type=positive_int, default=256,
@@ -217,7 +217,7 @@ def _find_dependence_guarded(args) -> int:
         lines.append(
             f"explicit model: 1 layer, {plural(m.heads[0], 'ReLU head')} (one per used (length, last token, key position)), "
             f"d' = {m.dim}; exhaustive exact check: {v.verdict} on {plural(v.points_checked, 'point')}, "
-            f"min margin {v.min_margin} ({v.path})"
+            f"min margin {'none (one class)' if v.min_margin is None else _fmt_q(v.min_margin)} ({v.path})"
         )
         if args.export:
             from depthcert.checkers.weights_file import model_to_json

@@ -61,9 +61,9 @@ def _clean(obj):
 
 def train_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="train", description="Train the paper's attention-only transformer on a task (OBSERVED, not proven).")
-    from depthcert.cli.common import task_names
+    from depthcert.cli.common import every_task_name
 
-    p.add_argument("task", help=f"the task: {', '.join(task_names())} (aliases allowed); the size options below "
+    p.add_argument("task", help=f"the task: {', '.join(every_task_name())} (aliases allowed); the size options below "
                    "are those of sc, icqa, tm, ictm and multihop, the other tasks train at their default sizes")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", default="1", help="heads in every layer (4) or per layer (1,1,4)")

@@ -18,7 +18,7 @@ import time
 
 from depthcert.checkers.errors import BadInput
 from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, margin_json, plural,
-                                  positive_int, run_main, task_from_args)
+                                  positive_int, run_main, task_from_args, tasks_help)
 
 EXIT_REFUTED = 1
 MAX_LISTED = 2_000_000  # --wrong-out refuses to list more points than this (the counts stay exact)
@@ -121,7 +121,7 @@ def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str |
             take(dec.chunk(lo, hi, batch_size))
     if bar is not None:
         bar.close()
-    note = f"ran on {where}" + (f"; {len(jr.done) - len(todo)} chunks resumed from {journal}" if jr is not None else "")
+    note = f"ran on {where}" + (f"; {plural(len(jr.done) - len(todo), 'chunk')} resumed from {journal}" if jr is not None else "")
     return merge(task, results, dec.path, time.perf_counter() - t0, (note,))
 
 
@@ -157,7 +157,7 @@ def _main(argv) -> int:
     p = _Parser(prog="verify-model", description="Certified accuracy of a trained model on every point of a dataset.")
     p.add_argument("checkpoint", help="TransformerLens checkpoint (.safetensors, .pt) or depthcert weights (.json)")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--task", help="an enumerated task (max-of-k, sc, icqa, ...)")
+    src.add_argument("--task", help=tasks_help(every_task=True))
     src.add_argument("--dataset", help="a depthcert.dataset JSON file")
     add_task_options(p)
     p.add_argument("--config", help="TransformerLens config JSON (when the checkpoint does not carry it)")
