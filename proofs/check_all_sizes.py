@@ -17,8 +17,10 @@ failing region is printed); 2: malformed or inconsistent certificate.
 
 It also re-derives, and refuses a certificate that disagrees: the orbit-size identity (|G| / |Stab|
 summed over the representatives equals the task's dataset size, as factorial ratios of linear
-forms, with the dataset size of the task known here, not read from the certificate); every set
-size (model sets and point sets) is >= 0 over the claimed range, the parts of every model set add
+forms, with the dataset size of the task known here, not read from the certificate: icqa, tm at an
+l, multihop at (k, hops), ictm at (k, l)); every model set's size is >= 0 over the claimed range and
+every point set's over its representative's range (a representative starting above the base must
+have a point set negative below its start, in that parameter alone), the parts of every model set add
 up to it (so a set with a fixed member is non-empty), the model sets are the task's, the class
 families count the task's classes (no competitor left out); the claimed
 range lies inside the task's; the top-level claim, range and margin equal what it derived.  A
@@ -353,6 +355,15 @@ def check_point(pt: dict, ctx: Ctx, log, margins_seen: list) -> list:
             at = [ctx.expr(below, [False] * nv, j) for j in range(nv)]
             if all(sz.compose(at).const_term() >= 0 for sz in sizes.values()):
                 raise Invalid(f"representative {pt['representative']}: its range starts above a size where it exists")
+            # ... and at every size below it, whatever the other parameters: a point set linear in
+            # parameter i alone, increasing in it, negative one below the start
+            loose = [ctx.expr(below, [j != i for j in range(nv)], j) for j in range(nv)]
+            if not any(all(sum(mo) <= 1 and (sum(mo) == 0 or mo[i] == 1) for mo in sz.t)
+                       and sz.t.get(tuple(int(j == i) for j in range(nv)), 0) > 0
+                       and sz.compose(loose).const_term() < 0 and not sz.compose(loose).variables()
+                       for sz in sizes.values()):
+                raise Invalid(f"representative {pt['representative']}: its range starts above a size where it "
+                              "may exist (no point set in that parameter alone is negative below it)")
     run(root, root["offsets"], root["free"])
     return failures
 
@@ -400,7 +411,51 @@ def _bell(n: int) -> int:
     return row[-1]
 
 
-TASKS = {"icqa": _icqa, "multihop": _multihop, "tm": _tm}
+def _stirling2(n: int, b: int) -> int:
+    """Set partitions of n items into b blocks (the templates of length n with b wildcards)."""
+    row = [1] + [0] * b  # S(0, j)
+    for i in range(1, n + 1):
+        row = [0] + [j * row[j] + row[j - 1] for j in range(1, b + 1)]
+    return row[b]
+
+
+def _ictm(fixed: dict):
+    """At fixed (k, l), query "any": A(n_a, k) k! sum over k-sets S of templates of prod_{t in S} N(t)
+    sum_{t in S} N(t), N(t) = A(m, b(t)) for a template with b(t) wildcards (S(l, b) of them): the
+    sum over ordered k-tuples of distinct templates of prod N sum N, by the generating polynomials
+    of the template counts (a polynomial in m and n_a; A(m, b) = 0 for an integer m < b, so the
+    templates not realizable over m tokens add nothing). m starts where k templates are realizable."""
+    if set(fixed) - {"query"} != {"k", "l"} or fixed.get("query", "any") != "any" or not all(
+            isinstance(fixed[p], int) and fixed[p] >= 1 for p in ("k", "l")):
+        return None
+    k, l = fixed["k"], fixed["l"]
+    m0 = next((m for m in range(1, l + 1) if sum(_stirling2(l, b) for b in range(1, m + 1)) >= k), None)
+    if m0 is None:
+        return None  # fewer than k templates of length l: no dataset
+
+    def size(ctx: "Ctx") -> "Poly":
+        one = Poly.const(1, ctx.nv)
+        m, na = Poly.var(ctx.names.index("m"), ctx.nv), Poly.var(ctx.names.index("n_a"), ctx.nv)
+        plain = [one] + [Poly({}, ctx.nv)] * k  # plain[j]: sum over j-sets of prod N
+        marked = [Poly({}, ctx.nv)] * (k + 1)  # marked[j]: the same times sum N
+        for b in range(1, l + 1):
+            N = one
+            for t in range(b):
+                N = N * (m - Poly.const(t, ctx.nv))
+            for _ in range(_stirling2(l, b)):
+                for j in range(k, 0, -1):
+                    marked[j] = marked[j] + N * marked[j - 1] + N * N * plain[j - 1]
+                    plain[j] = plain[j] + N * plain[j - 1]
+        out = marked[k]
+        for t in range(k):
+            out = out * (na - Poly.const(t, ctx.nv)) * Poly.const(t + 1, ctx.nv)
+        return out
+
+    return {"range": [("m", m0, None), ("n_a", k, None)], "sets": {"m": {"m": 1}, "n_a": {"n_a": 1}},
+            "classes": {"n_a": 1}, "size_num": [], "size_den": [], "size_of": size}
+
+
+TASKS = {"icqa": _icqa, "multihop": _multihop, "tm": _tm, "ictm": _ictm}
 
 
 def _linear(form: dict, ctx: Ctx) -> Poly:
@@ -471,8 +526,9 @@ def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
         if not isinstance(msets, dict) or set(msets) != set(info["sets"]):
             raise Invalid(f"representative {pt['representative']}: model sets {sorted(msets or {})} are not the "
                           f"task's {sorted(info['sets'])}")
+        start = _root_offsets(pt, ctx)  # the representative's own range (check_point: empty below it)
         for name, size in list(sorts.items()):
-            if not _nonneg(ctx, size, zeros, free):
+            if not _nonneg(ctx, size, start, free):
                 raise Invalid(f"representative {pt['representative']}: point set {name} of size "
                               f"{_text(size, ctx)} can be negative in the claimed range")
         for S, entry in msets.items():
@@ -513,11 +569,13 @@ def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
             raise Invalid("orbits of different factorial shapes: their sum is not re-derived here")
     want = _factorial_ratio([_linear(f, ctx) for f in info["size_num"]], [_linear(f, ctx) for f in info["size_den"]], ctx)
     extra = Poly({}, ctx.nv)
-    for names, c in info.get("size_poly", {(): 1}).items():
+    for names, c in ({} if "size_of" in info else info.get("size_poly", {(): 1})).items():
         term = Poly.const(c, ctx.nv)
         for name in names:
             term = term * Poly.var(ctx.names.index(name), ctx.nv)
         extra = extra + term
+    if "size_of" in info:
+        extra = info["size_of"](ctx)
     want = (want[0] * extra, want[1], want[2], want[3])
     if total is None or total[2:] != want[2:] or total[0] * want[1] != want[0] * total[1]:
         raise Invalid("the orbits of the representatives do not add up to the task's dataset size (orbit identity)")
@@ -529,6 +587,17 @@ def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
     if data is not cert and "all_sizes" in data and data["all_sizes"] != [_describe(*p) for p in ctx.params]:
         raise Invalid(f"the report's range {data['all_sizes']} is not the certificate's")
     return {"claim": claim}
+
+
+def _root_offsets(pt: dict, ctx: Ctx) -> list:
+    """Where the representative's range starts (its split tree's root): offsets >= 0 of the claimed
+    range's base values; only a parameter with no `after` may start above its base."""
+    off = pt.get("tree", {}).get("offsets")
+    if not isinstance(off, list) or len(off) != ctx.nv or not all(isinstance(o, int) and o >= 0 for o in off):
+        raise Invalid(f"representative {pt.get('representative')}: its region does not start inside the claimed range")
+    if any(o and ctx.params[i][2] is not None for i, o in enumerate(off)):
+        raise Invalid(f"representative {pt.get('representative')}: a range that starts above a relative base")
+    return off
 
 
 def _nonneg(ctx: Ctx, p: Poly, offsets, free) -> bool:

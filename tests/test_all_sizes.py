@@ -759,9 +759,45 @@ def test_rechecker_rederives_fixed_structure_certificates(capsys, tmp_path):
     assert rc == 2 and "orbit identity" in err
     rc, _, err = recheck(tmp_path, _edit(info, ("certificate", "fixed", "l"), 4))  # Bell(4) = 15 templates
     assert rc == 2 and "the class families count 5 classes, the task has 15" in err, err
-    code, out, _ = run(["ictm", "--k", "1", "--l", "2", "--all-sizes", "--json"], capsys)
-    rc, _, err = recheck(tmp_path, json.loads(out))
-    assert rc == 2 and "no dataset formula for task 'ictm'" in err
+
+
+@pytest.mark.parametrize("k,l,reps,start", [(1, 2, 9, "m >= 1, n_a >= 1"), (2, 2, 74, "m >= 2, n_a >= 2")])
+def test_rechecker_rederives_ictm_certificates(k, l, reps, start, capsys, tmp_path):
+    """ictm at a fixed (k, l): the orbits (A(m, used) A(n_a, k)) must add up to the task's size
+    A(n_a, k) k! sum over k-sets of templates of prod N sum N, which the checker computes itself;
+    a representative whose range is moved above where it exists, a dropped representative, another
+    (k, l), the query "new" reading, or a read-out that changes only beyond every small alphabet
+    (1 - (m-1)...(m-5)/120, = 1 for m <= 5) is never valid."""
+    code, out, _ = run(["ictm", "--k", str(k), "--l", str(l), "--all-sizes", "--json"], capsys)
+    info = json.loads(out)
+    assert code == 3 and info["verdict"] == "partial"
+    rc, rout, err = recheck(tmp_path, info)
+    assert rc == 0 and rout.startswith(f"ictm parsing-copying-matching at {{'k': {k}, 'l': {l}}}: valid; "
+                                       f"{reps} representatives") and f"for all {start};" in rout, err
+    if (k, l) == (2, 2):  # the line docs/all-sizes.md shows
+        with open(os.path.join(ROOT, "docs", "all-sizes.md")) as fh:
+            assert "    " + rout.strip() + "\n" in fh.read()
+    dropped = json.loads(json.dumps(info))
+    dropped["certificate"]["points"].pop()
+    rc, _, err = recheck(tmp_path, dropped)
+    assert rc == 2 and "orbit identity" in err, err
+    late = json.loads(json.dumps(info))
+    pt = next(p for p in late["certificate"]["points"] if p["tree"]["offsets"][0] == 0)
+    pt["tree"]["offsets"][0] = 1
+    rc, _, err = recheck(tmp_path, late)
+    assert rc == 2 and "starts above a size where it exists" in err, err
+    for edit in ({"k": k, "l": l + 1}, {"k": k + 1, "l": l}, {"k": k, "l": l, "query": "new"}):
+        rc, _, err = recheck(tmp_path, _edit(info, ("certificate", "fixed"), edit))
+        assert rc == 2 and err.startswith("invalid:"), (edit, err)
+    # (m-1)(m-2)(m-3)(m-4)(m-5)/120 as terms in the checker's format (exponents of m, n_a)
+    quintic = {0: -1, 1: 274, 2: -225, 3: 85, 4: -15, 5: 1}
+    bent = json.loads(json.dumps(info))
+    for p in bent["certificate"]["points"]:
+        lab = [c[0] for c in p["classes"]].index(p["label"])
+        p["W_O"] = [[r, c, pat, [[[e, 0], str(-Fraction(q, 120))] for e, q in quintic.items()] + v if r == lab else v]
+                    for r, c, pat, v in p["W_O"]]
+    rc, _, err = recheck(tmp_path, bent)
+    assert rc == 2 and "differs from the certificate's" in err, err
 
 
 def test_rechecker_rejects_a_certificate_without_some_competitors(capsys, tmp_path):
