@@ -189,7 +189,10 @@ def build_linear(task, as_printed: bool = False) -> Construction:
 
 def _linear_description(hops, layers) -> str:
     """The linear variant's description: the sizes' values when built for one size (the finite
-    build runs the symbolic builder, whose hop count is a symbol)."""
+    build runs the symbolic builder, whose hop count is a symbol: no comparison of it here, which a
+    run for every size would refuse as a branch on a size)."""
+    if not isinstance(hops, int):
+        return f"copy (Lemma 1) then hop layers (hops of them) of the last column: {layers} layers"
     hop_layers = "1 hop layer" if hops == 1 else f"{hops} hop layers"
     return f"copy (Lemma 1) then {hop_layers} of the last column: {layers} layers"
 

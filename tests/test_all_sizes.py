@@ -1001,3 +1001,14 @@ def test_rechecker_rejects_edited_sc_certificates(path, value, rc_want, needle, 
     code, out, _ = run(["sc", "--all-sizes", "--json"], capsys)
     rc, stdout, err = recheck(tmp_path, _edit(json.loads(out), path, value))
     assert rc == rc_want and needle in (err if rc == 2 else stdout), (stdout, err)
+
+
+def test_multihop_linear_every_hops_is_proven_and_its_description_names_values(capsys):
+    """The linear builder's description compares the hop count (1 hop layer / h hop layers) only at a
+    concrete size: the run with symbolic hops must not branch on it (it would be refused, exit 3
+    with a reason, instead of proven for every hops and N)."""
+    code, out, _ = run(["multihop", "--k", "2", "--variant", "linear", "--all-sizes", "--json"], capsys)
+    info = json.loads(out)
+    assert code == 3 and info["verdict"] == "partial" and info["all_sizes"] == ["hops >= 1", "N >= 2"], info.get("reason")
+    for h, text in ((1, "1 hop layer of"), (3, "3 hop layers of")):
+        assert text in registry.build(make_task("multihop", k=2, hops=h), "linear").description
