@@ -177,3 +177,35 @@ def test_find_dependence_one_class_margin_is_named_not_none(tmp_path, capsys):
     assert _mains()["find-dependence"](["--dataset", str(data)]) == 0
     out = capsys.readouterr().out
     assert "min margin none (one class)" in out and "None" not in out, out
+
+
+def test_verify_model_and_export_take_example_files_from_any_folder(tmp_path, monkeypatch, capsys):
+    """The docs' verify-model and export-transformerlens commands (docs/trained-models.md) name
+    docs/examples/ files; they work outside the checkout too."""
+    pytest.importorskip("safetensors")
+    from depthcert.cli.export_transformerlens import _main as export_main
+    from depthcert.cli.verify_model import _main as verify_model_main
+
+    monkeypatch.chdir(tmp_path)
+    data = ["--dataset", "docs/examples/prev-token-data.json"]
+    assert run_main(verify_model_main, ["docs/examples/prev-token-hardmax.json"] + data + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "verified"
+    assert run_main(export_main, ["docs/examples/prev-token-softmax-20.json", "tl.safetensors"]) == 0
+    assert capsys.readouterr().out.startswith("wrote tl.safetensors")
+    assert run_main(verify_model_main, ["tl.safetensors"] + data + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "verified"
+    assert run_main(verify_model_main, ["docs/examples/layernorm-tiny.safetensors", "--task", "max-of-k", "--vocab",
+                                        "4", "--k", "3"]) == 2  # found, and refused for its LayerNorm
+    assert "normalization_type 'LN'" in capsys.readouterr().err
+
+
+def test_every_example_file_is_package_data():
+    """Each file of docs/examples/ matches a package-data pattern of depthcert.examples, so a
+    non-editable install ships it too."""
+    import fnmatch
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        patterns = tomllib.load(fh)["tool"]["setuptools"]["package-data"]["depthcert.examples"]
+    for name in os.listdir(os.path.join(ROOT, "docs", "examples")):
+        assert any(fnmatch.fnmatch(name, p) for p in patterns), name

@@ -209,6 +209,95 @@ def test_train(capsys):
     assert code == 0 and doc["verdict"] == "observed"
 
 
+def test_train_copy(capsys):
+    pytest.importorskip("torch")
+    from depthcert.cli.train import train_main
+
+    code = train_main(["copy", "--length", "2", "--alphabet", "2", "--steps", "2", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    validate(doc)
+    assert code == 0 and doc["command"] == "train copy" and doc["verdict"] == "observed"
+
+
+def test_reproduce(capsys, tmp_path):
+    pytest.importorskip("torch")
+    from depthcert.cli.train import reproduce_main
+
+    code = reproduce_main(["reference", "--out", str(tmp_path), "--json"])
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    assert out.count("\n") == 1
+    validate(doc)
+    assert code == 0 and doc["command"] == "reproduce" and doc["verdict"] == "observed"
+
+
+@pytest.mark.parametrize("argv", [["icqa", "--k", "2", "--robustness"], ["icqa", "--k", "2", "--compare-readouts"],
+                                  ["tm", "--l", "3", "--alphabet", "2", "--robustness", "--compare-readouts"]])
+def test_verify_construction_robustness_and_readouts(argv, capsys):
+    code, doc = run_json("verify-construction", argv, capsys)
+    assert code == 0 and doc["verdict"] == "verified"
+    if "--robustness" in argv:
+        r = doc["robustness"]
+        assert Fraction(r["linf_radius"]["certified_lower"]) > 0 and set(r["formats"]) == {"float16", "bfloat16",
+                                                                                          "float32"}
+
+
+@pytest.mark.parametrize("argv", [["--task", "tm", "--len", "3", "--bounds"], ["--task", "icqa", "--k", "1"]])
+def test_find_dependence_bounds_and_fittable(argv, capsys):
+    code, doc = run_json("find-dependence", argv, capsys)
+    assert code == 0 and doc["verdict"] in ("fittable", "not_fittable")
+
+
+def test_every_command_with_json_is_in_the_schema_and_tested_here():
+    """Each console script of pyproject.toml that has --json is a `command` value of the schema
+    (train's `copy` subcommand too), and this file runs each one; export-transformerlens (no
+    --json: it writes a checkpoint and one line) is the only script without."""
+    import re
+    import tomllib
+
+    from depthcert.cli.common import _Parser
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
+        scripts = tomllib.load(fh)["project"]["scripts"]
+    names = set(SCHEMA["properties"]["command"]["enum"])
+    text = open(__file__).read()
+    parsers = []
+    real = _Parser.parse_args
+
+    def capture(self, args=None, namespace=None):  # the parser a main builds, then stop
+        parsers.append(self)
+        raise SystemExit(0)
+
+    without = []
+    for script, target in scripts.items():
+        module, func = target.split(":")
+        main = getattr(__import__(module, fromlist=[func]), func)
+        parsers.clear()
+        _Parser.parse_args = capture
+        try:
+            try:
+                main(["x"])
+            except SystemExit:
+                pass
+        finally:
+            _Parser.parse_args = real
+        assert parsers, script
+        if "--json" not in parsers[-1]._option_string_actions:
+            without.append(script)
+            continue
+        assert script in names, script
+        tested = {"verify-construction": "run_json(\"verify-construction\"", "find-dependence": "run_json(\"find-dependence\"",
+                  "check-certificate": "run_json(\"check-certificate\"", "reproduce-paper": "run_json(\"reproduce-paper\"",
+                  "show-construction": "_show_construction, [", "verify-tracr": "verify_tracr import _main",
+                  "verify-model": "verify_model import _main", "train": "train_main([\"icqa\"",
+                  "reproduce": "reproduce_main([\"reference\""}[script]
+        assert tested in text, script
+    assert without == ["export-transformerlens"], without
+    assert "train copy" in names and 'train_main(["copy"' in text
+    assert re.search(r'"verify-construction", argv \+ \["--all-sizes"\]', text)
+
+
 def test_the_examples_ship_with_the_package():
     assert os.path.isfile(os.path.join(EXAMPLES_DIR, "tm-one-substitution-l3.json"))
 

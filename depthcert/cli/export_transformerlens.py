@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from depthcert.checkers.errors import BadInput
-from depthcert.cli.common import _Parser, run_main
+from depthcert.cli.common import _Parser, data_file, run_main
 
 
 def _main(argv) -> int:
@@ -32,7 +32,7 @@ def _main(argv) -> int:
     from depthcert.checkers.weights_file import load_weights
     from depthcert.interop.transformerlens import export_checkpoint
 
-    model = load_weights(args.weights)
+    model = load_weights(data_file(args.weights))  # docs/examples/NAME from any folder
     cfg = export_checkpoint(model, args.out, np.float32 if args.dtype == "float32" else np.float64)
     print(f"wrote {args.out}: HookedTransformer n_layers={cfg['n_layers']} n_heads={cfg['n_heads']} "
           f"d_model={cfg['d_model']} d_head={cfg['d_head']} d_vocab={cfg['d_vocab']} n_ctx={cfg['n_ctx']} "

@@ -17,8 +17,8 @@ import sys
 import time
 
 from depthcert.checkers.errors import BadInput
-from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, margin_json, plural,
-                                  positive_int, run_main, task_from_args, tasks_help)
+from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, data_file, margin_json,
+                                  plural, positive_int, run_main, task_from_args, tasks_help)
 
 EXIT_REFUTED = 1
 MAX_LISTED = 2_000_000  # --wrong-out refuses to list more points than this (the counts stay exact)
@@ -190,6 +190,7 @@ def _main(argv) -> int:
         raise BadInput("--workers applies with --dask")
     if args.wrong_out is not None and not os.path.isdir(os.path.dirname(os.path.abspath(args.wrong_out))):
         raise BadInput(f"--wrong-out {args.wrong_out}: folder does not exist")
+    args.checkpoint, args.dataset = data_file(args.checkpoint), data_file(args.dataset)  # docs/examples/ from any folder
     if args.dataset is not None:
         from depthcert.checkers.tasks.dataset_file import load_dataset
 
