@@ -73,16 +73,24 @@ class UndecidedPoint:
 class Verdict:
     """What `verify(model, task)` found, over every point of the task's dataset.
 
-    verdict           "verified" (every point correct, strict argmax), "refuted" (a
+    verdict           (property) "verified" (every point correct, strict argmax), "refuted" (a
                       counterexample) or "undecided" (softmax: certified arithmetic could not
-                      separate some point's logits at the precision cap)
+                      separate some point's logits at the precision cap); `verified` is the bool
+    task              the task's name
     points_total      points in the dataset; points_covered: points the run speaks for
                       (evaluated, or covered by a proven symmetry); points_checked: evaluated
-    min_margin        exact minimum over covered points of (label logit - best other logit);
-                      for softmax models see margin_enclosure
+    min_margin        exact minimum over covered points of (label logit - best other logit); a
+                      refuted run stops at its counterexample, so the minimum is over the points
+                      evaluated up to it; None for a one-class model (no margin) and for softmax
+                      models, whose margin is an enclosure (margin_enclosure)
+    margin_enclosure  softmax models: (lo, hi), exact rationals, the minimum margin lies in [lo, hi]
     counterexample    the first failing point (Counterexample) or None
-    path              the arithmetic used (e.g. "float64 (proven < 2^53)", "exact integers")
+    undecided         softmax models: the first undecided point (UndecidedPoint) or None;
+                      undecided_count: how many evaluated points were undecided
+    path              the arithmetic used (e.g. "float64 (proven < 2^53)", "exact big integers")
+    seconds           wall time of the evaluation
     notes             what else the run established (symmetry proof, shards, journal)
+    journal           with a --journal: a checkers.journal.JournalUse (chunks taken from it)
     """
 
     task: str
