@@ -317,3 +317,54 @@ def test_least_norm_table_does_not_depend_on_the_qp_solver(monkeypatch):
         [121, -121, 0], [23, -43, 20]]
     assert first.decision.fits == second.decision.fits
     assert second.verdict.verified
+
+
+# ---- issue 22 part 1: the LP solver writes nothing, on any highspy version
+
+
+@pytest.mark.parametrize("argv", [["find-dependence", "--task", "template", "--len", "3", "--json"],
+                                  ["find-dependence", "--task", "icqa", "--k", "1"],
+                                  ["verify-construction", "tm", "--l", "3", "--alphabet", "2", "--json"]])
+def test_a_fresh_process_prints_no_solver_banner(argv):
+    """highspy 1.16 prints a banner on file descriptor 1 when a process builds its first Highs
+    object: a fresh process (the banner comes once per process) must print only its own output,
+    and nothing on stderr (find-dependence's LP; verify-construction's max-margin read-out LP)."""
+    import os
+    import subprocess
+    import sys
+
+    exe = os.path.join(os.path.dirname(sys.executable), argv[0])
+    r = subprocess.run([exe] + argv[1:], capture_output=True, text=True, timeout=300, cwd=os.path.dirname(__file__))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert "HiGHS" not in r.stdout and "THIRD_PARTY" not in r.stdout
+    if "--json" in argv:
+        assert r.stdout.count("\n") == 1 and json.loads(r.stdout)["command"] == argv[0]
+    else:
+        assert r.stdout.startswith("task: icqa")
+
+
+def test_quiet_highs_writes_nothing_even_when_highspy_prints(capfd, monkeypatch):
+    """The first Highs construction of a process is silenced at the file-descriptor level: a
+    stand-in that writes to fd 1 and 2 on construction (as highspy 1.16's banner does) is mute."""
+    import os
+
+    import highspy
+
+    from depthcert.proofs import dependence
+
+    real = highspy.Highs
+
+    class Loud(real):
+        def __init__(self):
+            os.write(1, b"Running HiGHS (banner)\n")
+            os.write(2, b"banner on stderr\n")
+            super().__init__()
+
+    monkeypatch.setattr(highspy, "Highs", Loud)
+    h = dependence._quiet_highs()
+    flag = h.getOptionValue("output_flag")  # (status, value) on 1.16, the value on older releases
+    assert (flag[-1] if isinstance(flag, tuple) else flag) is False
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    os.write(1, b"after\n")  # the descriptors are restored
+    assert capfd.readouterr().out == "after\n"
