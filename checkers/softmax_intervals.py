@@ -12,12 +12,13 @@ settle, any inf/NaN, an exponent outside exp's checked range): unsure points go 
 How every operation is bounded (u = 2^-53, eta = 2^-1074, gamma_k = k u / (1 - k u)):
   * values are midpoint-radius pairs <m, r> of float64 arrays: the exact value x has |x - m| <= r;
   * a single IEEE operation (numpy's +, -, *, / on float64 are correctly rounded) is followed by
-    `_up` / `_dn` (the next float up / down) where an upper / lower bound of the exact result is
-    needed;
+    `_hi` / `_lo` (or `_up1` for non-negative results) where an upper / lower bound of the exact
+    result is needed;
   * a dot product of length k in any order, with or without FMA, errs by at most
     gamma_k sum |x_i y_i| + k eta (Higham, Accuracy and Stability of Numerical Algorithms, 2nd
-    ed., eq. 3.5, plus eta per product for underflow); a product of non-negative matrices is
-    bounded above by `_mm_up`;
+    ed., eq. 3.5, plus eta per product for underflow), provided its float result is finite (a
+    partial sum that overflowed stays inf or NaN, and such entries are never settled); a float
+    sum of non-negative products is bounded above by `_bound`;
   * sums of non-negative terms (np.sum, any order) err by at most gamma_n times the sum;
   * exp: numpy's exp is assumed accurate to EXP_REL (2^-50, i.e. 4 ulp) relative error for
     arguments in [EXP_LOW, EXP_HIGH] = [-700, 5]; the test suite checks that assumption against
