@@ -101,3 +101,79 @@ def test_show_construction_without_matplotlib(tmp_path, capsys, monkeypatch):
     assert code == 2
     assert err.strip().endswith("pip install depthcert[plot]") and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+# ---- issue 22 part 7: the pictures name their axes, carry colour bars, and agree on orientation
+
+
+@pytest.fixture()
+def saved_figures(monkeypatch):
+    """Every matplotlib figure saved while the test runs (still written to disk)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figures, real = [], Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        figures.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures
+
+
+def _images(fig):
+    """Axes drawing an image that is not itself a colour bar."""
+    return [ax for ax in fig.axes if ax.images and ax.get_label() != "<colorbar>"]
+
+
+def _colorbars(fig):
+    return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+
+def test_show_construction_weight_and_attention_axes_are_named(tmp_path, capsys, saved_figures):
+    code, _, _ = _run(["tm", "--l", "3", "--alphabet", "2", "--out", str(tmp_path)], capsys)
+    assert code == 0
+    qk = att = 0
+    for fig in saved_figures:
+        assert len(_colorbars(fig)) >= 1
+        for ax in _images(fig):
+            if ax.get_title().endswith("W_QK"):  # the bilinear form h_key^T W_QK h_query
+                qk += 1
+                assert ax.get_ylabel().startswith("key feature") and ax.get_xlabel() == "query feature"
+            elif ax.get_title().endswith("attention"):  # one row per query, one column per key
+                att += 1
+                assert ax.get_ylabel() == "query" and ax.get_xlabel().startswith("key")
+    assert qk == 5 and att >= 5  # layer 1: 1 head, layer 2: 4 heads (each drawn alone and in the overview)
+
+
+def test_figure3_axes_colour_bar_and_fonts(tmp_path, saved_figures):
+    """docs/img/figure3_*.png drawn again from the stored maps: a labelled colour bar, every map
+    with key columns and query rows (as show-construction draws attention), fonts of 9 points
+    or more (80 dpi: 10 pixels)."""
+    import json
+    import os
+
+    from depthcert.training.reproduce import plot_figure3
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "img", "figure3.json"), encoding="utf-8") as fh:
+        cases = json.load(fh)["cases"]
+    for case in cases:
+        plot_figure3(case, str(tmp_path / f"figure3_{case['task']}.png"))
+        fig = saved_figures[-1]
+        (cb,) = _colorbars(fig)
+        assert "attention weight" in cb.get_ylabel()
+        maps = _images(fig)
+        assert len(maps) == len(case["examples"]) * 2 * (1 + len(case["trained"]))
+        for ax in maps:
+            assert ax.get_xlabel() == "key (attended position)"
+            n = len(case["examples"][0])
+            assert ax.images[0].get_array().shape == (n, n)
+            for t in ax.get_xticklabels() + ax.get_yticklabels():
+                assert t.get_fontsize() >= 9
+        first = [ax for ax in maps if ax.get_ylabel()]
+        assert len(first) == 1 + len(case["trained"]) and all(ax.get_ylabel().endswith("query") for ax in first)
+        # rows are queries: the construction's map has every row summing to 1 (a query's weights)
+        A = maps[0].images[0].get_array()
+        assert np.allclose(np.asarray(A).sum(axis=1)[np.asarray(A).sum(axis=1) > 0], 1)
