@@ -1098,11 +1098,13 @@ def _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, cl
             H = apply_layers(lm, lm.H0, (copy,), ring_, region)
             seen, s_ = {}, 0
             toks_b = [base_task.vocab[t] for t in base_task.decode(np.array([index]))[0][0]]
+            labels = []
             while True:
                 s_ += 1
                 H = apply_layers(lm, H, (hop,), ring_, region, first=s_)
                 label = _task("multihop", {"hops": s_, "k": k, "n_entities": k + 3}).point(index).label
                 fam_label = pv.class_map[("cls:N", base_task.entities.index(label))][0]
+                labels.append(fam_label)
                 key = (state_key(H), fam_label)
                 if key in seen:
                     break
@@ -1115,8 +1117,14 @@ def _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, cl
                         if bad is not None:
                             failures.append(((s_, bad["N"]), {"k": k, "hops": s_, **bad}, index, other, poly))
             total_pairs += len(seen)
+            nxt = {}  # the label rule on the labels reached: label_{s+1} = f(label_s)
+            for a, b in zip(labels, labels[1:]):
+                if nxt.setdefault(a, b) != b:
+                    raise NotAFamily(f"point {index}: the labels for h = 1, 2, ... do not follow one map")
             cert_points.append({"point": index, "input": " ".join(toks_b), "states": len(seen),
-                                "repeats_at": s_, "equals_state_of_h": seen[key]})
+                                "repeats_at": s_, "equals_state_of_h": seen[key],
+                                "cert": _cert_hops_point(index, dc_replace(lm, layers=(copy, hop)), pv, ring_,
+                                                         labels[0], nxt, rows, classes)})
     except (Split, Undecided) as exc:
         return _not_proven(rep, f"a sign is not decided for every N: {exc}", t0)
     except NotAFamily as exc:
@@ -1157,8 +1165,31 @@ def _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, cl
     if cross:
         return _not_proven(rep, "the symbolic margin differs from verify's at a base case", t0)
     rep.status = "partial"
+    rep.certificate = {"format": "depthcert.all-sizes", "version": 1, "task": "multihop", "variant": "linear",
+                       "kind": "every-hops", "every": {"name": "hops", "base": 1}, "fixed": {"k": k},
+                       "params": [{"name": "N", "base": k, "after": None}], "claim": rep.claim, "margin": rep.margin,
+                       "points": [c["cert"] for c in cert_points]}
     rep.seconds = time.perf_counter() - t0
     return rep
+
+
+def _cert_hops_point(index, lm: LumpedModel, pv: PointView, ring_: Ring, start: str, nxt: dict, rows, classes) -> dict:
+    """A representative of multi-hop linear for every h: its tables with layers (copy, hop), the
+    label for h = 1 (`start`) and the label rule f on the labels reached (`next`); the re-checker
+    runs copy, then hop after hop, until a (stream, label) pair repeats, deciding every margin."""
+    sort_of = {f.name: f.sort for f in rows.families + classes.families}
+    sets: dict = {}
+    for f in pv.rows + pv.classes:  # as _model_sets: every model set, its size and its parts here
+        S = sort_of.get(f.model)
+        if S is None:
+            continue
+        entry = sets.setdefault(S, {"size": _terms(ring_.gen[S]), "parts": []})
+        if [f.spec[0], f.spec[1]] not in entry["parts"]:
+            entry["parts"].append([f.spec[0], f.spec[1]])
+    out = _cert_point(index, lm, pv, {"region": Region((0,), (True,)), "margins": {}}, ring_, sets)
+    del out["label"], out["tree"]["margins"]
+    out.update({"start": start, "next": dict(sorted(nxt.items()))})
+    return out
 
 
 def _one_layer(tab, li: int):
@@ -1308,6 +1339,31 @@ NOT_COVERED = {
     ("multihop", "dnf"): "its layer-2 heads are indexed by value and pair paths (N^h k^h heads), which the lumped "
                          "tables (one table per head) do not cover",
 }
+_COMPOSITION = ("N, L finite-only: the orbits of the L-tuples of functions on N points (and the query) under Sym(N) "
+                "grow with N, so no finite set of representatives covers every N (the lumped method needs one); a "
+                "proof for every N would need an argument that the entries off the lookup path get no attention "
+                "whatever their values, which is not implemented; layer J reads table J's positions, so the layers "
+                "are not one layer repeated (no periodicity in L); and the decoder variants' causal mask is outside "
+                "the model class the lumped pass implements; checked per size by `verify`")
+_COUNT = ("n finite-only: layer 2 scores key j with c - j and values it by w_j (the second differences of "
+          "[c = r mod p], periodic in j), so the positions are not a symmetric set and the lumped method does not "
+          "apply; correctness rests on the telescoping sum over j of w_j relu(c - j) = f(c) - f(0) for every count "
+          "c <= n, which no derivation here does; checked per size by `verify`")
+_TREE = ("n finite-only: the number of layers grows with n (ceil(log2 n) levels, each its own layer), so there is "
+         "no fixed structure to evaluate for every size; checked per size by `verify`")
+_MLP = " (and its ReLU MLP sublayers are outside the model class the lumped pass implements)"
+for _v in ("linear", "doubling", "encoder-linear", "encoder-doubling"):
+    NOT_COVERED[("composition", _v)] = _COMPOSITION
+for _t in ("parity", "mod-count"):
+    NOT_COVERED[(_t, "count")] = _COUNT
+for _t in ("parity", "mod-count", "word-problem"):
+    NOT_COVERED[(_t, "tree")] = _TREE
+    NOT_COVERED[(_t, "tree-mlp")] = _TREE[:-len("; checked per size by `verify`")] + _MLP + "; checked per size by `verify`"
+NOT_COVERED[("reachability", "squaring")] = (
+    "V finite-only: the number of layers grows with V (ceil(log2(V - 1)) + 2, each squaring its own layer), so there "
+    "is no fixed structure to evaluate for every size; checked per size by `verify`")
+NOT_COVERED[("reachability", "squaring-mlp")] = NOT_COVERED[("reachability", "squaring")].replace(
+    "; checked per size", _MLP + "; checked per size")
 
 
 def plan_for(task, variant: str | None, as_printed: bool, construct=None):

@@ -26,12 +26,20 @@ families count the task's classes (no competitor left out); the claimed
 range lies inside the task's; the top-level claim, range and margin equal what it derived.  A
 task it has no dataset formula for is refused (exit 2): it cannot re-derive that proof.
 
+A multi-hop linear certificate for every hops ("kind": "every-hops", fixed k) holds per
+representative the copy and hop layers, the label for h = 1 and the label rule f on the labels
+reached: the checker applies the copy layer, then the hop layer again and again (the label following
+f) until a (stream, label) pair repeats, deciding every ReLU sign and margin on the way: the pairs
+follow one deterministic map, so the pairs seen are those of every h.
+
 A Theorem 1 certificate ("kind": "lemma4") is checked differently: the builder's rules as
 polynomials in h, L, M, every condition of the Lemma 4 derivation re-decided here (the slot
 offsets at 0, h + 1 and L - 1 composed from o(h)), the margin re-derived as a s w / m and the claim
 compared with Theorem 1's.
 
-What it takes on trust: that the tables (or rules) are the construction's at every size (the producer ran
+What it takes on trust: that the tables (or rules) are the construction's at every size (for every
+hops: that the model for h hops is the copy layer then the hop layer h times, and that the label
+rule is the representative's f) (the producer ran
 the builder with symbolic sizes; docs/all-sizes.md), and that a representative's stabilizer is the
 product of the symmetric groups of its point sets (how its point sets are defined).
 """
@@ -252,6 +260,9 @@ def conditions(fa, fb, pat, sizes, nv):
     return [sizes[s] - Poly.const(n, nv) for s, n in need.items()]
 
 
+MAX_HOPS = 10_000  # an every-hops certificate whose pairs do not repeat within this many hops is refused
+
+
 def check_point(pt: dict, ctx: Ctx, log, margins_seen: list) -> list:
     nv = ctx.nv
     rows = [tuple(f) for f in pt["rows"]]
@@ -278,8 +289,57 @@ def check_point(pt: dict, ctx: Ctx, log, margins_seen: list) -> list:
     W_O = table(pt["W_O"], classes, rows)
     H0 = table(pt["H0"], rows, cols)
     last = [c[0] for c in cols].index(pt["last"])
-    label = [c[0] for c in classes].index(pt["label"])
+    hops = "start" in pt  # every hops: layers (copy, hop), hop repeated h times for every h >= 1
+    names = [c[0] for c in classes]
+    if hops:
+        nxt = pt["next"]
+        if len(layers) != 2 or not isinstance(nxt, dict) or pt["start"] not in names or "label" in pt or any(
+                a not in names or b not in names or classes[names.index(a)][1] is not None
+                or classes[names.index(b)][1] is not None for a, b in nxt.items()) \
+                or classes[names.index(pt["start"])][1] is not None:
+            raise Invalid(f"representative {pt['representative']}: an every-hops point needs two layers (copy, hop), "
+                          "a start label and a label map on single classes")
+    label = names.index(pt["label"]) if not hops else None
     failures = []
+
+    def apply(H, layer, offsets, free):
+        add = {}
+        for qk, v in layer:
+            S = matmul(matmul(transpose(H), qk, cols, rows, rows, sizes, nv), H, cols, rows, cols, sizes, nv)
+            A = {}
+            for (j, k, p), val in S.items():
+                s = ctx.sign(val, offsets, free, conditions(cols[j], cols[k], p, sizes, nv))
+                if s in ("pos", "nonneg"):
+                    A[(j, k, p)] = val
+            out = matmul(matmul(v, H, rows, rows, cols, sizes, nv), A, rows, cols, cols, sizes, nv)
+            for key, val in out.items():
+                add[key] = add.get(key, Poly({}, nv)) + val
+        scale = Fraction(1, len(layer))
+        H = dict(H)
+        for key, val in add.items():
+            H[key] = H.get(key, Poly({}, nv)) + val * scale
+        return {k: v for k, v in H.items() if not v.is_zero()}
+
+    def margins_of(H, label):
+        logits = matmul(W_O, H, classes, rows, cols, sizes, nv)
+        per_class = {r: v for (r, c, p), v in logits.items() if c == last}
+        zero = Poly({}, nv)
+        got = {}
+        for r, (name, sort) in enumerate(classes):
+            if r == label:
+                continue
+            got[name] = (per_class.get(label, zero) - per_class.get(r, zero),
+                         [sizes[sort] - Poly.const(1, nv)] if sort is not None else [])
+        return got
+
+    def decide_margins(got, offsets, free, where=""):
+        for name, (poly, conds) in got.items():
+            s = ctx.sign(poly, offsets, free, conds)
+            if s != "absent":
+                sub = ctx.substitute(poly, offsets, free)
+                margins_seen.append(sub.const_term() if not sub.variables() else None)
+            if s not in ("pos", "absent"):
+                failures.append((pt["representative"], name + where, list(offsets), list(free), _text(poly, ctx), s))
 
     def run(node, offsets, free):
         if list(node["offsets"]) != list(offsets) or list(node["free"]) != list(free):
@@ -302,33 +362,31 @@ def check_point(pt: dict, ctx: Ctx, log, margins_seen: list) -> list:
             o[i] += at
             run(kids[at], o, list(free))
             return
+        if hops:
+            # S_h = Phi^h(copy(H0)) and label_h = f^(h-1)(start): one deterministic map on the pairs
+            # (S_h, label_h), so once a pair repeats every later pair is one already decided
+            H, lab, seen, h = apply(H0, layers[0], offsets, free), pt["start"], set(), 0
+            while True:
+                h += 1
+                if h > MAX_HOPS:
+                    raise Invalid(f"representative {pt['representative']}: no (stream, label) pair repeats "
+                                  f"within {MAX_HOPS} hops")
+                H = apply(H, layers[1], offsets, free)
+                if h > 1:
+                    if lab not in nxt:
+                        raise Invalid(f"representative {pt['representative']}: the label map has no image of {lab}")
+                    lab = nxt[lab]
+                key = (frozenset((k, frozenset(v.t.items())) for k, v in H.items()), lab)
+                if key in seen:
+                    break
+                seen.add(key)
+                decide_margins(margins_of(H, names.index(lab)), offsets, free, f" at h = {h}")
+            log.append(len(seen))
+            return
         H = H0
         for layer in layers:
-            add = {}
-            for qk, v in layer:
-                S = matmul(matmul(transpose(H), qk, cols, rows, rows, sizes, nv), H, cols, rows, cols, sizes, nv)
-                A = {}
-                for (j, k, p), val in S.items():
-                    s = ctx.sign(val, offsets, free, conditions(cols[j], cols[k], p, sizes, nv))
-                    if s in ("pos", "nonneg"):
-                        A[(j, k, p)] = val
-                out = matmul(matmul(v, H, rows, rows, cols, sizes, nv), A, rows, cols, cols, sizes, nv)
-                for key, val in out.items():
-                    add[key] = add.get(key, Poly({}, nv)) + val
-            scale = Fraction(1, len(layer))
-            H = dict(H)
-            for key, val in add.items():
-                H[key] = H.get(key, Poly({}, nv)) + val * scale
-            H = {k: v for k, v in H.items() if not v.is_zero()}
-        logits = matmul(W_O, H, classes, rows, cols, sizes, nv)
-        per_class = {r: v for (r, c, p), v in logits.items() if c == last}
-        zero = Poly({}, nv)
-        got = {}
-        for r, (name, sort) in enumerate(classes):
-            if r == label:
-                continue
-            got[name] = (per_class.get(label, zero) - per_class.get(r, zero),
-                         [sizes[sort] - Poly.const(1, nv)] if sort is not None else [])
+            H = apply(H, layer, offsets, free)
+        got = margins_of(H, label)
         want = node["margins"]
         if set(want) != set(got):
             raise Invalid("the margins name different classes")
@@ -337,12 +395,7 @@ def check_point(pt: dict, ctx: Ctx, log, margins_seen: list) -> list:
             # there contributes only through counts that vanish at the fixed value
             if ctx.substitute(Poly.parse(want[name]["value"], nv), offsets, free) != ctx.substitute(poly, offsets, free):
                 raise Invalid(f"margin against {name} differs from the certificate's on {offsets}/{free}")
-            s = ctx.sign(poly, offsets, free, conds)
-            if s != "absent":
-                sub = ctx.substitute(poly, offsets, free)
-                margins_seen.append(sub.const_term() if not sub.variables() else None)
-            if s not in ("pos", "absent"):
-                failures.append((pt["representative"], name, list(offsets), list(free), want[name]["text"], s))
+        decide_margins(got, offsets, free)
         log.append(1)
 
     root = pt["tree"]
@@ -507,7 +560,13 @@ def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
     """The orbit identity, the set sizes and the claim, re-derived; raises Invalid on any mismatch."""
     task = cert.get("task")
     fixed = cert.get("fixed") or {}
-    info = TASKS[task](fixed) if task in TASKS else None
+    every = _every(cert)
+    if every and (task != "multihop" or set(fixed) != {"k"} or any("start" not in p for p in cert["points"])):
+        raise Invalid("every hops is re-derived for multihop at a fixed k only, each point with its label rule")
+    if not every and any("start" in p for p in cert.get("points", [])):
+        raise Invalid("a point with a label rule in a certificate for one hop count")
+    # every hops: the dataset at (k, hops) has the same size for every hops (A(N, k) k^k k)
+    info = (TASKS[task]({**fixed, "hops": 1} if every else fixed)) if task in TASKS else None
     if info is None:
         raise Invalid(f"no dataset formula for task {task!r}" + (f" at {fixed}" if fixed else "")
                       + " here: the orbit identity cannot be re-derived")
@@ -579,14 +638,24 @@ def rederive(cert: dict, ctx: Ctx, data: dict) -> dict:
     want = (want[0] * extra, want[1], want[2], want[3])
     if total is None or total[2:] != want[2:] or total[0] * want[1] != want[0] * total[1]:
         raise Invalid("the orbits of the representatives do not add up to the task's dataset size (orbit identity)")
-    claim = "correct on every point for all " + ", ".join(_describe(*p) for p in ctx.params) + (
+    claim = "correct on every point for all " + ", ".join(every + [_describe(*p) for p in ctx.params]) + (
         " at " + ", ".join(f"{k}={v}" for k, v in fixed.items()) if fixed else "")
     for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
         if "claim" in obj and obj["claim"] != claim:
             raise Invalid(f"the {where}'s claim {obj['claim']!r} is not the one re-derived: {claim!r}")
-    if data is not cert and "all_sizes" in data and data["all_sizes"] != [_describe(*p) for p in ctx.params]:
+    if data is not cert and "all_sizes" in data and data["all_sizes"] != every + [_describe(*p) for p in ctx.params]:
         raise Invalid(f"the report's range {data['all_sizes']} is not the certificate's")
     return {"claim": claim}
+
+
+def _every(cert: dict) -> list:
+    """The parameters proven by periodicity, not as polynomial variables: [] or ["hops >= 1"]."""
+    every = cert.get("every")
+    if every is None and cert.get("kind") is None:
+        return []
+    if cert.get("kind") != "every-hops" or every != {"name": "hops", "base": 1}:
+        raise Invalid(f"unknown certificate kind {cert.get('kind')!r} / every {every!r}")
+    return ["hops >= 1"]
 
 
 def _root_offsets(pt: dict, ctx: Ctx) -> list:
@@ -769,8 +838,10 @@ def _main(argv) -> int:
               f"({s}) on region offsets {off} free {fr}")
         return 1
     print(f"{head}: valid; {_n(len(cert['points']), 'representative')}, {_n(len(leaves), 'leaf region')}, every ReLU sign "
-          f"and every margin re-decided; orbit identity, set sizes and claim re-derived; every margin > 0 for all "
-          + ", ".join(_describe(*p) for p in params) + f"; minimum margin {margin}")
+          "and every margin re-decided" + (f" ({_n(sum(leaves), '(stream, label) pair')}, hop after hop until each repeats)"
+                                          if _every(cert) else "")
+          + "; orbit identity, set sizes and claim re-derived; every margin > 0 for all "
+          + ", ".join(_every(cert) + [_describe(*p) for p in params]) + f"; minimum margin {margin}")
     return 0
 
 

@@ -680,10 +680,25 @@ def test_a_per_member_entry_is_refused_for_every_size():
     assert pcm.build(task, as_printed=True).model is not None
 
 
-@pytest.mark.parametrize("argv", [["tm", "--variant", "heads"], ["multihop", "--variant", "relu-and"]])
-def test_constructions_outside_the_method_are_said_so(argv, capsys):
+@pytest.mark.parametrize("argv,needle", [
+    (["tm", "--variant", "heads"], "overlap the token rows"),
+    (["multihop", "--variant", "relu-and"], "a head per entity"),
+    (["composition", "--L", "3", "--N", "2", "--variant", "linear"], "N, L finite-only: the orbits"),
+    (["composition", "--variant", "encoder-doubling"], "N, L finite-only: the orbits"),
+    (["parity", "--n", "5", "--variant", "count"], "n finite-only: layer 2 scores key j"),
+    (["mod-count", "--variant", "count"], "telescoping sum"),
+    (["parity", "--variant", "tree"], "n finite-only: the number of layers grows with n"),
+    (["word-problem", "--variant", "tree-mlp"], "ReLU MLP sublayers"),
+    (["reachability"], "V finite-only: the number of layers grows with V"),
+])
+def test_constructions_outside_the_method_are_said_so(argv, needle, capsys):
+    """Not covered: exit 3, never a proof, and the reason names the parameters left finite-only."""
     code, out, _ = run(argv + ["--all-sizes"], capsys)
     assert code == 3 and "NOT PROVEN FOR ALL SIZES" in out and "reason      not covered: " in out
+    assert needle in out, out
+    code, out, _ = run(argv + ["--all-sizes", "--json"], capsys)
+    info = json.loads(out)
+    assert code == 3 and info["verdict"] == "not_proven" and info.get("certificate") is None
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -1012,3 +1027,54 @@ def test_multihop_linear_every_hops_is_proven_and_its_description_names_values(c
     assert code == 3 and info["verdict"] == "partial" and info["all_sizes"] == ["hops >= 1", "N >= 2"], info.get("reason")
     for h, text in ((1, "1 hop layer of"), (3, "3 hop layers of")):
         assert text in registry.build(make_task("multihop", k=2, hops=h), "linear").description
+
+
+def test_rechecker_rederives_multihop_linear_for_every_hops(capsys, tmp_path):
+    """Multi-hop linear at a fixed k, every hops: the certificate holds per representative the copy
+    and hop layers, the label for h = 1 and the label rule f; the checker runs hop after hop until a
+    (stream, label) pair repeats and decides every margin. A label rule changed so the labels go
+    wrong from h = 3 on fails there, naming h = 3; a missing image, a dropped representative, an edited
+    claim, range, kind or margin is refused; a hop layer scaled by 1 - (N-2)(N-3)(N-4)/12 (= 1 at
+    N <= 4) is never valid."""
+    code, out, _ = run(["multihop", "--k", "2", "--variant", "linear", "--all-sizes", "--json"], capsys)
+    info = json.loads(out)
+    assert code == 3 and info["verdict"] == "partial" and info["certificate"]["kind"] == "every-hops"
+    rc, rout, err = recheck(tmp_path, info)
+    assert rc == 0, err
+    assert rout.strip() == (
+        "multihop linear at {'k': 2}: valid; 8 representatives, 8 leaf regions, every ReLU sign and every margin "
+        "re-decided (10 (stream, label) pairs, hop after hop until each repeats); orbit identity, set sizes and claim "
+        "re-derived; every margin > 0 for all hops >= 1, N >= 2; minimum margin 1")
+    with open(os.path.join(ROOT, "docs", "all-sizes.md")) as fh:
+        assert "    " + rout.strip() + "\n" in fh.read()
+    points = info["certificate"]["points"]
+    swap = next(i for i, p in enumerate(points) if len(p["next"]) == 2 and p["next"][p["start"]] != p["start"])
+    a = points[swap]["start"]
+    b = points[swap]["next"][a]
+    # a -> b -> b -> ...: the true labels alternate a, b, a, b: wrong from h = 3 on
+    rc, rout, err = recheck(tmp_path, _edit(info, ("certificate", "points", swap, "next"), {a: b, b: b}))
+    assert rc == 1 and "at h = 3" in rout, (rout, err)
+    rc, _, err = recheck(tmp_path, _edit(info, ("certificate", "points", swap, "next"), {a: b}))
+    assert rc == 2 and "no image" in err, err
+    for path, value, needle in (
+            (("certificate", "claim"), "correct on every point for all hops >= 2, N >= 2 at k=2", "claim"),
+            (("all_sizes",), ["N >= 2"], "range"),
+            (("certificate", "kind"), None, "kind"),
+            (("certificate", "every"), {"name": "hops", "base": 0}, "kind"),
+            (("certificate", "fixed"), {"k": 2, "hops": 3}, "every hops"),
+            (("margin",), "2", "margin")):
+        rc, _, err = recheck(tmp_path, _edit(info, path, value))
+        assert rc == 2 and needle in err, (path, err)
+    dropped = json.loads(json.dumps(info))
+    dropped["certificate"]["points"].pop(swap)
+    rc, _, err = recheck(tmp_path, dropped)
+    assert rc == 2 and "orbit identity" in err, err
+    # the hop layer's value halved beyond N = 4 only: (1 - (N-2)(N-3)(N-4)/12) on every W_V entry
+    bent = json.loads(json.dumps(info))
+    cubic = {0: 36, 1: -26, 2: 9, 3: -1}  # 12 - (N-2)(N-3)(N-4) = -N^3 + 9N^2 - 26N + 36
+    for p in bent["certificate"]["points"]:
+        for head in p["layers"][1]:
+            head["W_V"] = [[r, c, pat, [[[e + m[0]], str(Fraction(q, 12) * Fraction(v))] for (m, v) in terms
+                                        for e, q in cubic.items()]] for r, c, pat, terms in head["W_V"]]
+    rc, rout, err = recheck(tmp_path, bent)
+    assert rc == 2 and "a sign is not settled" in err, (rout, err)
