@@ -751,6 +751,7 @@ def decide(data: Data, task: str = "", sample: int | None = 256, seed: int = 0, 
     rng = random.Random(seed)
     out = {"token_out": token_out, "label_out": label_out}
     fits = []
+    notes: list[str] = []
     searched = 0
     for (n, last), members in sorted(data.groups.items(), key=lambda kv: (-len(kv[1]), kv[0][0])):
         memo = memorization_fit(data, members)
@@ -792,11 +793,15 @@ def decide(data: Data, task: str = "", sample: int | None = 256, seed: int = 0, 
         T = canonical_table(prob)
         if T is None:
             T = round_table(prob, x)
+            notes.append(f"group (length {n}, last {last!r}): the one-layer model is a rounded LP vertex, not "
+                         "the canonical least-norm table (too large for its exact re-solve, or the re-solve "
+                         "failed), so its heads and weights may differ between LP solver versions; its check "
+                         "is exact all the same")
         if T is None:
             raise RuntimeError(f"could not round the LP solution of group (length {n}, last {last!r}); please report")
         table = {(j, data.vocab[v]): tuple(int(t) for t in T[k]) for k, (j, v) in enumerate(prob.jv_keys)}
         fits.append(GroupFit(n, last, table))
-    return Decision(True, None, tuple(fits), searched, time.perf_counter() - t0)
+    return Decision(True, None, tuple(fits), searched, time.perf_counter() - t0, tuple(notes))
 
 
 def decide_by_class_pairs(data: Data, task: str = "", seed: int = 0, pairs: int = 12, max_points: int = 2000,

@@ -219,6 +219,24 @@ def test_cli_fittable_export_reloads_and_verifies(tmp_path, capsys):
     assert verify(model, task, progress=False).verified
 
 
+def test_a_model_from_a_rounded_lp_vertex_says_so(monkeypatch, capsys):
+    """Past the exact least-norm re-solve the printed model is a rounded LP vertex, which another
+    solver version may choose differently: the output says so (text and --json), and the model is
+    still checked exactly."""
+    from depthcert.cli.find_dependence import find_dependence_main
+    from depthcert.proofs import dependence
+
+    assert find_dependence_main(["--task", "icqa", "--k", "1", "--json"]) == 0
+    assert "notes" not in json.loads(capsys.readouterr().out)  # the canonical table: nothing to say
+    monkeypatch.setattr(dependence, "canonical_table", lambda prob: None)
+    assert find_dependence_main(["--task", "icqa", "--k", "1", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["model"]["verified"] is True
+    assert len(rep["notes"]) == 1 and "rounded LP vertex" in rep["notes"][0]
+    assert find_dependence_main(["--task", "icqa", "--k", "1"]) == 0
+    assert "note: group (length 5, last '='): the one-layer model is a rounded LP vertex" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--task", "nosuch"], "unknown task"),
     ([], "--task"),

@@ -226,6 +226,9 @@ def _find_dependence_guarded(args) -> int:
             lines.append(f"weights written to {args.export}")
         if args.out:
             lines.append("(--out: no certificate, the dataset is one-layer fittable)")
+    if dec.notes:  # how the search went where it matters for reading the answer (sampled classes, a rounded vertex)
+        report["notes"] = list(dec.notes)
+        lines += [f"note: {n}" for n in dec.notes]
     report["seconds"] = round(time.perf_counter() - t0, 3)
     lines.append(f"time: {report['seconds']:.2f} s")
     if args.json:
