@@ -584,7 +584,7 @@ class BallRun:
                         else:
                             stored.append((int(batch.index[j]), d))
                     fast = fast[~loose]
-                summary.add_correct(lo[fast], hi[fast], one_class=len(model.classes) == 1)
+                summary.add_correct(lo[fast], hi[fast], len(model.classes) == 1, batch.index[fast])
                 if not ordered and len(fast):
                     stored_fast.append((batch.index[fast], lo[fast], hi[fast]))
             checked += stop
@@ -602,9 +602,14 @@ class BallRun:
             for idx, lows, highs in stored_fast:
                 keep = np.ones(len(idx), dtype=bool) if first_wrong is None else np.asarray(idx) <= first_wrong
                 if keep.any():
-                    summary.add_correct(lows[keep], highs[keep], one_class=len(model.classes) == 1)
+                    summary.add_correct(lows[keep], highs[keep], len(model.classes) == 1, np.asarray(idx)[keep])
                     checked += int(keep.sum())
         return summary, checked, first_wrong
+
+    def enclosure_of(self, task, index: int):
+        """The margin enclosure (low, high) of one point decided again, or None (no margin known)."""
+        summary, _, _ = self.run(task.batches_of([index]))
+        return None if summary.low is None else (summary.low, summary.high)
 
     def decide_one(self, task, index: int):
         """One point's decision (rebuilding a sharded run's counterexample or undecided point)."""
@@ -668,7 +673,8 @@ def _verify_balls_sharded(model, task, plan, class_rows, tokens, force_exact, ba
     """Softmax models in chunks (checkers/shards.py): each chunk returns its summary (points
     checked, margin enclosure, first wrong index, undecided count and first undecided index);
     merged in index order as the exact runs are.  The counterexample and the first undecided
-    point are decided again here, from their one point."""
+    point are decided again here, from their one point; so are the points a journalled chunk names
+    for its enclosure ends (Journal.check_enclosure)."""
     from depthcert.checkers import shards
 
     chunk = chunk_points or shards.CHUNK_POINTS
@@ -692,8 +698,15 @@ def _verify_balls_sharded(model, task, plan, class_rows, tokens, force_exact, ba
         bar = tqdm(total=plan.n_eval, unit="pt", desc=f"verify {task.name} (softmax)", leave=False, file=sys.stderr)
     fresh = runner.run(spec, missing)
     results = shards.in_order(jobs, done, fresh, journal.record if journal is not None else None)
+    used = []  # the chunk results the merge used, in index order
+
+    def on_result(r):
+        used.append(r)
+        if bar is not None:
+            bar.update(r.checked)
+
     try:
-        merged = shards.merge_balls(results, (lambda r: bar.update(r.checked)) if bar is not None else None)
+        merged = shards.merge_balls(results, on_result)
     finally:
         results.close()
         fresh.close()
@@ -704,7 +717,7 @@ def _verify_balls_sharded(model, task, plan, class_rows, tokens, force_exact, ba
     summary = _BallSummary()
     summary.low, summary.high, summary.unknown, summary.n_undecided = low, high, unknown, n_undecided
     journalled = {key for key in done if key in journal_keys} if journal is not None else set()
-    re_decided = 0
+    re_decided = set()  # the journal-named points decided again
     for index, slot, what in ((bad_index, "wrong", "counterexample"), (undecided_index, "undecided", "undecided point")):
         if index < 0:
             continue
@@ -712,13 +725,21 @@ def _verify_balls_sharded(model, task, plan, class_rows, tokens, force_exact, ba
         if key in journalled:  # a point a journal line names: decided again, it must be what the line says
             one, _, _ = local.run(task.batches_of([index]))
             journal.check_decided(key, what, index, getattr(one, slot) is not None)
-            re_decided += 1
+            re_decided.add(index)
         setattr(summary, slot, (index, local.decide_one(task, index)))
+    boxes = {}  # the enclosure ends' points of the journalled chunks the merge used, decided again
+    for r in used:
+        if (r.lo, r.hi) in journalled and r.low is not None:
+            for index in (r.low_index, r.high_index):
+                if index not in boxes:
+                    boxes[index] = local.enclosure_of(task, index)
+            journal.check_enclosure((r.lo, r.hi), r, boxes[r.low_index], boxes[r.high_index])
+    re_decided |= set(boxes)
     notes, use = (), None
     if journal is not None:
         from depthcert.checkers.journal import JournalUse
 
-        use = JournalUse(journal_path, len(jobs), n_done, re_decided)
+        use = JournalUse(journal_path, len(jobs), n_done, len(re_decided))
         notes = (use.note(),)
     where = runner.describe()
     path = "certified float64 intervals, arb balls and exact ties, in chunks" + (f"; {where}" if where else "")
@@ -800,26 +821,35 @@ class _BallSummary:
 
     def __init__(self):
         self.low = self.high = None
+        self.low_index = self.high_index = -1  # the points whose enclosures give low and high
         self.unknown = False
         self.undecided = None
         self.n_undecided = 0
         self.wrong = None
 
-    def add_correct(self, lows, highs, one_class: bool = False) -> None:
-        """Points certified correct by the float64 intervals, their margins in [lows, highs]
-        (float64 ends, exact as dyadic rationals)."""
+    def add_correct(self, lows, highs, one_class: bool = False, indices=None) -> None:
+        """Points certified correct by the float64 intervals (dataset `indices`), their margins in
+        [lows, highs] (float64 ends, exact as dyadic rationals)."""
         if one_class or len(lows) == 0:
             return
-        lo, hi = Fraction(float(np.min(lows))), Fraction(float(np.min(highs)))
-        self.low = lo if self.low is None else min(self.low, lo)
-        self.high = hi if self.high is None else min(self.high, hi)
+        a, b = int(np.argmin(lows)), int(np.argmin(highs))
+        self._low(Fraction(float(lows[a])), -1 if indices is None else int(indices[a]))
+        self._high(Fraction(float(highs[b])), -1 if indices is None else int(indices[b]))
+
+    def _low(self, value, index: int) -> None:
+        if self.low is None or value < self.low:
+            self.low, self.low_index = value, index
+
+    def _high(self, value, index: int) -> None:
+        if self.high is None or value < self.high:
+            self.high, self.high_index = value, index
 
     def add(self, index: int, d) -> None:
         if d.margin is None:
             self.unknown = self.unknown or d.status != "correct"  # a single class has no margin
         else:
-            self.low = d.margin[0] if self.low is None else min(self.low, d.margin[0])
-            self.high = d.margin[1] if self.high is None else min(self.high, d.margin[1])
+            self._low(d.margin[0], index)
+            self._high(d.margin[1], index)
         if d.status == "undecided":
             self.n_undecided += 1
             if self.undecided is None or index < self.undecided[0]:

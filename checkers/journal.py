@@ -1,11 +1,15 @@
 """A journal of finished chunks, so an exhaustive run killed midway resumes where it stopped.
 
-    {"format": "depthcert.journal", "version": 2, "model": SHA256, "task": SHA256, "plan": SHA256,
+    {"format": "depthcert.journal", "version": 3, "model": SHA256, "task": SHA256, "plan": SHA256,
      "points": N, "chunk": C}                                              line 1: what the run is
     {"run": R, "lo": 0, "hi": 65536, "checked": 65536, "min_num": "0x3", "min_index": 17,
      "bad_index": -1, "batches": [32, 0], "sum": S}                       one line a chunk
-    {"run": R, "lo": 0, "hi": 65536, "checked": 65536, "low": "p/q", "high": "p/q", "unknown": false,
-     "bad_index": -1, "undecided": 0, "undecided_index": -1, "sum": S}     softmax models: the margin enclosure
+    {"run": R, "lo": 0, "hi": 65536, "checked": 65536, "low": "p/q", "high": "p/q", "low_index": 9,
+     "high_index": 40, "unknown": false, "bad_index": -1, "undecided": 0, "undecided_index": -1, "sum": S}
+                                                                          softmax models: the margin enclosure
+A softmax chunk's enclosure [low, high] is [least lower end, least upper end] of its checked
+points' enclosures: low_index is a point whose enclosure gives low, high_index one whose
+enclosure gives high (-1 both when the chunk has no enclosure).
 
 A softmax run's header also carries "options", the fingerprint of its ball precisions (they change
 what "undecided" means).
@@ -16,25 +20,34 @@ plan and chunking it was computed for), S the SHA-256 of the chunk line's canoni
 at most one partial last line (no newline), which is cut off on resuming and its chunk redone.
 
 Claim.  Nothing read from a journal is trusted as written.  A header for another model, task,
-plan or chunking, a header of another version (version 1 lines carry no checksum), a chunk line
-that is not valid JSON, belongs to another run (R differs: spliced from another journal), fails
-its checksum (edited by hand), names a chunk that is not one of this run's, repeats a chunk with
-other results, or whose counts do not add up (a chunk without failure checked every one of its
-points and has a positive margin; a failing chunk checked its points up to and including the
-failing one, whose margin is the chunk's minimum and is <= 0; the minimum-margin point lies among
-the checked ones; a softmax chunk without failure or undecided point has an enclosure of positive margins (its
-lower end rounded outward may be 0), a
-failing one an enclosure reaching 0 or below, its undecided count at most its checked points and
-its first undecided point among them) is refused with one line naming the journal line (BadInput: exit 2).  Beyond
-that, the verifier (checkers/exhaustive.py) re-evaluates, before printing anything, the recorded
-minimum-margin point of every chunk it takes from the journal and the recorded counterexample:
-each must have exactly the recorded margin (`Journal.check_point`).  A softmax run re-decides the
-recorded counterexample and first undecided point, which must be wrong and undecided again.
+plan or chunking, a header of another version (version 1 lines carry no checksum, version 2
+softmax lines do not name the points of their enclosure ends), a chunk line that is not valid
+JSON, belongs to another run (R differs: spliced from another journal), fails its checksum
+(edited by hand), names a chunk that is not one of this run's, repeats a chunk with other
+results, or whose counts do not add up (a chunk without failure checked every one of its points
+and has a positive margin; a failing chunk checked its points up to and including the failing
+one, whose margin is the chunk's minimum and is <= 0; the minimum-margin point lies among the
+checked ones; a softmax chunk without failure or undecided point has an enclosure of positive
+margins (its lower end rounded outward may be 0), a failing one an enclosure reaching 0 or
+below, its undecided count at most its checked points, its first undecided point and the points
+of its enclosure ends among them, those -1 exactly when it has no enclosure) is refused with one
+line naming the journal line (BadInput: exit 2).  Beyond that, the verifier
+(checkers/exhaustive.py) re-evaluates, before printing anything, the recorded minimum-margin
+point of every chunk it takes from the journal and the recorded counterexample: each must have
+exactly the recorded margin (`Journal.check_point`).  A softmax run re-decides the recorded
+counterexample and first undecided point, which must be wrong and undecided again, and the two
+points of the enclosure ends of every chunk it takes from the journal (the chunks the merge
+uses), one point at a time with the run's own precisions (`Journal.check_enclosure`): the
+high_index point's enclosure decided again must reach down to the recorded high or below (its
+margin can be <= high), and the low_index point's must reach up to the recorded low or above
+(its margin can be >= low); otherwise the line is refused the same way.  These check that the
+ends could be true; they are not recomputed from the two points.
 
 Limit.  A journal whose lines were rewritten with recomputed checksums and a recorded minimum
-that a real point of the chunk attains can still claim that chunk's other points pass: the
-checksum detects corruption, edits and splices, not a forger with the source code.  Resume only
-journals this tool wrote.
+that a real point of the chunk attains (softmax: ends that the two named points' enclosures,
+decided again, do not rule out) can still claim that chunk's other points pass, and (softmax) a
+low above the true minimum of the chunk's other points: the checksum detects corruption, edits
+and splices, not a forger with the source code.  Resume only journals this tool wrote.
 """
 from __future__ import annotations
 
@@ -51,11 +64,11 @@ import numpy as np
 from depthcert.checkers.errors import BadInput
 
 FORMAT = "depthcert.journal"
-VERSION = 2
+VERSION = 3
 _HEX = re.compile(r"^-?0x[0-9a-f]+$")  # margins in hexadecimal: no limit on digits, linear time
 _CHUNK_KEYS = ("run", "lo", "hi", "checked", "min_num", "min_index", "bad_index", "batches", "sum")
-_BALL_KEYS = ("run", "lo", "hi", "checked", "low", "high", "unknown", "bad_index", "undecided", "undecided_index",
-              "sum")
+_BALL_KEYS = ("run", "lo", "hi", "checked", "low", "high", "low_index", "high_index", "unknown", "bad_index",
+              "undecided", "undecided_index", "sum")
 _RATIONAL = re.compile(r"^-?[0-9]{1,5000}(/[0-9]{1,5000})?$")  # an enclosure end: exact dyadic text
 
 
@@ -194,8 +207,8 @@ class Journal:
             raise BadInput(f"journal {path} line 1: not a depthcert journal")
         if head.get("version") != VERSION:
             raise BadInput(f"journal {path} line 1: version {head.get('version')!r}; this depthcert reads version "
-                           f"{VERSION} only (version 1 chunk lines carry no fingerprint or checksum): start a new "
-                           "journal file")
+                           f"{VERSION} only (version 1 chunk lines carry no fingerprint or checksum, version 2 softmax "
+                           "lines do not name the points of their margin enclosure): start a new journal file")
         for key in ("model", "task", "plan", "points", "chunk", "options"):
             if head.get(key) != self.header.get(key):
                 raise BadInput(f"journal {path} was written for another {key} (its fingerprint differs); "
@@ -247,7 +260,7 @@ class Journal:
         from depthcert.checkers.shards import BallChunkResult
 
         self._check_signed(r, _BALL_KEYS, "softmax chunk line", where)
-        ints = ("lo", "hi", "checked", "bad_index", "undecided", "undecided_index")
+        ints = ("lo", "hi", "checked", "bad_index", "undecided", "undecided_index", "low_index", "high_index")
         if not all(type(r[k]) is int for k in ints) or type(r["unknown"]) is not bool:
             raise BadInput(f"{where}: {', '.join(ints)} must be integers and unknown true or false")
         ends = []
@@ -258,7 +271,7 @@ class Journal:
         if (ends[0] is None) != (ends[1] is None) or (ends[0] is not None and ends[0] > ends[1]):
             raise BadInput(f"{where}: low and high must both be given, low <= high, or both null")
         res = BallChunkResult(r["lo"], r["hi"], r["checked"], ends[0], ends[1], r["unknown"], r["bad_index"],
-                              r["undecided"], r["undecided_index"])
+                              r["undecided"], r["undecided_index"], r["low_index"], r["high_index"])
         problem = self._counts(res) or self._ball_consistency(res)
         if problem:
             raise BadInput(f"{where}: {problem}")
@@ -271,6 +284,10 @@ class Journal:
         if (res.n_undecided > 0) != (res.undecided_index >= 0) or (
                 res.undecided_index >= 0 and not _contains(checked, res.undecided_index)):
             return f"the first undecided point {res.undecided_index} does not match the undecided count or chunk"
+        for end, index in (("low", res.low_index), ("high", res.high_index)):
+            if (index == -1) != (res.low is None) or (index != -1 and not _contains(checked, index)):
+                return (f"the point {index} of the enclosure's {end} end is not among the chunk's checked points "
+                        "(-1 only when the chunk has no enclosure)")
         if self.single_class or res.low is None:
             return ""
         if res.bad_index < 0 and res.n_undecided == 0 and not res.unknown and (res.low < 0 or res.high <= 0):
@@ -302,6 +319,20 @@ class Journal:
         if not ok:
             raise BadInput(f"journal {self.path} line {self.line_of[key]}: {what} {index} decided again is not "
                            "what the journal records: the line is not this run's result")
+
+    def check_enclosure(self, key, res, low_box, high_box) -> None:
+        """A journal-sourced softmax chunk's enclosure ends against its two named points decided
+        again (`low_box`, `high_box`: their enclosures (lo, hi), None when none is known): the
+        high_index point's must reach down to the recorded high, the low_index point's up to the
+        recorded low (the module docstring's Claim)."""
+        for end, index, box, ok in (
+                ("high", res.high_index, high_box, high_box is not None and high_box[0] <= res.high),
+                ("low", res.low_index, low_box, low_box is not None and low_box[1] >= res.low)):
+            if not ok:
+                got = "no margin enclosure" if box is None else f"margin in [{float(box[0]):.6g}, {float(box[1]):.6g}]"
+                raise BadInput(f"journal {self.path} line {self.line_of[key]}: point {index} of the chunk's recorded "
+                               f"margin {end} {float(getattr(res, end)):.6g}, decided again, has {got}, not what the "
+                               "journal records: the line is not this run's result")
 
     def inconsistency(self, res) -> str:
         """What does not add up in a chunk result of this run ('' when nothing)."""
@@ -340,7 +371,8 @@ class Journal:
         if hasattr(res, "n_undecided"):  # a softmax chunk
             q = (lambda x: None if x is None else str(x))
             obj = {"run": self.run_id, "lo": res.lo, "hi": res.hi, "checked": res.checked, "low": q(res.low),
-                   "high": q(res.high), "unknown": bool(res.unknown), "bad_index": res.bad_index,
+                   "high": q(res.high), "low_index": res.low_index, "high_index": res.high_index,
+                   "unknown": bool(res.unknown), "bad_index": res.bad_index,
                    "undecided": res.n_undecided, "undecided_index": res.undecided_index}
             obj["sum"] = line_checksum(obj)
             self._append(obj)

@@ -65,7 +65,9 @@ class Spec:
 class BallChunkResult:
     """A softmax chunk: points checked (up to and including its first wrong point), the margin
     enclosure over them (exact dyadic ends; None when no margin is known), whether some point's
-    margin is unknown, the first wrong index, the undecided count and the first undecided index."""
+    margin is unknown, the first wrong index, the undecided count and the first undecided index,
+    and the points whose enclosures give the chunk's low and high ends (-1 when no margin is known:
+    the chunk's enclosure is [least lower end, least upper end], possibly of two points)."""
 
     lo: int
     hi: int
@@ -76,6 +78,8 @@ class BallChunkResult:
     bad_index: int
     n_undecided: int
     undecided_index: int
+    low_index: int = -1
+    high_index: int = -1
 
 
 _CACHE: dict = {}
@@ -115,7 +119,8 @@ def run_ball_chunk(spec: Spec, job: Job) -> BallChunkResult:
     summary, checked, first_wrong = run.run(batches)
     return BallChunkResult(job.lo, job.hi, checked, summary.low, summary.high, summary.unknown,
                            -1 if first_wrong is None else first_wrong, summary.n_undecided,
-                           -1 if summary.undecided is None else summary.undecided[0])
+                           -1 if summary.undecided is None else summary.undecided[0], summary.low_index,
+                           summary.high_index)
 
 
 def merge_balls(results: Iterable[BallChunkResult], on_result=None) -> tuple:

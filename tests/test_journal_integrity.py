@@ -180,7 +180,7 @@ def test_chunk_not_of_this_run(capsys, files, lo, hi):
     ({"bad_index": -2}, "neither -1"),
     ({"batches": [-1, 0]}, "batches two counts"),
     ({"lo": "500"}, "must be integers"),
-    ({"extra": 1}, "not a chunk line of journal version 2"),
+    ({"extra": 1}, "not a chunk line of journal version 3"),
 ], ids=lambda x: json.dumps(x) if isinstance(x, dict) else None)
 def test_malformed_fields_with_checksum_recomputed(capsys, files, changes, needle):
     tmp, w = files
@@ -197,7 +197,7 @@ def test_repeated_chunk_with_other_results(capsys, files):
     refused(capsys, w["good"], j, 6, "already recorded on line 3")
 
 
-@pytest.mark.parametrize("version", [1, 3, "2"])
+@pytest.mark.parametrize("version", [1, 2, 4, "3"])
 def test_other_version(capsys, files, version):
     tmp, w = files
     j, lines = written(capsys, tmp, w["good"])

@@ -346,7 +346,14 @@ def test_sharded_and_journalled_softmax_runs_give_the_single_process_verdict(tmp
     again = verify(model, task, progress=False, journal=j, chunk_points=17)  # every chunk from the journal
     n_journalled = 1 if wrong else 7  # a refuted run stops after its first (failing) chunk
     assert _same(again, one) and f"{n_journalled} of 7 chunks came from the journal" in again.notes[-1]
-    assert again.journal.re_evaluated == (1 if wrong else 0)  # the journal's counterexample decided again
+    # decided again: the journal's counterexample and every used chunk's enclosure-end points
+    import json
+
+    lines = [json.loads(x) for x in open(j).read().splitlines()[1:]]
+    named = {p for r in lines[:n_journalled] for p in (r["low_index"], r["high_index"])}
+    named |= {lines[0]["bad_index"]} if wrong else set()
+    assert again.journal.re_evaluated == len(named) >= n_journalled, (again.journal, named)
+    assert all(r["lo"] <= r["low_index"] < r["hi"] and r["lo"] <= r["high_index"] < r["hi"] for r in lines)
     # forked workers (not after JAX was imported by the tracr tests: forking a multithreaded
     # process may deadlock); otherwise the same chunks in this process
     import sys
@@ -381,6 +388,109 @@ def test_softmax_journal_lines_cannot_lie(tmp_path):
     j.write_text("\n".join([lines[0], json.dumps(forged)] + lines[2:]) + "\n")
     with pytest.raises(BadInput, match="line 2: counterexample 16 decided again is not what the journal records"):
         verify(model, task, progress=False, journal=str(j), chunk_points=17)
+
+
+def _forge(j, number: int, **changes):
+    """Line `number` of journal `j` rewritten with `changes` and its checksum recomputed."""
+    import json
+
+    from depthcert.checkers.journal import line_checksum
+
+    lines = j.read_text().splitlines()
+    obj = dict(json.loads(lines[number - 1]), **changes)
+    obj["sum"] = line_checksum(obj)
+    lines[number - 1] = json.dumps(obj)
+    j.write_text("\n".join(lines) + "\n")
+    return obj
+
+
+@pytest.mark.parametrize("number", [2, 5])
+def test_softmax_journal_margin_enclosure_cannot_lie(tmp_path, number):
+    """A verified softmax run's chunk line rewritten with its checksum recomputed to a margin
+    enclosure no point of the chunk has: [10^-6, 2 10^-6] (the true margins are about 1) is
+    refused, because the point the line names for its high end, decided again, has a margin
+    above 2 10^-6; ends raised above the named point's enclosure are refused because the point
+    named for the low end has a margin below the recorded low.  Never printed as VERIFIED with
+    the forged margin."""
+    import json
+
+    from depthcert.checkers.errors import BadInput
+
+    model, task = _icqa_softmax(64)
+    j = tmp_path / "run.journal"
+    fresh = verify(model, task, progress=False, journal=str(j), chunk_points=17)
+    assert fresh.verdict == "verified" and fresh.margin_enclosure[0] > Fraction(1, 2), fresh
+    honest = j.read_text()
+    line = json.loads(honest.splitlines()[number - 1])
+    _forge(j, number, low="1/1000000", high="1/500000")
+    with pytest.raises(BadInput, match=rf"line {number}: point {line['high_index']} of the chunk's recorded "
+                                       r"margin high 2e-06, decided again, has margin in \[.*not what the journal records"):
+        verify(model, task, progress=False, journal=str(j), chunk_points=17)
+    raised = 2 * Fraction(line["high"])  # above the named points' margins, both ends
+    j.write_text(honest)
+    _forge(j, number, low=str(raised), high=str(raised))
+    with pytest.raises(BadInput, match=rf"line {number}: point {line['low_index']} of the chunk's recorded margin low"):
+        verify(model, task, progress=False, journal=str(j), chunk_points=17)
+    # the honest journal resumes to the fresh run's verdict and enclosure
+    j.write_text(honest)
+    again = verify(model, task, progress=False, journal=str(j), chunk_points=17)
+    assert _same(again, fresh) and again.journal.from_journal == 7
+
+
+@pytest.mark.parametrize("changes, needle", [
+    (lambda r: {"low_index": r["hi"]}, "is not among the chunk's checked points"),
+    (lambda r: {"high_index": -1}, "-1 only when the chunk has no enclosure"),
+    (lambda r: {"low_index": str(r["low_index"])}, "must be integers"),
+    (lambda r: {"high_index": None}, "must be integers"),
+    (lambda r: {"low_index": None, "high_index": None, "extra": 0}, "not a softmax chunk line of journal version 3"),
+])
+def test_softmax_journal_enclosure_points_are_validated(tmp_path, changes, needle):
+    import json
+
+    from depthcert.checkers.errors import BadInput
+
+    model, task = _icqa_softmax(64)
+    j = tmp_path / "run.journal"
+    verify(model, task, progress=False, journal=str(j), chunk_points=17)
+    _forge(j, 3, **changes(json.loads(j.read_text().splitlines()[2])))
+    with pytest.raises(BadInput, match=f"line 3: .*{needle}"):
+        verify(model, task, progress=False, journal=str(j), chunk_points=17)
+
+
+def test_forged_enclosure_through_the_cli_is_exit_2(tmp_path, capsys):
+    """verify-construction --weights FILE --journal FILE on the softmax model: the forged line
+    gives exit 2 and one line, nothing on stdout."""
+    from depthcert.checkers.weights_file import model_to_json
+    from depthcert.cli import verify_construction as cli
+    import json
+
+    model, task = _icqa_softmax(64)
+    w = tmp_path / "w.json"
+    w.write_text(json.dumps(model_to_json(model)))
+    j = tmp_path / "run.journal"
+    argv = ["icqa", "--k", "3", "--n-questions", "3", "--n-answers", "3", "--weights", str(w), "--journal", str(j),
+            "--chunk-points", "17", "--workers", "1", "--symmetry", "off"]
+    assert cli.run_main(cli._verify_construction, argv) == 0
+    honest_out = capsys.readouterr().out
+    assert "VERIFIED" in honest_out
+    assert cli.run_main(cli._verify_construction, argv) == 0  # resumed: the same verdict line
+    assert capsys.readouterr().out.splitlines()[0] == honest_out.splitlines()[0]
+    _forge(j, 4, low="1/1000000", high="1/500000")
+    assert cli.run_main(cli._verify_construction, argv) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and "line 4: point" in out.err, out
+    assert "not what the journal records" in out.err
+
+
+def test_summary_names_the_points_of_both_ends():
+    """[least lower end, least upper end] may come from two points; each end names its own."""
+    from depthcert.checkers.exhaustive import _BallSummary
+
+    s = _BallSummary()
+    s.add_correct(np.array([0.5, 0.25, 0.75]), np.array([0.5, 2.0, 0.625]), False, np.array([10, 11, 12]))
+    assert (s.low, s.high, s.low_index, s.high_index) == (Fraction(1, 4), Fraction(1, 2), 11, 10)
+    s.add_correct(np.array([0.375]), np.array([0.4375]), False, np.array([13]))
+    assert (s.low, s.high, s.low_index, s.high_index) == (Fraction(1, 4), Fraction(7, 16), 11, 13)
 
 
 # ---- overflow inside a float sum: the enclosure says nothing, the point must go to the balls
