@@ -48,18 +48,15 @@ class ChunkAccuracy:
     margin: tuple[Fraction, Fraction] | None  # encloses the minimum margin over the correct points
     by_tables: int = 0  # points decided by the certified float64 tables or intervals
     by_balls: int = 0  # points decided (or left undecided) in arb
+    low_index: int = -1  # a correct point whose enclosure gives the margin's lower end (-1: no margin)
+    high_index: int = -1  # one whose enclosure gives its upper end
 
     def to_json(self) -> dict:
         return {"lo": self.lo, "hi": self.hi, "correct": self.correct, "wrong": [int(i) for i in self.wrong],
                 "undecided": [int(i) for i in self.undecided],
                 "margin": None if self.margin is None else [str(self.margin[0]), str(self.margin[1])],
+                "low_index": self.low_index, "high_index": self.high_index,
                 "by_tables": self.by_tables, "by_balls": self.by_balls}
-
-    @classmethod
-    def from_json(cls, r: dict) -> "ChunkAccuracy":
-        m = r["margin"]
-        return cls(int(r["lo"]), int(r["hi"]), int(r["correct"]), _indices(r["wrong"]), _indices(r["undecided"]), None if m is None else (Fraction(m[0]), Fraction(m[1])),
-                   int(r.get("by_tables", 0)), int(r.get("by_balls", 0)))
 
 
 @dataclass(frozen=True)
@@ -90,6 +87,25 @@ class AccuracyVerdict:
 
 def _indices(values) -> np.ndarray:
     return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+class _Least:
+    """[least lower end, least upper end] of correct points' margin enclosures, and the points
+    giving each end."""
+
+    def __init__(self):
+        self.margin, self.low_index, self.high_index = None, -1, -1
+
+    def add(self, low, high, low_index: int, high_index: int) -> None:
+        if self.margin is None:
+            self.margin, self.low_index, self.high_index = (low, high), int(low_index), int(high_index)
+            return
+        a, b = self.margin
+        if low < a:
+            a, self.low_index = low, int(low_index)
+        if high < b:
+            b, self.high_index = high, int(high_index)
+        self.margin = (a, b)
 
 
 def _min_enclosure(a, b):
@@ -161,7 +177,7 @@ class PointDecider:
         return self._tables[n]
 
     def chunk(self, lo: int, hi: int, batch_size: int = 8192) -> ChunkAccuracy:
-        correct, wrong, undecided, margin = 0, [], [], None
+        correct, wrong, undecided, least = 0, [], [], _Least()
         by_tables = by_balls = 0
         for batch in self.task.batches(batch_size, lo, hi):
             ids = batch.ids if self.tokens is None else self.tokens[batch.ids]
@@ -169,7 +185,8 @@ class PointDecider:
                 c, w, m = self._exact_batch(batch, ids)
                 correct += c
                 wrong.extend(w)
-                margin = _min_enclosure(margin, m)
+                if m is not None:
+                    least.add(m[0], m[0], m[1], m[1])
                 continue
             todo = np.arange(len(batch.index))
             tab = self._table(ids.shape[1]) if self.table_reason is None else None
@@ -180,10 +197,11 @@ class PointDecider:
                 wrong.extend(int(i) for i in batch.index[status == 0])
                 by_tables += int((status >= 0).sum())
                 if ok.any():
-                    low = float(mhat[ok].min())
+                    j = int(np.argmin(mhat[ok]))
+                    low, at = float(mhat[ok][j]), int(batch.index[ok][j])
                     # low -/+ tau rounded outward (one rounding, then one float further out)
-                    margin = _min_enclosure(margin, (Fraction(float(np.nextafter(low - tab.tau, -np.inf))),
-                                                     Fraction(float(np.nextafter(low + tab.tau, np.inf)))))
+                    least.add(Fraction(float(np.nextafter(low - tab.tau, -np.inf))),
+                              Fraction(float(np.nextafter(low + tab.tau, np.inf))), at, at)
                 todo = np.nonzero(status < 0)[0]
             elif self._interval_forward() is not None:
                 Hnum, den = self.prefix.logits_all(ids)
@@ -199,17 +217,18 @@ class PointDecider:
                 wrong.extend(int(i) for i in batch.index[status == -1])
                 by_tables += int((status != 0).sum())
                 if ok.any():
-                    margin = _min_enclosure(margin, (Fraction(float(lo_m[ok].min())), Fraction(float(hi_m[ok].min()))))
+                    a, b = int(np.argmin(lo_m[ok])), int(np.argmin(hi_m[ok]))
+                    least.add(Fraction(float(lo_m[ok][a])), Fraction(float(hi_m[ok][b])), int(batch.index[ok][a]),
+                              int(batch.index[ok][b]))
                 todo = np.nonzero(status == 0)[0]
             if len(todo):
-                c, w, u, m = self._ball_points(batch, ids, todo)
+                c, w, u = self._ball_points(batch, ids, todo, least)
                 correct += c
                 wrong.extend(w)
                 undecided.extend(u)
                 by_balls += len(todo)
-                margin = _min_enclosure(margin, m)
-        return ChunkAccuracy(lo, hi, correct, _indices(sorted(wrong)), _indices(sorted(undecided)), margin,
-                             by_tables, by_balls)
+        return ChunkAccuracy(lo, hi, correct, _indices(sorted(wrong)), _indices(sorted(undecided)), least.margin,
+                             by_tables, by_balls, least.low_index, least.high_index)
 
     def _exact_batch(self, batch, ids):
         from depthcert.checkers.exhaustive import check_batch
@@ -223,27 +242,27 @@ class PointDecider:
         good = [m for m, b in zip(margins, bad) if not b]
         m = None
         if good:
-            low = Fraction(int(min(good)), den)
-            m = (low, low)
+            j = min(range(len(good)), key=lambda k: good[k])
+            m = (Fraction(int(good[j]), den), int(batch.index[~bad][j]))
         return int((~bad).sum()), [int(i) for i in batch.index[bad]], m
 
-    def _ball_points(self, batch, ids, rows):
+    def _ball_points(self, batch, ids, rows, least):
         from depthcert.checkers.exhaustive import _ball_labels
 
         Hnum, den = self.prefix.logits_all(ids[rows])
         n = ids.shape[1]
-        correct, wrong, undecided, margin = 0, [], [], None
+        correct, wrong, undecided = 0, [], []
         for k, i in enumerate(rows):
             d = self.decider.decide(Hnum[k], den, _ball_labels(batch.labels[i], self.class_rows, n))
             if d.status == "correct":
                 correct += 1
                 if d.margin is not None:
-                    margin = _min_enclosure(margin, d.margin)
+                    least.add(d.margin[0], d.margin[1], int(batch.index[i]), int(batch.index[i]))
             elif d.status == "wrong":
                 wrong.append(int(batch.index[i]))
             else:
                 undecided.append(int(batch.index[i]))
-        return correct, wrong, undecided, margin
+        return correct, wrong, undecided
 
 
 def merge(task, results, path: str, seconds: float, notes=()) -> AccuracyVerdict:

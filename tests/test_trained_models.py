@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -326,6 +327,69 @@ def test_journal_resumes_to_the_same_counts(tmp_path, capsys):
     other = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "3", "--chunk-points", "1000", "--journal", j]
     code, _, err = run(other, capsys)
     assert code == 2 and "another" in err
+
+
+def _journal_lines(j):
+    return [json.loads(x) for x in open(j).read().splitlines()]
+
+
+def _rewrite(j, number: int, resum: bool, **changes):
+    """Line `number` of journal `j` with `changes`, its checksum recomputed when `resum`."""
+    from depthcert.checkers.journal import line_checksum
+
+    lines = open(j).read().splitlines()
+    obj = dict(json.loads(lines[number - 1]), **changes)
+    if resum:
+        obj["sum"] = line_checksum(obj)
+    lines[number - 1] = json.dumps(obj)
+    open(j, "w").write("\n".join(lines) + "\n")
+    return obj
+
+
+@pytest.mark.parametrize("edit, resum, needle", [
+    (lambda r: {"margin": ["1/1000000", "1/500000"]}, True, "recorded margin upper end 2e-06, decided again, has "
+                                                            "margin in"),
+    (lambda r: {"margin": [str(2 * Fraction(r["margin"][1]))] * 2}, True, "recorded margin lower end"),
+    (lambda r: {"wrong": r["wrong"][1:], "correct": r["correct"] + 1}, False, "checksum mismatch"),
+    (lambda r: {"correct": r["correct"] + 1}, True, "do not add up"),
+    (lambda r: {"low_index": r["wrong"][0]}, True, "is not a correct point of the chunk"),
+    (lambda r: {"high_index": -1}, True, "is not a correct point of the chunk"),
+    (lambda r: {"high_index": str(r["high_index"])}, True, "must be integers"),
+    (lambda r: {"wrong": r["wrong"][::-1]}, True, "increasing"),
+    (lambda r: {"run": "0" * 64}, True, "another run"),
+])
+def test_journal_lines_cannot_lie(tmp_path, capsys, edit, resum, needle):
+    """A verify-model journal line edited (raw: the checksum catches it; with the checksum
+    recomputed: the validation, or the margin's two named points decided again, catch it) gives
+    exit 2 and one line naming the journal line, never the forged accuracy or margin."""
+    j = str(tmp_path / "run.journal")
+    argv = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--chunk-points", "1000", "--json", "--journal", j]
+    code, out1, _ = run(argv, capsys)
+    assert code == 0
+    line = _journal_lines(j)[2]
+    assert line["wrong"] and line["margin"] and line["lo"] <= line["low_index"] < line["hi"]
+    _rewrite(j, 3, resum, **edit(line))
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
+    assert err.startswith(f"error: journal {j} line 3: ") and needle in err, err
+
+
+def test_honest_journal_resumes_and_old_version_is_refused(tmp_path, capsys):
+    """Resumed from every chunk: the same counts, wrong points and margin as a fresh run; the
+    margin points of every chunk are decided again (nothing else).  A version 1 header is refused."""
+    j = str(tmp_path / "run.journal")
+    argv = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--chunk-points", "700", "--json", "--journal", j]
+    code, out1, _ = run(argv, capsys)
+    code2, out2, err = run(argv, capsys)
+    a, b = json.loads(out1), json.loads(out2)
+    assert code == code2 == 0 and err == ""
+    assert (a["correct"], a["wrong"], a["min_margin"]) == (b["correct"], b["wrong"], b["min_margin"])
+    lines = _journal_lines(j)
+    assert len(lines) == 1 + 6 and lines[0]["version"] == 2
+    lines[0]["version"] = 1
+    open(j, "w").write("\n".join(json.dumps(x) for x in lines) + "\n")
+    code, out, err = run(argv, capsys)
+    assert code == 2 and "version 1" in err and "start a new journal file" in err
 
 
 # ---------------------------------------------------------------------------- TransformerLens out

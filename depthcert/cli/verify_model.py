@@ -82,6 +82,13 @@ def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str |
         jr = AccuracyJournal(journal, model, task, {k: str(v) for k, v in sorted(opts.items())}, chunk_points)
     todo = [c for c in chunks(task.size, chunk_points) if jr is None or c not in jr.done]
     results = [] if jr is None else list(jr.done.values())
+    boxes = {}  # the margin-end points of the journalled chunks, decided again before anything is printed
+    for r in results:
+        if r.margin is not None:
+            for i in (r.low_index, r.high_index):
+                if i not in boxes:
+                    boxes[i] = dec.chunk(i, i + 1, 1).margin
+            jr.check_enclosure(r, boxes[r.low_index], boxes[r.high_index])
     bar = None
     if progress:
         from tqdm import tqdm
