@@ -222,12 +222,14 @@ class BallForward:
         operands known exactly) is computed without error."""
         if not x.is_exact():
             return False
-        m, e = x.mid().man_exp()
-        q = Fraction(int(m)) * Fraction(2) ** int(e)
-        try:
-            return self.fmt.round(q) == q
-        except ValueError:  # beyond the largest finite number
-            return False
+        m, e = x.mid().man_exp()  # x = m 2^e, m odd (or 0)
+        m, e = abs(int(m)), int(e)
+        if m == 0:
+            return True
+        p, fmt = self.fmt.significand_bits, self.fmt
+        # p significant bits at most, no bit below the smallest subnormal, at most the largest finite
+        return (m.bit_length() <= p and e >= fmt.min_exponent - p + 1
+                and (e >= 0 and m << e <= fmt.max_finite or e < 0 and m <= fmt.max_finite * 2**-e))
 
     def _check_range(self, M) -> None:
         """Record a possible overflow when an entry of M may reach the format's largest finite number."""

@@ -265,3 +265,25 @@ def test_float16_certified_claims_hold_on_every_point():
             assert Fraction(float(_float16_margin(m, ids, list(m.classes).index(label)))) >= low
     icqa = make_task("icqa", k=2)
     assert Fraction(rb.formats(registry.build(icqa).model, icqa)["bfloat16"]["worst_margin_lower"]) == 3
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_representable_agrees_with_the_format_rounding(name):
+    # the integer test of "a value of the format" against rounding in Fractions, across the range
+    from flint import arb, fmpq
+
+    fmt = FORMATS[name]
+    bf = BallForward(registry.build(make_task("icqa", k=2)).model, fmt=fmt)
+    rng = np.random.default_rng(2)
+    p, lo = fmt.significand_bits, fmt.min_exponent - fmt.significand_bits + 1
+    qs = [fmt.max_finite, fmt.max_finite + Fraction(2) ** (fmt.max_finite.numerator.bit_length() - p),
+          Fraction(2) ** lo, Fraction(2) ** (lo - 1), Fraction(3) * Fraction(2) ** lo, Fraction(2**p + 1)]
+    qs += [Fraction(int(rng.integers(1, 2**int(rng.integers(1, 30))))) * Fraction(2) ** int(rng.integers(-160, 140))
+           for _ in range(3000)]
+    for q in qs:
+        try:
+            want = fmt.round(q) == q
+        except ValueError:
+            want = False
+        assert bf._representable(arb(fmpq(q.numerator, q.denominator))) == want
+        assert bf._representable(arb(fmpq(-q.numerator, q.denominator))) == want
