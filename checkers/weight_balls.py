@@ -19,7 +19,8 @@
    result's enclosure).  Either way the point is not certified.  An operation on values known
    exactly (zero-radius balls) whose exact result, and for a dot product every product and
    partial sum in any order, is a value of the format is computed without error: no bound is
-   added there (small-integer constructions are then computed exactly, as a float run does).  A point is
+   added there (small-integer constructions are then computed exactly, as a float run does).
+   The 1/m of a layer's m heads is one rounded division of the heads' sum.  A point is
    certified when its label's logit enclosure lies strictly above every other logit's.
 
 Supported: relu attention (the paper's class), causal masks, ReLU MLPs, the constant row,
@@ -270,9 +271,7 @@ class BallForward:
                                      for j in range(n)])
                         U = self._dot_err(self._dot_err(V, H, d), A, n)
                         total = U if total is None else self._op_err(total + U)
-                    upd = total * _arb(Fraction(1, m)) if m > 1 else total
-                    if m > 1:
-                        upd = self._op_err(upd)
+                    upd = self._op_err(_divide(total, m)) if m > 1 else total
                     H = self._op_err(H + upd)
                     over = over or self._overflow(H)
                 if mlp is not None:
@@ -323,6 +322,28 @@ class BallForward:
             return (Fraction(0) if low is None else low), over
         finally:
             flint.ctx.prec = prev
+
+
+def _divide(M, m: int):
+    """M / m entrywise (the 1/m of a layer's heads, one rounded division in a format): an exact
+    entry gives the exact quotient's enclosure (an exact point when the quotient is dyadic, so a
+    quotient that is a value of the format adds no rounding bound), others M * [1/m]."""
+    from flint import arb_mat
+
+    inv = _arb(Fraction(1, m))
+    out = []
+    for i in range(M.nrows()):
+        row = []
+        for j in range(M.ncols()):
+            x = M[i, j]
+            if x.is_exact():
+                a, e = x.mid().man_exp()
+                q = Fraction(int(a)) * Fraction(2) ** int(e) / m
+                row.append(_arb(q))
+            else:
+                row.append(x * inv)
+        out.append(row)
+    return arb_mat(out)
 
 
 def _dyadic_lines(M, by_rows: bool) -> list:

@@ -247,6 +247,20 @@ def test_float16_enclosure_holds_for_a_real_float16_run(seed):
             low, over = bf.margin_lower(ids, int(y))
             m = _float16_margin(model, ids, int(y))
             assert over or (np.isfinite(m) and Fraction(float(m)) >= low)
+    # three heads with W_V / 5: divisions by 3 that are not exact, sums that are not dyadic
+    hop = make_task("multihop", hops=3)
+    model = registry.build(hop, "relu-and").model
+    L = model.layers[1]
+    model = replace(model, layers=(model.layers[0], replace(L, heads=tuple(replace(h, W_V=h.W_V / 5) for h in L)),
+                                   *model.layers[2:]))
+    bf = BallForward(model, fmt=FORMATS["float16"])
+    hop_tokens = token_rows(model, hop)
+    batch = next(hop.batches(24))
+    for ids, y in zip(batch.ids if hop_tokens is None else hop_tokens[batch.ids], batch.labels):
+        ids = [int(t) for t in ids]
+        low, over = bf.margin_lower(ids, int(y))
+        m = _float16_margin(model, ids, int(y))
+        assert over or (np.isfinite(m) and Fraction(float(m)) >= low)
 
 
 def test_float16_certified_claims_hold_on_every_point():
@@ -265,6 +279,15 @@ def test_float16_certified_claims_hold_on_every_point():
             assert Fraction(float(_float16_margin(m, ids, list(m.classes).index(label)))) >= low
     icqa = make_task("icqa", k=2)
     assert Fraction(rb.formats(registry.build(icqa).model, icqa)["bfloat16"]["worst_margin_lower"]) == 3
+    # 5 and 3 heads: the sums of the heads are multiples of 3, so the divisions are exact too
+    hop = make_task("multihop", hops=3)
+    m = registry.build(hop, "relu-and").model
+    bf = BallForward(m, fmt=FORMATS["float16"])
+    batch = next(hop.batches(40))
+    for ids, y in zip(batch.ids, batch.labels):
+        ids = [int(t) for t in ids]
+        low, over = bf.margin_lower(ids, int(y))
+        assert not over and low == 1 == _float16_margin(m, ids, int(y))
 
 
 @pytest.mark.parametrize("name", list(FORMATS))
