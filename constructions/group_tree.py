@@ -54,6 +54,7 @@ from depthcert.checkers.tasks.logdepth import Group, GroupWord
 from depthcert.checkers.model import MLP, Head, Layer, Model
 from depthcert.constructions.attention import constrained_attention, instructive_attention, position_map
 from depthcert.constructions.construction import Construction
+from depthcert.constructions.indexed import precheck_weights
 
 THEOREM = "log-depth transformers (related work): word problems by binary-tree composition"
 MASK = -1  # content scores are 0/1, so -1 silences a disallowed (key, query) pair
@@ -155,27 +156,51 @@ def rows_encoding(group: Group) -> Encoding:
     return Encoding("rows", tuple(feat), enc, tuple(range(D)), tuple(L), tuple(c))
 
 
+def encoding_dim(group: Group) -> int:
+    """D = the number of state rows (= selectors) of encoding(group), known before it is built."""
+    return group.order if group.order <= group.degree ** 2 else group.degree ** 2
+
+
 def encoding(group: Group) -> Encoding:
-    """The cheaper one: element (|G| rows, |G| selectors) unless the permutation rows are fewer."""
+    """The cheaper one: element (|G| rows, |G| selectors) unless the permutation rows are fewer.
+    Its selector tables (D matrices of D x D) are refused by the weight budget before they are made."""
+    D = encoding_dim(group)
+    precheck_weights(D * D * D, f"the {group.name} encoding's {D} selector tables of {D} x {D}")
     enc = element_encoding(group) if group.order <= group.degree ** 2 else rows_encoding(group)
     check_encoding(group, enc)
     return enc
 
 
 def check_encoding(group: Group, e: Encoding) -> None:
-    """(*) for every pair (a, b), distinct codes, and every read set R_q summing to 1."""
-    mul = group.mul
-    if len({tuple(r) for r in e.enc}) != group.order:
+    """(*) for every pair (a, b), distinct codes, and every read set R_q summing to 1.  Vectorized
+    over the key a: for each query b, the selectors q it has, and L_q enc(a) + c_q for every a from
+    the nonzero entries of L_q (exact integer arithmetic)."""
+    mul = np.asarray(group.mul)
+    enc = np.asarray(e.enc, dtype=np.int64)
+    G = group.order
+    if len({tuple(r) for r in enc}) != G:
         raise RuntimeError(f"internal: the {e.kind} encoding of {group.name} is not injective")
+    nonzero = [np.nonzero(np.asarray(Lq)) for Lq in e.L]
     for q in range(len(e.selectors)):
-        R = e.reads(q)
-        if not (e.enc[:, R].sum(axis=1) == 1).all():
+        R = np.unique(nonzero[q][1])
+        if not (enc[:, R].sum(axis=1) == 1).all():
             raise RuntimeError(f"internal: selector {q} reads rows that do not sum to 1")
-    for a in range(group.order):
-        for b in range(group.order):
-            got = sum(e.enc[b, e.selectors[q]] * (e.L[q] @ e.enc[a] + e.c[q]) for q in range(len(e.selectors)))
-            if not (got == e.enc[mul[a, b]] - e.enc[b]).all():
-                raise RuntimeError(f"internal: the {e.kind} encoding does not compose {a} * {b}")
+
+    def applied(q: int) -> np.ndarray:
+        """(G, D): row a = L_q enc(a) + c_q."""
+        rows, cols = nonzero[q]
+        out_t = np.zeros((e.dim, G), dtype=np.int64)
+        np.add.at(out_t, rows, (enc[:, cols] * np.asarray(e.L[q])[rows, cols]).T)
+        return out_t.T + np.asarray(e.c[q], dtype=np.int64)
+
+    has = enc[:, list(e.selectors)]  # (G, Q): [b has selector q] weights
+    for b in range(G):
+        got = np.zeros((G, e.dim), dtype=np.int64)
+        for q in np.nonzero(has[b])[0]:
+            got += has[b, q] * applied(int(q))
+        bad = np.nonzero((got != enc[mul[:, b]] - enc[b]).any(axis=1))[0]
+        if len(bad):
+            raise RuntimeError(f"internal: the {e.kind} encoding does not compose {int(bad[0])} * {b}")
 
 
 # ----------------------------------------------------------------------------------- pieces
@@ -204,9 +229,12 @@ def build_tree(task, as_printed: bool = False) -> Construction:
     """The paper's class: ceil(log2 n) layers; heads |T| (+1 lift), then one per selector."""
     task = _check(task)
     g, n, V = task.group, task.n, len(task.vocab)
+    T, D = levels(n), encoding_dim(g)
+    d = V + n + D
+    heads = (V if tree_pairs(n, 0) else 0) + int(needs_lift(n)) + D * (T - 1)
+    precheck_weights(2 * heads * d * d, f"{heads} heads of two {d} x {d} matrices")
     e = encoding(g)
     lay = Layout.of(("token", V), ("position", n), ("state", e.dim))
-    T = levels(n)
     layers = []
     # layer 1: the leaves, by the query's token
     pairs0 = tree_pairs(n, 0)
@@ -258,8 +286,11 @@ def build_tree_mlp(task, as_printed: bool = False) -> Construction:
     """One Lemma 1 head + a ReLU MLP per layer: ceil(log2 n) layers, integer weights."""
     task = _check(task)
     g, n, V = task.group, task.n, len(task.vocab)
+    D = encoding_dim(g)
+    d = 2 * V + n + 2 * D
+    units1 = (V * V if tree_pairs(n, 0) else 0) + (V if needs_lift(n) else 0)
+    precheck_weights(2 * units1 * d, f"a ReLU MLP of {units1} hidden units on a {d}-row stream")
     e = encoding(g)
-    D = e.dim
     lay = Layout.of(("token", V), ("position", n), ("state", D), ("lefttok", V), ("left", D))
     T = levels(n)
     layers = []
@@ -318,42 +349,113 @@ def _vec(values) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------- counting
 
-def build_count(task, as_printed: bool = False) -> Construction:
-    """Parity / mod-count in 2 layers of the paper's class (constant depth, width ~ n)."""
+@dataclass(frozen=True)
+class KeyRules:
+    """One head's W_QK and W_V as the union over keys j < count of the rules key(j) (HeadRules of
+    constructions/head_family.py; entries add up): the builder's own function of the key."""
+
+    count: object
+    key: object  # j -> HeadRules
+    qk: tuple = ()  # rules of the head not tied to a key
+    v: tuple = ()
+
+
+class CountSpec:
+    """The count construction for every n (at a given p): layer 1 and layer 2 each one head stated
+    key by key, the read-out as rules (class rows x stream).  Stream: [token (2); position (n);
+    count (1); residue (p)].  A finite build instantiates this object at the task's n."""
+
+    def __init__(self, n, p: int, vocab: tuple, layer1: KeyRules, layer2: KeyRules, readout: tuple):
+        self.n, self.p, self.vocab = n, p, vocab
+        self.layer1, self.layer2, self.readout = layer1, layer2, readout
+
+    def layout(self) -> Layout:
+        return Layout.of(("token", len(self.vocab)), ("position", int(self.n)), ("count", 1), ("residue", self.p))
+
+    def instantiate(self, task, name: str) -> Model:
+        from depthcert.constructions.head_family import _int, _num, rules_matrix
+
+        lay = self.layout()
+        out = Layout.of(("class", self.p))
+        layers = []
+        for fam in (self.layer1, self.layer2):
+            rules = [fam.key(j) for j in range(_int(fam.count, "keys"))]  # key(0), ..., key(n - 1)
+            qk = rules_matrix(fam.qk + tuple(r for k in rules for r in k.qk), lay)
+            v = rules_matrix(fam.v + tuple(r for k in rules for r in k.v), lay)
+            layers.append(Layer((Head(qk, v),)))
+        W = BlockMatrix(out, lay).build().copy()
+        for e in self.readout:
+            W[out.index(e.row_block, _int(e.row, "class")), lay.index(e.col_block, _int(e.col, "column"))] += _num(e.value)
+        W.flags.writeable = False
+        return _model(task, lay, layers, W, name)
+
+
+def count_target(c, r: int, p: int) -> int:
+    """f_r(c) = [c = r mod p]: the one-hot of the count mod p (c an int or a size)."""
+    return 1 if c % p == r else 0
+
+
+def count_weight(j, r: int, p: int) -> int:
+    """w_j[r]: the second difference of f_r at j (j >= 1), f_r(1) - f_r(0) at j = 0, so that
+    sum_{j<c} (c - j) w_j = f(c) - f(0) for every c."""
+    if j >= 1:
+        return count_target(j + 1, r, p) - 2 * count_target(j, r, p) + count_target(j - 1, r, p)
+    return count_target(1, r, p) - count_target(0, r, p)
+
+
+def count_rules(n, p: int, vocab: tuple) -> CountSpec:
+    """The count construction stated once for every n: layer 1 the last column sums key j's token
+    "1" (score 1 at (position j, position n - 1)); layer 2 key j scores c - j (c the query's count)
+    and writes w_j into the residue rows; read-out: class r reads residue r and f_r(0)."""
+    from depthcert.constructions.head_family import Entry, HeadRules
+
+    one = vocab.index("1")
+
+    def key1(j):
+        return HeadRules(qk=(Entry("position", j, "position", n - 1, 1),), v=())
+
+    def key2(j):
+        return HeadRules(qk=(Entry("position", j, "count", 0, 1), Entry("position", j, "position", n - 1, -j)),
+                         v=tuple(Entry("residue", r, "position", j, count_weight(j, r, p)) for r in range(p)))
+
+    readout = tuple(e for r in range(p) for e in (Entry("class", r, "residue", r, 1),
+                                                  Entry("class", r, "position", n - 1, count_target(0, r, p))))
+    layer1 = KeyRules(n, key1, v=(Entry("count", 0, "token", one, 1),))
+    return CountSpec(n, p, vocab, layer1, KeyRules(n, key2), readout)
+
+
+def count_spec(task, rules=count_rules) -> CountSpec:
+    """The construction for every n (a symbolic task: sizes n, p, vocab) or at the task's n (the builder run
+    with n a size held there, as every finite build of a symbolic builder)."""
+    from depthcert.constructions.indexed import SizeRange, SymbolicTask, is_symbolic
+
+    if not is_symbolic(task):  # a finite build: the same builder with n a size held at the task's n
+        task = SymbolicTask(task.name, SizeRange.of(("n", 1)).at({"n": task.n}),
+                            fixed={"p": task.group.order, "vocab": tuple(task.vocab)})
+    return rules(task.n, task.p, tuple(task.vocab))
+
+
+def build_count(task, as_printed: bool = False, rules=count_rules) -> Construction:
+    """Parity / mod-count in 2 layers of the paper's class (constant depth, width ~ n).  With a
+    symbolic task (proofs/all_sizes_count.py) the object for every n, no model."""
+    from depthcert.constructions.indexed import is_symbolic
+
+    if is_symbolic(task):
+        if task.name not in ("parity", "mod-count"):
+            raise BadInput(f"the count construction is for parity and mod-count, not {task.name}")
+        s = count_spec(task, rules)
+        return Construction(task.name, "count", "constant depth: counting (2 layers)", None, as_printed,
+                            f"count the 1s, then the piecewise-linear one-hot of the count mod {task.p}: 2 layers",
+                            _printed_note(as_printed), symbolic=s)
     task = _check(task)
     if task.name not in ("parity", "mod-count"):
         raise BadInput(f"the count construction is for parity and mod-count, not {task.name}")
-    n, V, p = task.n, len(task.vocab), task.group.order
-    lay = Layout.of(("token", V), ("position", n), ("count", 1), ("residue", p))
-    last = n - 1
-    one = task.vocab.index("1")
-    # layer 1: the last column sums the 1s of every key (weight 1 each)
-    qk1 = instructive_attention(lay, position_map(n, [(j, last) for j in range(n)]))
-    v1 = BlockMatrix(lay, lay).entry("count", 0, "token", one, 1).build()
-    # layer 2: key j weighs relu(c - j) (c is the query's count), value w_j: sum_j w_j relu(c - j)
-    # = f(c) - f(0) for f_r(c) = [c = r mod p] on c = 0..n (w = second differences of f)
-    f = np.array([[int(c % p == r) for r in range(p)] for c in range(n + 1)], dtype=np.int64)  # (n+1, p)
-    slope = f[1:] - f[:-1]  # (n, p)
-    w = slope.copy()
-    w[1:] -= slope[:-1]
-    bias = np.zeros((n, n), dtype=np.int64)
-    bias[:, last] = -np.arange(n)
-    qk2 = BlockMatrix(lay, lay).set("position", "count", np.ones((n, 1), dtype=np.int64)) \
-        .set("position", "position", bias).build()
-    v2 = BlockMatrix(lay, lay).set("residue", "position", w.T).build()
-    out = Layout.of(("class", p))
-    W_O = BlockMatrix(out, lay).set("class", "residue", 1).set("class", "position", _f0(f[0], n)).build()
-    model = _model(task, lay, [Layer((Head(qk1, v1),)), Layer((Head(qk2, v2),))], W_O, f"{task.name}-count")
+    s = count_spec(task, rules)
+    model = s.instantiate(task, f"{task.name}-count")
+    p = task.group.order
     return Construction(task.name, "count", "constant depth: counting (2 layers)", model, as_printed,
                         f"count the 1s, then the piecewise-linear one-hot of the count mod {p}: 2 layers",
-                        _printed_note(as_printed))
-
-
-def _f0(f0: np.ndarray, n: int) -> np.ndarray:
-    """(p, n): the constant f(0) read off the last column's position row."""
-    out = np.zeros((len(f0), n), dtype=np.int64)
-    out[:, n - 1] = f0
-    return out
+                        _printed_note(as_printed), symbolic=s)
 
 
 BUILDERS = {

@@ -252,7 +252,28 @@ class Size:
     def __floordiv__(self, other):
         raise SizeBranch("integer division of a size (not a polynomial in the sizes)", _caller())
 
-    __rfloordiv__ = __mod__ = __rmod__ = __floordiv__
+    __rfloordiv__ = __rmod__ = __floordiv__
+
+    def __mod__(self, other):
+        """The residue mod a positive integer p, decided for every size when every non-constant
+        coefficient is an integer multiple of p and the constant is an integer (the sizes are
+        integers, so the polynomial is then its constant mod p); else SizeBranch."""
+        if isinstance(other, bool) or not isinstance(other, (int, np.integer)) or int(other) <= 0:
+            raise SizeBranch(f"takes the size {self} mod {_text(other)}: only a positive integer modulus is "
+                             "decided", _caller())
+        p = int(other)
+        if self.range.point is not None:
+            v = self.at(self.range.point)
+            if v.denominator != 1:
+                raise SizeBranch(f"takes the size {self} = {v} (not an integer) mod {p}", _caller())
+            return int(v) % p
+        zero = (0,) * len(self.range.params)
+        const = self.terms.get(zero, Fraction(0))
+        if const.denominator != 1 or any(m != zero and (c.denominator != 1 or c.numerator % p)
+                                         for m, c in self.terms.items()):
+            raise SizeBranch(f"takes the size {self} mod {p}, which the range {self.range.describe()} does not "
+                             "decide", _caller())
+        return int(const) % p
 
     # -- comparisons: decided over the whole range, or SizeBranch
     def _sign_of(self, other, op: str) -> str:

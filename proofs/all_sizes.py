@@ -19,6 +19,9 @@ Methods (docs/all-sizes.md has the worked proofs):
   * Lemma 4 derivation (proofs/all_sizes_lemma4.py): Theorem 1's builder run with symbolic L, M
     and a generic copy head index h (constructions/head_family.py); the last column and every
     logit derived for every sequence.
+  * count derivation (proofs/all_sizes_count.py): parity / mod-count `count` run with symbolic n and
+    a generic key j split by its residue mod p (at the task's p); the last column's logits derived
+    for every count (the telescoping sum of the second differences).
 Base cases are always verified exactly with checkers.exhaustive.verify, and the symbolic margins
 are required to equal verify's exact margins at every base case.
 """
@@ -1345,17 +1348,11 @@ _COMPOSITION = ("N, L finite-only: the orbits of the L-tuples of functions on N 
                 "whatever their values, which is not implemented; layer J reads table J's positions, so the layers "
                 "are not one layer repeated (no periodicity in L); and the decoder variants' causal mask is outside "
                 "the model class the lumped pass implements; checked per size by `verify`")
-_COUNT = ("n finite-only: layer 2 scores key j with c - j and values it by w_j (the second differences of "
-          "[c = r mod p], periodic in j), so the positions are not a symmetric set and the lumped method does not "
-          "apply; correctness rests on the telescoping sum over j of w_j relu(c - j) = f(c) - f(0) for every count "
-          "c <= n, which no derivation here does; checked per size by `verify`")
 _TREE = ("n finite-only: the number of layers grows with n (ceil(log2 n) levels, each its own layer), so there is "
          "no fixed structure to evaluate for every size; checked per size by `verify`")
 _MLP = " (and its ReLU MLP sublayers are outside the model class the lumped pass implements)"
 for _v in ("linear", "doubling", "encoder-linear", "encoder-doubling"):
     NOT_COVERED[("composition", _v)] = _COMPOSITION
-for _t in ("parity", "mod-count"):
-    NOT_COVERED[(_t, "count")] = _COUNT
 for _t in ("parity", "mod-count", "word-problem"):
     NOT_COVERED[(_t, "tree")] = _TREE
     NOT_COVERED[(_t, "tree-mlp")] = _TREE[:-len("; checked per size by `verify`")] + _MLP + "; checked per size by `verify`"
@@ -1376,6 +1373,8 @@ def plan_for(task, variant: str | None, as_printed: bool, construct=None):
             return ("sc", variant, None)
         if name == "icqa":
             return icqa_plan(construct=construct, as_printed=as_printed, variant=variant)
+        if name in ("parity", "mod-count"):
+            return ("count", variant, None)
         if name == "multihop" and variant == "linear":
             return ("multihop-linear", variant, None)
         if name == "multihop":
@@ -1397,6 +1396,8 @@ def plan_for(task, variant: str | None, as_printed: bool, construct=None):
         return ("sc", variant, None)
     if name == "icqa":
         return icqa_plan(as_printed=as_printed, variant=variant)
+    if name in ("parity", "mod-count") and variant == "count":
+        return ("count", variant, None)
     if name in ("multihop", "tm", "ictm"):
         reps = task.orbit_representatives()
         if reps is not None and len(reps[0]) > MAX_ORBITS:
@@ -1431,9 +1432,168 @@ def _prove(task, variant: str | None, as_printed: bool, construct=None) -> Repor
         return prove_sc(as_printed, construct, variant)
     if kind == "multihop-linear":
         return prove_multihop_linear(task, as_printed, construct=construct)
+    if kind == "count":
+        return prove_count(task, as_printed, construct)
     if construct is not None:
         return Report(task.name, variant, "user family", "not-proven", "", "none", reason=f"not covered: {why}")
     from depthcert import constructions
 
     c = constructions.build(task, variant, as_printed)
     return Report(task.name, variant, c.theorem, "not-proven", "", "none", reason=f"not covered: {why}")
+
+
+# ----------------------------------------------------------------------------- parity / mod-count count
+
+COUNT_BASE_N = tuple(range(1, 9))
+COUNT_SEARCH_N = 12  # a condition that fails: verify at n = 1.. this, for a refuted size
+
+
+def count_claim(name: str, p: int) -> str:
+    at = "" if name == "parity" else f" at p = {p}"
+    return f"correct on every point for all n >= 1 (sequence length){at}"
+
+
+def prove_count(task, as_printed: bool = False, construct=None) -> Report:
+    """Parity / mod-count `count` for every n >= 1 at the task's p: the builder run with symbolic n and
+    a generic key j split by its residue mod p (proofs/all_sizes_count.py)."""
+    from depthcert.checkers.exhaustive import verify
+    from depthcert.proofs.all_sizes_count import VOCAB, case_task, cases, cert_rules, derive_case
+
+    t0 = time.perf_counter()
+    name, p = task.name, task.group.order
+    construct = construct or _registry_construct(name, "count", as_printed)
+    rep = Report(name, "count", "constant depth: counting (2 layers)", "not-proven", count_claim(name, p),
+                 f"the builder run with symbolic n and a generic key j (j = 0, j = {p} q + s for each residue s); "
+                 "the last column's logits derived for every count c (telescoping sum)")
+    rep.params = ("n >= 1",)
+    rep.finite = () if name == "parity" else (("p", "the derivation splits the key j by its residue mod p, one "
+                                               "case per residue; run it per p"),)
+
+    def opts(n):
+        return {"n": n} if name == "parity" else {"n": n, "modulus": p}
+
+    def base(n):
+        t = _task(name, opts(n))
+        v = verify(construct(t).model, t, progress=False)
+        _EVAL[0] += v.seconds
+        row = {"size": {"n": n}, "points": v.points_total, "evaluated": v.points_checked, "verdict": v.verdict,
+               "min_margin": None if v.min_margin is None else format_rational(v.min_margin), "_margin": v.min_margin}
+        if v.counterexample is not None:
+            ce = v.counterexample
+            row["counterexample"] = {"point": ce.index, "input": t.render(ce.tokens), "expected": ce.expected,
+                                     "predicted": ce.predicted}
+        return row
+
+    def refute(upto, reason):
+        for n in range(1, upto + 1):
+            row = base(n) if n not in [r["size"]["n"] for r in rep.base_cases] else \
+                next(r for r in rep.base_cases if r["size"]["n"] == n)
+            if row not in rep.base_cases:
+                rep.base_cases.append(row)
+            if row["verdict"] != "verified":
+                rep.status = "fails"
+                rep.failure = {"size": {"n": n}, "how": reason,
+                               **({"counterexample": row["counterexample"]} if "counterexample" in row else {})}
+                rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
+                rep.seconds = time.perf_counter() - t0
+                return rep
+        return None
+
+    probe = _task(name, opts(1))
+    if tuple(probe.vocab) != VOCAB or tuple(probe.classes) != tuple(str(r) for r in range(p)):
+        return _not_proven(rep, f"the task's tokens {probe.vocab} / classes {probe.classes} are not the ones the "
+                                "derivation reads (\"0\", \"1\"; class r = count mod p)", t0)
+    done = refute(COUNT_BASE_N[-1], "base case refuted by verify")
+    if done is not None:
+        return done
+    derived, consts, where = [], {}, "the finite builds"
+    try:
+        for text, s, qbase in cases(p):
+            where = f"the case {text} (n = j + 1 + t, t >= 0)"
+            st = case_task(name, p, s, qbase)
+            spec = getattr(construct(st), "symbolic", None)
+            if spec is None or not hasattr(spec, "layer2"):
+                return _not_proven(rep, "the builder returned no count object for every n (Construction.symbolic)", t0)
+            cr = derive_case(spec, st, text, s, p)
+            derived.append(cr)
+            for k in ("a1", "s1", "beta", "u", "b"):
+                v = cr.rules[k]
+                consts.setdefault(k, v)
+                if str(v) != str(consts[k]):
+                    return _not_proven(rep, f"the builder's {k} differs between the cases j = 0 and {text}", t0)
+        where = "the finite builds"
+        for row in rep.base_cases:  # the finite build against the symbolic object held at that n
+            n = row["size"]["n"]
+            finite = _task(name, opts(n))
+            held = construct(case_task(name, p, None, 0, {"q": 0, "t": n - 1})).symbolic
+            if held.instantiate(finite, f"{name}-count") != construct(finite).model:
+                return _not_proven(rep, f"the finite build at n={n} is not the symbolic object held at n={n} and "
+                                        "instantiated (the builder does not go through one object)", t0)
+    except SizeBranchError as exc:
+        rep.finite = (("n", "the builder's output is not one construction for every n (reason)"),)
+        return _not_proven(rep, f"the builder branches on a size at {exc.where} ({exc.what}; in {where})", t0)
+    except NotAFamily as exc:
+        return _not_proven(rep, f"the builder's rules are not the count derivation's shape: {exc} (in {where})", t0)
+    bad = [(cr.text, c) for cr in derived for c in cr.conditions if c.decided() is not True]
+    rep.steps.append(Step("family", (
+        "the builder the finite check calls, run with symbolic n and a generic key j in "
+        f"{len(derived)} cases covering every 0 <= j <= n - 1 of every n >= 1: " + "; ".join(cr.text for cr in derived)
+        + " (n = j + 1 + t, t >= 0); every size comparison it makes is decided in each case",
+        f"the finite builds at the {len(rep.base_cases)} base sizes equal that object held at their n and instantiated")))
+    if bad:
+        done = refute(COUNT_SEARCH_N, f"{bad[0][1].text} does not hold ({bad[0][0]})")
+        if done is not None:
+            return done
+        return _not_proven(rep, f"{bad[0][1].text}: {'FAILS' if bad[0][1].decided() is False else 'undecided'} "
+                                f"for {bad[0][0]} (verify finds no failure up to n = {COUNT_SEARCH_N})", t0)
+    bb = [Fraction(x) for x in derived[0].rules["b"]]
+    mu = bb[0] - bb[1]
+    r0 = derived[0].rules
+    fam = rep.steps[-1]
+    rep.steps[-1] = Step(fam.title, fam.lines[:1] + (
+        f"layer 1 key j: W_QK a1 = {r0['a1']} at (position j, position n - 1); W_V s1 = {r0['s1']} at (count, token "
+        "\"1\")",
+        f"layer 2 key j: W_QK beta = {r0['beta']} at (position j, count), gamma_j at (position j, position n - 1); "
+        "W_V w_j[r] at (residue r, position j)",
+        *(f"  {cr.text}: gamma_j = {_rule_text(cr.rules['gamma'])}, w_j = ({', '.join(_rule_text(w) for w in cr.rules['w'])})"
+          for cr in derived),
+        f"read-out: class r has u = {r0['u'][0]} at residue r and b_r at position n - 1, b = "
+        f"({', '.join(str(b) for b in r0['b'])})") + fam.lines[1:])
+    rep.steps.append(Step("derivation", tuple(f"{cr.text}: {len(cr.conditions)} conditions hold" for cr in derived) + (
+        "so for every n and every sequence with c ones: the last column's count row is a1 s1 c, layer 2 adds "
+        "K relu(c - j) w_j from key j, and logit_r = b_r + u K sum_{j<c} (c - j) w_j[r] = mu [c = r mod p] + b_1 "
+        "(sum_{j<c} (c - j) D_r(j) = T_r(c) - T_r(0), telescoping twice)",
+        f"label - other = mu = {format_rational(mu)} at every point")))
+    cross = [r for r in rep.base_cases if r["_margin"] != mu]
+    rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
+    rep.steps.append(Step("cross-check", (
+        f"the symbolic margin {format_rational(mu)} equals verify's exact minimum margin at every base case"
+        if not cross else "verify's margins differ from the symbolic margin at some base cases",)))
+    if cross:
+        return _not_proven(rep, "the symbolic margin differs from verify's at a base case", t0)
+    rep.margin = str(format_rational(mu))
+    rep.margin_note = "the exact margin of every point of every n >= 1: every class but the label scores mu less"
+    rep.rests_on = (
+        f"the builder the finite check calls (constructions.build -> {_builder_of(name, 'count')}), evaluated with "
+        "symbolic n and a generic key j; its rules become the model in group_tree.CountSpec.instantiate (two layers "
+        "of one head each; stream [token; position; count; residue])",
+        "the kernel's semantics as the derivation uses them (relu attention summed over keys, one head per layer, "
+        "residual, one-hot token and position embedding, read-out at the last column)")
+    rep.certificate = {
+        "format": "depthcert.all-sizes", "version": 1, "task": name, "variant": "count", "kind": "count", "p": p,
+        "params": [{"name": "n", "base": 1}],
+        "cases": [{"case": cr.text, "rules": cert_rules(cr.rules)} for cr in derived],
+        "claim": rep.claim, "margin": rep.margin,
+    }
+    if name == "mod-count":
+        rep.certificate["fixed"] = {"p": p}
+    rep.status = "proven" if name == "parity" else "partial"
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+def _rule_text(v) -> str:
+    """A rule's value as printed: a polynomial in the case's variables q, t, or a number."""
+    from depthcert.constructions.indexed import Size
+
+    return v.text() if isinstance(v, Size) else str(v)

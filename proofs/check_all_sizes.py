@@ -37,6 +37,11 @@ polynomials in h, L, M, every condition of the Lemma 4 derivation re-decided her
 offsets at 0, h + 1 and L - 1 composed from o(h)), the margin re-derived as a s w / m and the claim
 compared with Theorem 1's.
 
+A parity / mod-count `count` certificate ("kind": "count", p) holds the builder's rules per key case as
+polynomials in q, t; the checker makes the cases from p itself (j = 0, j = p q + s, j = p q with q >= 1;
+n = j + 1 + t), computes the second differences of [c = r mod p] at j, re-decides every condition of
+the derivation and re-derives the margin b_0 - b_1 and the claim.
+
 What it takes on trust: that the tables (or rules) are the construction's at every size (for every
 hops: that the model for h hops is the copy layer then the hop layer h times, and that the label
 rule is the representative's f) (the producer ran
@@ -765,6 +770,112 @@ def check_lemma4(cert: dict, data: dict) -> tuple[list, str]:
     return failed, margin
 
 
+COUNT_RULES = ("count1", "count2", "a1_row", "a1_col", "a1", "s1_row", "s1_col", "s1", "beta_row", "beta_col", "beta",
+               "gamma_row", "gamma_col", "gamma", "w_row", "w_col", "w", "u_class", "u_row", "u", "b_class", "b_col", "b")
+COUNT_LISTS = ("w_row", "w_col", "w", "u_class", "u_row", "u", "b_class", "b_col", "b")
+
+
+def _count_claim(task: str, p: int) -> str:
+    return "correct on every point for all n >= 1 (sequence length)" + ("" if task == "parity" else f" at p = {p}")
+
+
+def check_count(cert: dict, data: dict) -> tuple[list, str]:
+    """Parity / mod-count `count`: the key cases re-made here from p (j = 0, j = p q + s for s = 1..p-1 with
+    q >= 0, j = p q with q >= 1; n = j + 1 + t), every condition of the derivation re-decided on the builder's
+    rules (variables q, t), the second differences D_r(j) computed here, the margin mu = b_0 - b_1 re-derived.
+    Returns (failed conditions, margin); raises Invalid when the claim, range or margin is not the one derived."""
+    task = cert.get("task")
+    if task not in ("parity", "mod-count"):
+        raise Invalid("a count certificate is for parity or mod-count")
+    p = cert.get("p")
+    if not isinstance(p, int) or isinstance(p, bool) or p < 2 or (task == "parity" and p != 2):
+        raise Invalid(f"p = {p!r} is not the task's modulus")
+    if cert.get("params") != [{"name": "n", "base": 1}]:
+        raise Invalid(f"the claimed range {cert.get('params')!r} is not n >= 1")
+    if (cert.get("fixed") or None) != (None if task == "parity" else {"p": p}):
+        raise Invalid(f"the fixed parameters {cert.get('fixed')!r} are not the task's")
+    want = [("j = 0", None, 0)] + [(f"j = {p} q + {r}, q >= 0", r, 0) for r in range(1, p)] + [(f"j = {p} q, q >= 1", 0, 1)]
+    got = cert.get("cases")
+    if not isinstance(got, list) or [c.get("case") for c in got] != [w[0] for w in want]:
+        raise Invalid(f"the key cases are not j = 0, j = {p} q + s (s = 1..{p - 1}), j = {p} q (q >= 1)")
+    nv = 2
+    q, t, one = Poly.var(0, nv), Poly.var(1, nv), Poly.const(1, nv)
+    T = lambda c, r: 1 if c % p == r else 0  # noqa: E731
+    failed, consts = [], None
+    for (text, sres, qbase), case in zip(want, got):
+        rules = case.get("rules")
+        if not isinstance(rules, dict) or set(rules) != set(COUNT_RULES):
+            raise Invalid(f"{text}: the rules are not {sorted(COUNT_RULES)}")
+        r = {}
+        for k, v in rules.items():
+            if k in COUNT_LISTS:
+                if not isinstance(v, list) or len(v) != p:
+                    raise Invalid(f"{text}: rule {k} is not {p} polynomials")
+                r[k] = [Poly.parse(x, nv) for x in v]
+            else:
+                r[k] = Poly.parse(v, nv)
+        # the case's variables are q >= qbase, t >= 0: substitute q = qbase + q' so the range is the orthant
+        shift = lambda P: P.compose([q + Poly.const(qbase, nv), t])  # noqa: E731
+        r = {k: ([shift(x) for x in v] if isinstance(v, list) else shift(v)) for k, v in r.items()}
+        j = Poly.const(0, nv) if sres is None else (q + Poly.const(qbase, nv)) * p + Poly.const(sres, nv)
+        n = j + one + t
+
+        def const(P, what):
+            if any(any(m) for m in P.t):
+                failed.append(f"{text}: {what} is not one number for every n")
+                return None
+            return P.const_term()
+
+        vals = {k: const(r[k], k) for k in ("a1", "s1", "beta")}
+        vals["u"] = [const(x, "u") for x in r["u"]]
+        vals["b"] = [const(x, "b") for x in r["b"]]
+        if any(v is None for v in [vals["a1"], vals["s1"], vals["beta"]] + vals["u"] + vals["b"]):
+            continue
+        key = repr(vals)
+        if consts is None:
+            consts = (key, vals)
+        elif consts[0] != key:
+            failed.append(f"{text}: a1, s1, beta, u, b differ from the case j = 0")
+        a1, s1, beta, u, b = vals["a1"], vals["s1"], vals["beta"], vals["u"], vals["b"]
+        K = beta * a1 * s1
+        mu = b[0] - b[1]
+        conds = [
+            ("count = n (layer 1)", (r["count1"] - n).is_zero()), ("count = n (layer 2)", (r["count2"] - n).is_zero()),
+            ("layer 1 row = j", (r["a1_row"] - j).is_zero()), ("layer 1 col = n - 1", (r["a1_col"] - n + one).is_zero()),
+            ("a1 > 0", a1 > 0), ("s1 row = 0", r["s1_row"].is_zero()), ("s1 col = 1 (token 1)", (r["s1_col"] - one).is_zero()),
+            ("s1 > 0", s1 > 0), ("beta row = j", (r["beta_row"] - j).is_zero()), ("beta col = 0", r["beta_col"].is_zero()),
+            ("beta > 0", beta > 0), ("gamma row = j", (r["gamma_row"] - j).is_zero()),
+            ("gamma col = n - 1", (r["gamma_col"] - n + one).is_zero()), ("gamma = -beta a1 s1 j", (r["gamma"] + j * K).is_zero()),
+            ("mu = b_0 - b_1 > 0", mu > 0),
+        ]
+        for i in range(p):
+            D = (T(1, i) - T(0, i)) if sres is None else (T(sres + 1, i) - 2 * T(sres, i) + T(sres - 1, i))
+            conds += [
+                (f"w row {i} = {i}", (r["w_row"][i] - Poly.const(i, nv)).is_zero()), (f"w col {i} = j", (r["w_col"][i] - j).is_zero()),
+                (f"u K w_j[{i}] = mu D_{i}(j)", (r["w"][i] * (u[i] * K) - Poly.const(mu * D, nv)).is_zero()),
+                (f"u class {i}", (r["u_class"][i] - Poly.const(i, nv)).is_zero()), (f"u row {i}", (r["u_row"][i] - Poly.const(i, nv)).is_zero()),
+                (f"u_{i} = u_0 > 0", u[i] == u[0] and u[i] > 0), (f"b class {i}", (r["b_class"][i] - Poly.const(i, nv)).is_zero()),
+                (f"b col {i} = n - 1", (r["b_col"][i] - n + one).is_zero()),
+                (f"b_{i} = mu [{i} = 0] + b_1", b[i] - mu * (1 if i == 0 else 0) - b[1] == 0),
+            ]
+        failed += [f"{text}: {c}" for c, ok in conds if not ok]
+    margin = None
+    if not failed:
+        margin = str(consts[1]["b"][0] - consts[1]["b"][1])
+    claim = _count_claim(task, p)
+    for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
+        if "claim" in obj and obj["claim"] != claim:
+            raise Invalid(f"the {where}'s claim {obj['claim']!r} is not the one derived: {claim!r}")
+        if "margin" in obj and not failed and _margin_text(obj["margin"]) != margin:
+            raise Invalid(f"the {where}'s margin {obj['margin']!r} is not the one re-derived: {margin}")
+    want_status = "proven" if task == "parity" else "partial"
+    if data is not cert and not failed and _verdict(data) not in (want_status, None):
+        raise Invalid(f"the report's verdict {_verdict(data)!r} does not match a valid proof")
+    if data is not cert and "all_sizes" in data and data["all_sizes"] != ["n >= 1"]:
+        raise Invalid(f"the report's range {data['all_sizes']} is not the certificate's")
+    return failed, margin
+
+
 def _margin_text(margin):
     """A margin as the certificate writes it ("3"), from a report's margin object
     ({"exact": "3", "decimal": "3"}; {"formula": ...} is no single number: None) or a string."""
@@ -801,6 +912,16 @@ def _main(argv) -> int:
         cert = data.get("certificate", data) if isinstance(data, dict) else None
         if not isinstance(cert, dict) or cert.get("format") != "depthcert.all-sizes" or cert.get("version") != 1:
             raise Invalid("not a depthcert.all-sizes version 1 certificate")
+        if cert.get("kind") == "count":
+            failed, margin = check_count(cert, data)
+            head = f"{cert['task']} count" + (f" at p = {cert['p']}" if cert["task"] != "parity" else "")
+            if failed:
+                print(f"{head}: {_n(len(failed), 'condition')} of the count derivation fail: " + "; ".join(failed[:5]))
+                return 1
+            print(f"{head}: valid; every condition of the count derivation re-decided from the builder's rules in "
+                  f"{len(cert['cases'])} key cases (j = 0 and each residue of j mod p), the second differences and "
+                  f"the margin re-derived; claim re-derived; every margin > 0 for all n >= 1; minimum margin {margin}")
+            return 0
         if cert.get("kind") == "lemma4":
             failed, margin = check_lemma4(cert, data)
             if failed:

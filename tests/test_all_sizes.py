@@ -685,8 +685,6 @@ def test_a_per_member_entry_is_refused_for_every_size():
     (["multihop", "--variant", "relu-and"], "a head per entity"),
     (["composition", "--L", "3", "--N", "2", "--variant", "linear"], "N, L finite-only: the orbits"),
     (["composition", "--variant", "encoder-doubling"], "N, L finite-only: the orbits"),
-    (["parity", "--n", "5", "--variant", "count"], "n finite-only: layer 2 scores key j"),
-    (["mod-count", "--variant", "count"], "telescoping sum"),
     (["parity", "--variant", "tree"], "n finite-only: the number of layers grows with n"),
     (["word-problem", "--variant", "tree-mlp"], "ReLU MLP sublayers"),
     (["reachability"], "V finite-only: the number of layers grows with V"),

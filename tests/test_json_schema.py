@@ -136,6 +136,8 @@ def test_dask_run(capsys):
     (["sc", "--length", "2", "--alphabet", "2"], 0, "proven", {"exact": "1", "decimal": "1"}),
     (["tm", "--l", "3", "--variant", "ternary", "--as-printed"], 1, "fails", None),
     (["tm", "--l", "3", "--alphabet", "2"], 3, "not_proven", None),
+    (["parity", "--n", "5", "--variant", "count"], 0, "proven", {"exact": "1", "decimal": "1"}),
+    (["mod-count", "--p", "4", "--variant", "count"], 3, "partial", {"exact": "1", "decimal": "1"}),
 ])
 def test_all_sizes(argv, code, verdict, margin, capsys):
     got, doc = run_json("verify-construction", argv + ["--all-sizes"], capsys)

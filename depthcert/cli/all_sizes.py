@@ -42,7 +42,7 @@ def load_family(spec: str):
 
 
 SIZE_NAMES = {"icqa": {"k": "k", "n_questions": "n_q", "n_answers": "n_a"}, "sc": {"length": "L", "alphabet": "M"},
-              "multihop": {"n_entities": "N"}, "tm": {"alphabet": "m"}, "ictm": {"alphabet": "m", "n_answers": "n_a"}}
+              "multihop": {"n_entities": "N"}, "parity": {"n": "n"}, "mod-count": {"n": "n"}, "tm": {"alphabet": "m"}, "ictm": {"alphabet": "m", "n_answers": "n_a"}}
 
 
 def verify_all_sizes(args, task) -> int:
