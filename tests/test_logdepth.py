@@ -322,3 +322,57 @@ def test_count_refuses_groups_and_tree_refuses_other_tasks():
         group_tree.build_tree(make_task("reachability", vertices=2))
     with pytest.raises(BadInput):
         reachability.build_squaring(make_task("parity", n=3))
+
+
+def test_wide_groups_are_refused_before_their_tables_are_made(capsys):
+    """c<k> with large k: the encoding's k tables of k x k (and the tree's k heads) are refused by
+    the weight budget before they are allocated; a group the budget admits still verifies."""
+    import resource
+    import time
+
+    from depthcert.cli.common import run_main
+    from depthcert.cli.verify_construction import _verify_construction
+
+    def run(*argv):
+        t0, rss0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        code = run_main(_verify_construction, list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err, time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0
+
+    code, out, err, secs, grew = run("word-problem", "--group", "c200", "--n", "1")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "selector tables" in err and "--max-weights" in err
+    assert grew < 200_000  # KB: 200 tables of 200 x 200 int64 would be 64 MB, never made
+    code, _, err, _, _ = run("word-problem", "--group", "c100", "--n", "2", "--variant", "tree-mlp")
+    assert code == 2 and "--max-weights" in err and len(err.strip().splitlines()) == 1
+    code, _, err, _, _ = run("word-problem", "--group", "c100", "--n", "2")
+    assert code == 2 and "100 heads" in err
+    code, out, _, _, _ = run("word-problem", "--group", "c12", "--n", "3")
+    assert code == 0 and "VERIFIED" in out
+
+
+@pytest.mark.parametrize("group", ["c7", "s4", "a5"])
+def test_check_encoding_catches_a_wrong_table(group):
+    """check_encoding (vectorized over the key) accepts the real encoding and rejects one whose
+    selector table, constant or code is changed in a single entry."""
+    from dataclasses import replace
+
+    from depthcert.constructions import group_tree
+
+    g = make_task("word-problem", group=group, n=2).group
+    e = group_tree.encoding(g)
+    group_tree.check_encoding(g, e)
+    L = [m.copy() for m in e.L]
+    r, c = np.argwhere(L[1])[0]
+    L[1][r, c] = 0
+    L[1][(r + 1) % e.dim, c] = 1
+    with pytest.raises(RuntimeError, match="does not compose|do not sum"):
+        group_tree.check_encoding(g, replace(e, L=tuple(L)))
+    cs = [v.copy() for v in e.c]
+    cs[-1][0] += 1
+    with pytest.raises(RuntimeError, match="does not compose"):
+        group_tree.check_encoding(g, replace(e, c=tuple(cs)))
+    enc = e.enc.copy()
+    enc[1] = enc[2]
+    with pytest.raises(RuntimeError, match="not injective"):
+        group_tree.check_encoding(g, replace(e, enc=enc))
