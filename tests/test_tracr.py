@@ -297,6 +297,8 @@ def test_verdict_agrees_with_float_forward(tr, name, vocab, L, kw):
     (["make_nothing", "--vocab", "1,2", "--max-seq-len", "3"], "unknown program"),
     (["make_nary_sequencemap", "--vocab", "1,2", "--max-seq-len", "3"], "not a program"),
     (["nosuchmodule:f", "--vocab", "1,2", "--max-seq-len", "3"], "cannot import"),
+    (["make_length", "--vocab", "1,2", "--max-seq-len", "3", "--find-min", "mlp-exactness", "--mlp-exactness", "50"],
+     "leave out --mlp-exactness"),
 ])
 def test_bad_input_exit_2(tr, capsys, argv, words):
     code = tr.cli.verify_tracr_main(argv)

@@ -712,7 +712,7 @@ def _parser():
     p.add_argument("--skip-none", action="store_true", help="do not check positions where the program's value "
                    "is None (shift_by and detect_pattern pad with None by design); by default such a position "
                    "is a failure: no output of the model is None")
-    p.add_argument("--mlp-exactness", type=positive_int, default=100,
+    p.add_argument("--mlp-exactness", type=positive_int, default=None,
                    help="tracr's compile option (default 100, tracr's): larger values make its MLPs more exact")
     p.add_argument("--no-float-check", action="store_true", help="skip tracr's float forward comparison")
     p.add_argument("--find-min", choices=("mlp-exactness",), default=None,
@@ -745,6 +745,10 @@ def _main(argv) -> int:
         if tol <= 0:
             raise BadInput(f"--tolerance must be positive, got {args.tolerance}")
     balls = _balls(args)
+    if args.find_min and args.mlp_exactness is not None:
+        raise BadInput("--find-min mlp-exactness searches the exactness itself: leave out --mlp-exactness")
+    if args.mlp_exactness is None:
+        args.mlp_exactness = 100  # tracr's default
     if args.find_min or args.find_max:
         return _search_settings(args, vocab, balls, tol)
     with resource_budget(args.max_weights, args.max_seconds, show_progress=sys.stderr.isatty() and not args.json):
