@@ -523,6 +523,31 @@ def test_export_command_round_trips_through_a_float32_checkpoint(tmp_path, capsy
     assert not os.path.exists(tmp_path / "h.safetensors")
 
 
+@pytest.mark.parametrize("where, value, msg", [
+    (("heads", 0, "scale"), "1" + "0" * 400, "scale .* too large for a float"),
+    (("heads", 0, "W_V", 0, 0), "1" + "0" * 400, "a weight is too large for a float"),
+    (("heads", 0, "W_V", 0, 0), "1" + "0" * 39, "blocks.0.attn.W_V has a weight beyond the range of float32"),
+])
+def test_export_refuses_weights_beyond_float_range(tmp_path, capsys, where, value, msg):
+    """A scale or weight that has no finite float (or float32) value is bad input, exit 2 and one
+    line, not an OverflowError (exit 4) nor an inf written into the checkpoint; nothing is written."""
+    import re
+
+    from depthcert.cli.export_transformerlens import export_transformerlens_main
+
+    w = json.load(open(os.path.join(EXAMPLES, "prev-token-softmax-20.json")))
+    node = w["layers"][0]
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    src, out = tmp_path / "w.json", tmp_path / "w.safetensors"
+    src.write_text(json.dumps(w))
+    code = export_transformerlens_main([str(src), str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and re.search(msg, err) and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("argv, msg", [(["--k", "0"], "--k"), (["--vocab", "x"], "--vocab"), ([], "--out")])
 def test_train_max_of_k_bad_input_is_one_line_exit_2(argv, msg, capsys):
     """python -m depthcert.cli.train_max_of_k refuses bad options before torch trains anything."""

@@ -434,7 +434,13 @@ def export_state_dict(model: Model, dtype=np.float32) -> tuple[dict, dict[str, n
     H = max([len(L) for L in model.layers] + [1])
     widths = [L.mlp.width for L in model.layers if L.mlp is not None]
     d_mlp = max(widths) if widths else None
-    f = lambda M: np.array([[float(x) for x in row] for row in np.atleast_2d(M)], dtype=np.float64)  # noqa: E731
+    def f(M) -> np.ndarray:
+        try:
+            return np.array([[float(x) for x in row] for row in np.atleast_2d(M)], dtype=np.float64)
+        except OverflowError:
+            raise BadInput("cannot export to TransformerLens: a weight is too large for a float "
+                           f"(above {np.finfo(dtype).max:.3g} in {np.dtype(dtype).name})") from None
+
     W_E = np.zeros((V, d))
     W_E[np.arange(V), np.arange(V)] = 1
     if model.constant_row:
@@ -447,7 +453,13 @@ def export_state_dict(model: Model, dtype=np.float32) -> tuple[dict, dict[str, n
         WQ, WK, WV, WO = (np.zeros((H, d, d)) for _ in range(4))
         m = len(L)
         for hi, head in enumerate(L):
-            k = float(head.scale) * math.sqrt(d / float(head.scale_sqrt_divisor))
+            try:
+                k = float(head.scale) * math.sqrt(d / float(head.scale_sqrt_divisor))
+            except (OverflowError, ZeroDivisionError):
+                k = math.inf
+            if not math.isfinite(k):
+                raise BadInput(f"cannot export to TransformerLens: layers[{li}].heads[{hi}].scale (times "
+                               "sqrt(d' / scale_sqrt_divisor)) is too large for a float")
             WQ[hi] = f(head.W_QK).T * k
             WK[hi] = np.eye(d)
             WV[hi] = f(head.W_V).T / m
@@ -466,7 +478,14 @@ def export_state_dict(model: Model, dtype=np.float32) -> tuple[dict, dict[str, n
             sd.update({p + "mlp.W_in": W_in, p + "mlp.b_in": b_in, p + "mlp.W_out": W_out, p + "mlp.b_out": b_out})
     cfg = TLConfig(model.n_layers, d, H, d, V, C, n, d_mlp, causal == {True}, True).to_dict()
     cfg["model_name"] = model.name or "depthcert-export"
-    return cfg, {k: np.asarray(v, dtype=dtype) for k, v in sd.items()}
+    out = {}
+    with np.errstate(over="ignore"):
+        for key, v in sd.items():
+            out[key] = np.asarray(v, dtype=dtype)
+            if not np.isfinite(out[key]).all():
+                raise BadInput(f"cannot export to TransformerLens: {key} has a weight beyond the range of "
+                               f"{np.dtype(dtype).name} (largest {np.finfo(dtype).max:.3g})")
+    return cfg, out
 
 
 def export_checkpoint(model: Model, path: str, dtype=np.float32) -> dict:
