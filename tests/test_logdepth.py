@@ -376,3 +376,16 @@ def test_check_encoding_catches_a_wrong_table(group):
     enc[1] = enc[2]
     with pytest.raises(RuntimeError, match="not injective"):
         group_tree.check_encoding(g, replace(e, enc=enc))
+
+
+@pytest.mark.parametrize("group", ["c2", "c7", "s3", "s4", "a5"])
+def test_multiplication_table_matches_compose(group):
+    """Group.mul (row-vectorized, cached, read-only) is the table of compose() on the elements."""
+    from depthcert.checkers.tasks.logdepth import compose
+
+    g = make_task("word-problem", group=group, n=2).group
+    index = {e: i for i, e in enumerate(g.elements)}
+    ref = np.array([[index[compose(a, b)] for b in g.elements] for a in g.elements])
+    assert (g.mul == ref).all() and g.mul is g.mul
+    with pytest.raises(ValueError):
+        g.mul[0, 0] = 1

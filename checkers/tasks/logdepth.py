@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 import numpy as np
 
 from depthcert.checkers.errors import BadInput, TooManyPoints
@@ -81,10 +82,17 @@ class Group:
     def order(self) -> int:
         return len(self.elements)
 
-    @property
+    @cached_property
     def mul(self) -> np.ndarray:
-        index = {g: i for i, g in enumerate(self.elements)}
-        return np.array([[index[compose(g, h)] for h in self.elements] for g in self.elements], dtype=np.int64)
+        """mul[i, j] = index of compose(element i, element j), computed once (read-only).  Row i at
+        once: compose(g, h)[x] = h[g[x]] is column g[x] of the element table, looked up by its bytes."""
+        E = np.array(self.elements, dtype=np.int64).reshape(self.order, self.degree)
+        index = {row.tobytes(): i for i, row in enumerate(E)}
+        out = np.empty((self.order, self.order), dtype=np.int64)
+        for i, g in enumerate(E):
+            out[i] = [index[row.tobytes()] for row in E[:, g]]
+        out.flags.writeable = False
+        return out
 
 
 def _closure(gens: list[tuple[int, ...]], degree: int) -> list[tuple[int, ...]]:
