@@ -118,6 +118,8 @@ def test_orbit_representatives_cover_dataset():
     ("ictm", {"k": 3, "l": 2}, "distinct templates"),
     ("ictm", {"k": 3, "n_answers": 2, "l": 3}, "larger than the number of answer tokens"),
     ("ictm", {"n_questions": 3}, "does not apply"),
+    ("ictm", {"k": 5, "l": 5, "alphabet": 6, "n_answers": 6}, "^311875200 ordered template choices"),
+    ("ictm", {"k": 50, "l": 50, "alphabet": 50, "n_answers": 50}, "^more than 10\\^2363 ordered template choices"),
 ])
 def test_bad_input(name_, opts, msg):
     with pytest.raises(BadInput, match=msg):

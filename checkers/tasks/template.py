@@ -238,8 +238,10 @@ class InContextTemplateMatching(Task):
                 f"--k {self.k} needs {self.k} distinct templates but length {self.l} over "
                 f"{self.m} tokens has only {n_t}"
             )
-        if perm(n_t, self.k) > MAX_TUPLES:
-            raise BadInput(f"{perm(n_t, self.k)} ordered template choices (limit {MAX_TUPLES}); use smaller --k/--l")
+        tuples = perm(n_t, self.k)
+        if tuples > MAX_TUPLES:
+            shown = str(tuples) if tuples < 10 ** 18 else f"more than 10^{len(str(tuples)) - 1}"
+            raise BadInput(f"{shown} ordered template choices (limit {MAX_TUPLES}); use smaller --k/--l")
         if self.m + 1 + self.n_a > MAX_DIM:  # before naming a token: no model could embed them
             raise BadInput(f"ictm with {self.m} question tokens and {self.n_a} answers has a vocabulary of "
                            f"{self.m + 1 + self.n_a} tokens, more rows than any model may have (d' limit {MAX_DIM})")
