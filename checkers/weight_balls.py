@@ -393,3 +393,152 @@ def _exact(x, down: bool) -> Fraction:
         r = Fraction(int(rm)) * (Fraction(2) ** int(re))
         q = q - r if down else q + r
     return q
+
+
+class NotCertified(Exception):
+    """A ball pass cannot settle a point (a hardmax argmax the balls do not separate, an infinite
+    ball): the point is not certified at this radius."""
+
+
+class WeightBallForward:
+    """Weight tolerance for any model: relu, hardmax and softmax heads, MLPs, any labelled positions.
+
+    Every weight of the heads (W_QK, W_V), the MLPs (W1, b1, W2, b2) and W_O is the ball
+    [w - eps, w + eps]; a softmax head's scale c = scale / sqrt(scale_sqrt_divisor) is a fixed
+    hyperparameter and stays exact.  The forward pass is done in arb ball arithmetic (every +, *,
+    /, exp rigorous), so each enclosure contains the value computed by every model whose weights
+    each lie within eps of these.  Softmax: exp(c s_j - shift) / sum_k exp(c s_k - shift) with an
+    exact shift (any shift gives the same weights).  Hardmax: the argmax set must be certain (one
+    key certainly above every other, or all candidates exact and equal), else NotCertified.  No
+    float format here: rounding of exp in a float format is not bounded (formats are refused for
+    softmax models)."""
+
+    def __init__(self, model: Model, eps: Fraction = Fraction(0), precision: int = PRECISION):
+        import flint
+        from flint import arb
+
+        self.model, self.eps, self.precision = model, Fraction(eps), precision
+        prev = flint.ctx.prec
+        flint.ctx.prec = precision
+        try:
+            r = self.eps
+            self.layers = []
+            for layer in model.layers:
+                heads = [(_mat(h.W_QK, r), _mat(h.W_V, r), h.attention,
+                          _arb(h.scale) / _arb(h.scale_sqrt_divisor).sqrt()) for h in layer]
+                mlp = None
+                if layer.mlp is not None:
+                    m = layer.mlp
+                    mlp = (_mat(m.W1, r), _mat(m.b1[:, None], r), _mat(m.W2, r), _mat(m.b2[:, None], r))
+                inv_m = arb(1) / len(layer) if len(layer) else None
+                self.layers.append((heads, layer.causal, mlp, inv_m))
+            self._diff = {}
+        finally:
+            flint.ctx.prec = prev
+
+    def _diff_row(self, y: int, c: int):
+        """(W_O[y] - W_O[c]) as a ball row: exact difference, radius 2 eps per entry."""
+        if (y, c) not in self._diff:
+            W = self.model.W_O
+            self._diff[(y, c)] = _mat(np.array([[Fraction(W[y, r]) - Fraction(W[c, r]) for r in range(W.shape[1])]]),
+                                      2 * self.eps)
+        return self._diff[(y, c)]
+
+    def stream(self, token_ids, positions) -> dict:
+        """{position: enclosure of the final residual column (d x 1 arb_mat)} for the given
+        positions.  Raises NotCertified when a hardmax argmax is not certain or a ball is infinite."""
+        import flint
+        from flint import arb, arb_mat
+
+        from depthcert.checkers.model import embed_exact
+
+        prev = flint.ctx.prec
+        flint.ctx.prec = self.precision
+        try:
+            n = len(token_ids)
+            H = arb_mat([[_arb(v) for v in row] for row in embed_exact(self.model, token_ids)])
+            d = H.nrows()
+            last = len(self.layers) - 1
+            queries = list(range(n))
+            for li, (heads, causal, mlp, inv_m) in enumerate(self.layers):
+                queries = sorted(set(positions)) if li == last else list(range(n))
+                Q = H if len(queries) == n else arb_mat([[H[r, k] for k in queries] for r in range(d)])
+                if heads:
+                    upd = None
+                    for W_QK, W_V, kind, scale in heads:
+                        S = H.transpose() * (W_QK * Q)  # (keys, queries)
+                        A = _attention_balls(S, kind, scale, causal, queries, n)
+                        term = (W_V * H) * A
+                        upd = term if upd is None else upd + term
+                    Q = Q + (upd if len(heads) == 1 else upd * inv_m)
+                if mlp is not None:
+                    W1, b1, W2, b2 = mlp
+                    ones = arb_mat([[_arb(1)] * len(queries)])
+                    Z = W1 * Q + b1 * ones
+                    Z = arb_mat([[_relu_ball(Z[i, j]) for j in range(Z.ncols())] for i in range(Z.nrows())])
+                    Q = Q + W2 * Z + b2 * ones
+                H = Q
+            for i in range(H.nrows()):
+                for j in range(H.ncols()):
+                    if not H[i, j].is_finite():
+                        raise NotCertified
+            if not self.layers:
+                queries = list(range(n))
+            return {k: arb_mat([[H[r, queries.index(k)]] for r in range(H.nrows())]) for k in positions}
+        finally:
+            flint.ctx.prec = prev
+
+    def differences(self, token_ids, labels) -> list:
+        """[(position, label row, [(class row, lower, upper) of (logit_label - logit_class)])] for
+        labels = [(position, label row)]; raises NotCertified as stream() does."""
+        import flint
+
+        cols = self.stream(token_ids, [p for p, _ in labels])
+        prev = flint.ctx.prec
+        flint.ctx.prec = self.precision
+        try:
+            out = []
+            C = self.model.W_O.shape[0]
+            for pos, y in labels:
+                h = cols[pos]
+                out.append((pos, y, [(c, _lower(v), _upper(v)) for c in range(C) if c != y
+                                     for v in [(self._diff_row(y, c) * h)[0, 0]]]))
+            return out
+        finally:
+            flint.ctx.prec = prev
+
+    def hidden_column(self, token_ids, position: int):
+        return self.stream(token_ids, [position])[position]
+
+
+def _attention_balls(S, kind: str, scale, causal: bool, queries, n: int):
+    from flint import arb, arb_mat
+
+    zero = arb(0)
+    A = [[zero] * len(queries) for _ in range(n)]
+    for k, q in enumerate(queries):
+        keys = list(range(q + 1)) if causal else list(range(n))
+        if kind == "relu":
+            for j in keys:
+                A[j][k] = _relu_ball(S[j, k])
+        elif kind == "softmax":
+            x = [S[j, k] * scale for j in keys]
+            if not all(v.is_finite() for v in x):
+                raise NotCertified
+            shift = arb(max(v.mid() for v in x))
+            e = [(v - shift).exp() for v in x]
+            Z = sum(e[1:], e[0])
+            for j, ej in zip(keys, e):
+                A[j][k] = ej / Z
+        else:  # hardmax: the argmax set must be certain
+            s = [S[j, k] for j in keys]
+            if not all(v.is_finite() for v in s):
+                raise NotCertified
+            best = max(range(len(s)), key=lambda i: s[i].lower())
+            cand = [i for i in range(len(s)) if not (s[i] < s[best])]
+            if len(cand) > 1 and not all(s[i].is_exact() and s[i] == s[best] for i in cand):
+                raise NotCertified
+            w = arb(1) / len(cand)
+            for i in cand:
+                A[keys[i]][k] = w
+    return arb_mat(A)

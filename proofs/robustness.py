@@ -1,5 +1,8 @@
 """How far a verified model's weights can move: three searches, each step an exact check.
 
+(verify-construction: relu models read at the last position, below; verify-model and verify-tracr:
+any model, model_robustness_report at the end, "keeps the verdict" = the same set of correct points.)
+
 linf_radius        certified_lower: the largest eps = 2^-k such that the ball forward pass with
                    every weight widened to [w - eps, w + eps] (checkers/weight_balls.py) keeps
                    every point's strict argmax; broken_upper: an explicit model with every weight
@@ -260,3 +263,190 @@ def robustness_report(model: Model, task, verdict=None, symmetry: str = "auto", 
     return {"linf_radius": linf_radius(model, task, symmetry, max_points),
             "min_fraction_bits": min_fraction_bits(model, task, symmetry, max_points),
             "formats": formats(model, task, symmetry, max_points)}
+
+
+# ---------------------------------------------------------------------------- any model (verify-model)
+MODEL_MAX_POINTS = 200_000  # ball passes over more points than this are refused (one line, exit 2)
+
+
+def _same_set_check(verdict_b, ref_wrong: set) -> tuple[str, object]:
+    """("keeps", None) when the rounded model's correct points are exactly the reference's (every
+    point decided); ("changes", first point decided differently); ("undecided", how many)."""
+    wrong_b, und = {int(i) for i in verdict_b.wrong}, {int(i) for i in verdict_b.undecided}
+    changed = sorted((wrong_b ^ ref_wrong) - und)
+    if changed:
+        return "changes", changed[0]
+    if und:
+        return "undecided", len(und)
+    return "keeps", None
+
+
+def model_min_fraction_bits(model: Model, task, verdict, opts: dict) -> dict:
+    """The fewest fractional bits b such that the model with every weight rounded to a multiple of
+    2^-b (ties to even) has exactly the same set of correct points as the model itself (every point
+    decided by the certified path of verify-model, checkers/accuracy.py).  The scan starts where
+    every weight rounds to 0 and goes up; b - 1 is reported as it was decided (a point whose
+    verdict changed, or points the certified path left undecided)."""
+    from depthcert.checkers.accuracy import decide_all
+
+    ref_wrong = {int(i) for i in verdict.wrong}
+    top = max((abs(Fraction(v)) for M in _matrices(model) for v in M.flat), default=Fraction(0))
+    start = -(math.floor(top).bit_length() + 1)  # 2^-start > 2 |w| for every w: all round to 0
+    exact_at = _dyadic_bits(model)
+    cap = MAX_BITS if exact_at is None else max(exact_at, start)
+    below = None
+    for b in range(start, cap + 1):
+        status, what = _same_set_check(decide_all(round_to_bits(model, b), task, **opts), ref_wrong)
+        if status == "keeps":
+            fails = ("-" if below is None else
+                     f"{b - 1} bits: point {below[1]} decided differently" if below[0] == "changes" else
+                     f"{b - 1} bits: {below[1]} points undecided (not shown to fail)")
+            return {"bits": b, "fails_at": b - 1 if below is not None and below[0] == "changes" else None,
+                    "fails": fails, "keeps": "the same set of correct points",
+                    "checked": f"b = {start}..{b}, every point decided by the certified path"}
+        below = (status, what)
+    return {"bits": None, "fails": f"b = {start}..{cap}: none keeps the same set of correct points",
+            "keeps": "the same set of correct points"}
+
+
+def _robust_point(wb, ids, labels, wrong: bool) -> bool:
+    """Every model in the weight box keeps this point's verdict: correct points keep every
+    difference ball above 0, wrong points keep some class certainly above the label."""
+    from depthcert.checkers.weight_balls import NotCertified
+
+    try:
+        diffs = wb.differences(ids, labels)
+    except NotCertified:
+        return False
+    if wrong:
+        return any(hi < 0 for _, _, cs in diffs for _, _, hi in cs)
+    return all(lo > 0 for _, _, cs in diffs for _, lo, _ in cs)
+
+
+def _all_points(model, task):
+    from depthcert.checkers.exhaustive import _ball_labels, check_compatible, token_rows
+
+    class_map = check_compatible(model, task)
+    class_rows = np.array([class_map[i] for i in range(len(task.classes))], dtype=np.int64)
+    tokens = token_rows(model, task)
+    out = []
+    for batch in task.batches(4096):
+        ids = batch.ids if tokens is None else tokens[batch.ids]
+        for i in range(len(batch.index)):
+            out.append((int(batch.index[i]), [int(t) for t in ids[i]], _ball_labels(batch.labels[i], class_rows, ids.shape[1])))
+    return out
+
+
+def model_linf_radius(model: Model, task, verdict, opts: dict) -> dict:
+    """certified_lower: the largest eps = 2^-k such that a ball forward pass with every weight in
+    [w - eps, w + eps] (checkers/weight_balls.py: WeightBallForward, arb exp for softmax) keeps
+    every point's verdict (correct points correct, wrong points wrong); broken_upper: an explicit
+    model with every weight within that distance (W_O's label and runner-up rows pushed against
+    the hidden vector of the correct point with the smallest margin) whose certified decision of
+    that point is wrong."""
+    from depthcert.checkers.accuracy import PointDecider
+    from depthcert.checkers.rational import format_rational
+    from depthcert.checkers.weight_balls import WeightBallForward, NotCertified, _lower, _upper
+
+    if len(model.classes) < 2:
+        return {"certified_lower": None, "broken_upper": None, "note": "a single class: nothing can break"}
+    ref_wrong = {int(i) for i in verdict.wrong}
+    points = _all_points(model, task)
+    wb0 = WeightBallForward(model)
+    worst = None  # (lower margin, index, ids, position, label row, runner-up row)
+    for index, ids, labels in points:
+        if index in ref_wrong:
+            continue
+        try:
+            diffs = wb0.differences(ids, labels)
+        except NotCertified:
+            continue
+        for pos, y, cs in diffs:
+            for c, lo, _ in cs:
+                if worst is None or lo < worst[0]:
+                    worst = (lo, index, ids, pos, y, c)
+    upper, broken_at = None, None
+    if worst is not None and worst[0] > 0:
+        import flint
+
+        _, index, ids, pos, y, c = worst
+        prev = flint.ctx.prec
+        flint.ctx.prec = wb0.precision
+        try:
+            h = wb0.hidden_column(ids, pos)
+            signs = [1 if h[r, 0].mid() > 0 else -1 if h[r, 0].mid() < 0 else 0 for r in range(h.nrows())]
+            D = sum((h[r, 0] * s for r, s in enumerate(signs) if s), flint.arb(0))
+            m = (wb0._diff_row(y, c) * h)[0, 0]
+            d_low, m_up = _lower(D), _upper(m)
+        finally:
+            flint.ctx.prec = prev
+        if d_low > 0:
+            q = m_up / (2 * d_low) * Fraction(1025, 1024)
+            unit = Fraction(2) ** (math.floor(math.log2(q)) - 12)
+            eps = math.ceil(q / unit) * unit  # a short dyadic at or above q
+            for _ in range(8):
+                W = model.W_O.copy()
+                for r, s in enumerate(signs):
+                    W[y, r] = Fraction(W[y, r]) - eps * s
+                    W[c, r] = Fraction(W[c, r]) + eps * s
+                W.flags.writeable = False
+                broken = replace(model, W_O=W)
+                res = PointDecider(broken, task, **opts).chunk(index, index + 1, 1)
+                if index in {int(i) for i in res.wrong}:
+                    upper, broken_at = eps, index
+                    break
+                eps *= 2
+    k = 0 if upper is None else max(0, math.floor(-math.log2(upper)))
+    lower = None
+    hard: list = []  # points that failed at a larger radius: checked first
+    for _ in range(MAX_HALVINGS):
+        eps = Fraction(1, 2**k)
+        wb = WeightBallForward(model, eps)
+        ok = True
+        for p in hard + points:
+            if not _robust_point(wb, p[1], p[2], p[0] in ref_wrong):
+                if p not in hard:
+                    hard.insert(0, p)
+                ok = False
+                break
+        if ok:
+            lower = eps
+            break
+        k += 1
+    out = {"certified_lower": None if lower is None else str(format_rational(lower)),
+           "certified_lower_log2": None if lower is None else -k,
+           "broken_upper": None if upper is None else str(format_rational(upper)),
+           "broken_at_point": broken_at,
+           "keeps": "the same set of correct points",
+           "how": "lower: arb ball forward pass (softmax exp included) over weights in [w - eps, w + eps] on every "
+                  "point: correct points stay correct, wrong points stay wrong; upper: W_O's label and runner-up rows "
+                  "pushed by eps against the hidden vector of the correct point with the smallest margin, that point "
+                  "then decided wrong by the certified path"}
+    if upper is None:
+        out["note"] = "no correct point to break" if worst is None else "no explicit perturbation found"
+    return out
+
+
+def model_robustness_report(model: Model, task, verdict, opts: dict) -> dict:
+    """--robustness for verify-model: any model class (relu, hardmax, softmax; any read-out
+    positions), 'keeps the verdict' meaning the same set of correct points."""
+    if task.size > MODEL_MAX_POINTS:
+        raise BadInput(f"--robustness covers at most {MODEL_MAX_POINTS:,} points (ball passes); "
+                       f"this task has {task.size:,}")
+    if len(verdict.undecided):
+        return {"note": "some points are undecided: the set of correct points is not known"}
+    rational_last = (not model.has_softmax and model.outputs == "last"
+                     and all(h.attention == "relu" for L in model.layers for h in L))
+    if rational_last and verdict.correct == verdict.points:
+        fm = formats(model, task, symmetry="off")
+    else:
+        why = ("softmax heads: the float rounding of exp is not bounded here, so no format is certified"
+               if model.has_softmax else
+               "hardmax heads: the format passes cover relu attention only"
+               if any(h.attention != "relu" for L in model.layers for h in L) else
+               "the format passes cover models read at the last position" if model.outputs != "last" else
+               "the format passes cover models correct on every point")
+        fm = {"available": False, "reason": why}
+    return {"linf_radius": model_linf_radius(model, task, verdict, opts),
+            "min_fraction_bits": model_min_fraction_bits(model, task, verdict, opts),
+            "formats": fm}

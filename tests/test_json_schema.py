@@ -345,3 +345,38 @@ def test_verify_construction_undecided(capsys, tmp_path):
     code, doc = run_json("verify-construction", ["--dataset", str(data), "--weights", str(weights),
                                                  "--max-precision", "256"], capsys)
     assert (code, doc["verdict"]) == (3, "undecided"), doc
+
+
+@pytest.mark.parametrize("weights", ["prev-token-hardmax.json", "prev-token-softmax-1.json", "prev-token-softmax-20.json"])
+def test_verify_model_robustness(weights, capsys):
+    """verify-model --robustness --json: the robustness object of the schema (rational radii, integer
+    bits, formats either per format or not available with a reason)."""
+    from depthcert.cli.verify_model import _main
+
+    code = run_main(_main, [EX + weights, "--dataset", EX + "prev-token-data.json", "--robustness", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    validate(doc)
+    r = doc["robustness"]
+    assert code == 0 and Fraction(r["linf_radius"]["certified_lower"]) < Fraction(r["linf_radius"]["broken_upper"])
+    assert isinstance(r["min_fraction_bits"]["bits"], int)
+    assert r["formats"]["available"] is False and r["formats"]["reason"]
+    bad = dict(doc, robustness={"linf_radius": {"certified_lower": 0.5, "broken_upper": None},
+                                "min_fraction_bits": r["min_fraction_bits"], "formats": r["formats"]})
+    with pytest.raises(Exception):
+        validate(bad)  # a float radius is not an exact rational
+
+
+def test_verify_tracr_robustness(capsys):
+    """verify-tracr --robustness --json on a program that verifies: the robustness object of the
+    schema; rounding the imported model to the reported bits keeps every point correct."""
+    pytest.importorskip("tracr")
+    from depthcert.cli.verify_tracr import _main as tracr_main
+
+    code = run_main(tracr_main, ["make_length", "--vocab", "1,2", "--max-seq-len", "3", "--robustness", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    validate(doc)
+    r = doc["robustness"]
+    assert code == 0 and doc["verdict"] == "verified"
+    assert 0 < Fraction(r["linf_radius"]["certified_lower"]) < Fraction(r["linf_radius"]["broken_upper"])
+    assert r["formats"]["available"] is False and "softmax" in r["formats"]["reason"]
+    assert r["min_fraction_bits"]["fails_at"] == r["min_fraction_bits"]["bits"] - 1

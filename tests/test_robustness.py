@@ -310,3 +310,154 @@ def test_representable_agrees_with_the_format_rounding(name):
             want = False
         assert bf._representable(arb(fmpq(q.numerator, q.denominator))) == want
         assert bf._representable(arb(fmpq(-q.numerator, q.denominator))) == want
+
+
+# ---------------------------------------------------------------------------- any model (verify-model --robustness)
+EX = "docs/examples/"
+
+
+def _model_and_task(weights, scale=None):
+    from depthcert.checkers.tasks.dataset_file import load_dataset
+    from depthcert.cli.verify_model import load_any_model
+
+    task = load_dataset(EX + "prev-token-data.json")
+    model = load_any_model(EX + weights, None, task)
+    if scale is not None:  # non-dyadic weights: rounding then changes the model
+        model = rb.map_weights(model, lambda w: w * scale)
+    return model, task
+
+
+def _wrong_set(model, task):
+    from depthcert.checkers.accuracy import decide_all
+
+    v = decide_all(model, task)
+    assert len(v.undecided) == 0
+    return {int(i) for i in v.wrong}
+
+
+def _perturbed(model, eps, rng):
+    return rb.map_weights(model, lambda w: w + eps * Fraction(int(rng.integers(-8, 9)), 8))
+
+
+@pytest.mark.parametrize("weights", ["prev-token-softmax-1.json", "prev-token-hardmax.json"])
+def test_weight_balls_enclose_every_perturbed_model(weights):
+    """The ball pass at radius eps encloses the margins of models whose weights moved by at most
+    eps (softmax through arb exp); at radius 0 it encloses the certified decider's margins."""
+    from depthcert.checkers.exhaustive import _ball_labels, check_compatible
+    from depthcert.checkers.weight_balls import NotCertified, WeightBallForward
+
+    model, task = _model_and_task(weights, Fraction(7, 10))
+    eps = Fraction(1, 64)
+    wide = WeightBallForward(model, eps)
+    rng = np.random.default_rng(3)
+    others = [WeightBallForward(_perturbed(model, eps, rng)) for _ in range(3)]
+    rows = check_compatible(model, task)
+    batch = next(task.batches(81))
+    checked = 0
+    for i in range(0, 81, 7):
+        ids = [int(t) for t in batch.ids[i]]
+        labels = _ball_labels(batch.labels[i], np.array([rows[k] for k in range(len(task.classes))]), len(ids))
+        try:
+            box = wide.differences(ids, labels)
+        except NotCertified:  # a hardmax argmax the box cannot settle
+            continue
+        for other in others:
+            for (pos, y, cs), (_, _, cs2) in zip(box, other.differences(ids, labels)):
+                for (c, lo, hi), (_, lo2, hi2) in zip(cs, cs2):
+                    assert lo <= lo2 <= hi2 <= hi
+        checked += 1
+    assert checked >= 5
+
+
+def test_model_fewest_bits_keep_the_correct_set_and_one_fewer_does_not():
+    from depthcert.checkers.accuracy import decide_all
+
+    model, task = _model_and_task("prev-token-softmax-1.json", Fraction(7, 10))
+    v = decide_all(model, task)
+    out = rb.model_min_fraction_bits(model, task, v, {})
+    b = out["bits"]
+    ref = {int(i) for i in v.wrong}
+    assert 0 < len(ref) < 81  # some points wrong: the set, not all-correct, is what is kept
+    assert _wrong_set(rb.round_to_bits(model, b), task) == ref
+    assert out["fails_at"] == b - 1 and _wrong_set(rb.round_to_bits(model, b - 1), task) != ref
+
+
+@pytest.mark.parametrize("weights", ["prev-token-softmax-1.json", "prev-token-softmax-20.json"])
+def test_model_certified_radius_survives_perturbations_and_the_upper_breaks(weights):
+    from depthcert.checkers.accuracy import decide_all
+
+    model, task = _model_and_task(weights, Fraction(7, 10))
+    v = decide_all(model, task)
+    out = rb.model_linf_radius(model, task, v, {})
+    eps, upper = Fraction(out["certified_lower"]), Fraction(out["broken_upper"])
+    assert 0 < eps < upper
+    ref = {int(i) for i in v.wrong}
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        assert _wrong_set(_perturbed(model, eps, rng), task) == ref
+    # every weight pushed to a corner of the box, all the same way
+    assert _wrong_set(rb.map_weights(model, lambda w: w + eps), task) == ref
+
+
+def test_model_radius_upper_is_only_reported_when_the_recheck_refutes(monkeypatch):
+    """The explicit perturbation is re-decided by the certified path; if that path did not find the
+    point wrong, no upper bound is printed."""
+    from depthcert.checkers import accuracy
+
+    model, task = _model_and_task("prev-token-softmax-20.json")
+    v = accuracy.decide_all(model, task)
+
+    class Never:
+        def __init__(self, *a, **k):
+            pass
+
+        def chunk(self, lo, hi, batch_size):
+            return accuracy.ChunkAccuracy(lo, hi, hi - lo, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                                          None, 0, 0, None, None)
+
+    monkeypatch.setattr(accuracy, "PointDecider", Never)
+    out = rb.model_linf_radius(model, task, v, {})
+    assert out["broken_upper"] is None and out["note"] == "no explicit perturbation found"
+
+
+def test_verify_model_robustness_cli_softmax_formats_not_available(capsys):
+    from depthcert.cli.verify_model import _main
+
+    code = run_main(_main, [EX + "prev-token-softmax-20.json", "--dataset", EX + "prev-token-data.json", "--robustness"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "formats      not available: softmax heads" in out and "linf radius  certified >= " in out
+    code = run_main(_main, [EX + "prev-token-softmax-20.json", "--dataset", EX + "prev-token-data.json", "--robustness",
+                            "--dask"])
+    assert code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_verify_model_robustness_of_a_relu_model_gives_formats(tmp_path, capsys):
+    """A relu weights file correct on every point goes through the format passes too."""
+    from depthcert.checkers.weights_file import save_weights
+    from depthcert.cli.verify_model import _main
+
+    task = make_task("icqa", k=2)
+    model = registry.build(task).model
+    save_weights(model, str(tmp_path / "icqa.json"))
+    code = run_main(_main, [str(tmp_path / "icqa.json"), "--task", "icqa", "--k", "2", "--robustness", "--json"])
+    r = json.loads(capsys.readouterr().out)["robustness"]
+    assert code == 0 and set(r["formats"]) == {"float16", "bfloat16", "float32"}
+    b = r["min_fraction_bits"]["bits"]
+    assert verify(rb.round_to_bits(model, b), task, symmetry="off").verified
+    assert not verify(rb.round_to_bits(model, b - 1), task, symmetry="off").verified
+
+
+def test_verify_model_robustness_point_limit_and_search_are_bad_input(monkeypatch, capsys):
+    from depthcert.cli.verify_model import _main
+
+    monkeypatch.setattr(rb, "MODEL_MAX_POINTS", 80)
+    code = run_main(_main, [EX + "prev-token-softmax-20.json", "--dataset", EX + "prev-token-data.json", "--robustness"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "at most 80 points" in err
+    pytest.importorskip("tracr")
+    from depthcert.cli.verify_tracr import _main as tracr_main
+
+    code = run_main(tracr_main, ["make_length", "--vocab", "1,2", "--max-seq-len", "3", "--find-min", "mlp-exactness",
+                                 "--robustness"])
+    assert code == 2 and capsys.readouterr().err.count("\n") == 1

@@ -184,6 +184,9 @@ def _main(argv) -> int:
     p.add_argument("--method", default="auto", choices=("auto", "tables", "intervals", "balls"),
                    help="softmax models: certified float64 tables (one-layer attention-only), float64 intervals "
                         "(any softmax model), or arb balls for every point; auto takes the first that applies")
+    p.add_argument("--robustness", action="store_true",
+                   help="weight tolerance (certified ball pass, arb exp for softmax), fewest fractional bits and float "
+                        "formats, each keeping the same set of correct points (docs/robustness.md)")
     args = p.parse_args(argv)
     for name in ("precision", "max_precision"):
         v = getattr(args, name)
@@ -210,6 +213,13 @@ def _main(argv) -> int:
     opts = {"start_precision": args.precision, "max_precision": args.max_precision, "method": args.method}
     v = run(model, task, opts, args.chunk_points, args.batch_size, args.dask, args.workers, args.journal,
             progress=not args.json and sys.stderr.isatty())
+    robust = None
+    if args.robustness:
+        if args.dask is not None or args.journal is not None:
+            raise BadInput("--robustness runs in this process: drop --dask and --journal")
+        from depthcert.proofs.robustness import model_robustness_report
+
+        robust = model_robustness_report(model, task, v, opts)
     if args.wrong_out:
         write_points(args.wrong_out, task, v)
     if args.require_all and len(v.wrong):
@@ -227,7 +237,8 @@ def _main(argv) -> int:
                           "verdict": v.verdict, "min_margin": margin,
                           "first_wrong": [int(i) for i in v.wrong[: args.show]],
                           "first_undecided": [int(i) for i in v.undecided[:100]],
-                          "evaluation": v.path, "seconds": round(v.seconds, 3)}))
+                          "evaluation": v.path, "seconds": round(v.seconds, 3)}
+                         | ({} if robust is None else {"robustness": robust})))
         return code
     pct = 100 * v.correct / v.points if v.points else 0.0
     print(f"model          {os.path.basename(args.checkpoint)} ({model.kinds()}, {plural(model.n_layers, 'layer')}, d' = {model.dim})")
@@ -248,7 +259,23 @@ def _main(argv) -> int:
     if args.require_all:
         print(f"verdict        {v.verdict}")
     print(f"time           {v.seconds:.1f} s ({v.notes[0]})")
+    if robust is not None:
+        _print_robustness(robust)
     return code
+
+
+def _print_robustness(r: dict) -> None:
+    """The robustness block; formats not available are printed with their reason."""
+    from depthcert.cli.verify_construction import _print_robustness as print_construction
+
+    if "note" in r:
+        print(f"robustness:\n  {r['note']}")
+        return
+    fm = r.get("formats") or {}
+    print_construction({k: v for k, v in r.items() if k != "formats"} | ({} if "available" in fm else {"formats": fm}))
+    print("  keeps        the same set of correct points")
+    if "available" in fm:
+        print(f"  formats      not available: {fm['reason']}")
 
 
 def verify_model_main(argv=None) -> int:

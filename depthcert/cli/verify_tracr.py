@@ -506,7 +506,8 @@ def _check_categorical(model, imported, compiled, inputs, truth, base, balls, sy
         info["first_outside"] = {"input": [str(t) for t in inputs[i]], "position": pos, "value": _value_text(val)}
     info["verdict"] = verdict
     status = {"verified": 0, "refuted": 1, "undecided": 3}[verdict]
-    return Result(info, status, {"verdict": v, "outside": outside})
+    return Result(info, status, {"verdict": v, "outside": outside, "model": model,
+                                 "task": task if ds_inputs else None})
 
 
 def _outside_counterexample(model, x, pos, val, index) -> dict:
@@ -720,6 +721,9 @@ def _parser():
                    "verdict)")
     p.add_argument("--find-max", choices=("length",), default=None,
                    help="search the largest length (up to --max-seq-len, the cap) at which every length verifies")
+    p.add_argument("--robustness", action="store_true",
+                   help="categorical programs that verify: weight tolerance and fewest fractional bits of the "
+                        "imported model (docs/robustness.md)")
     p.add_argument("--export", metavar="FILE", help="write the imported model (depthcert.weights version 2)")
     p.add_argument("--dataset-out", metavar="FILE", help="write the per-position dataset (depthcert.dataset v2); "
                    "verify-construction --dataset FILE --weights FILE re-checks it")
@@ -758,11 +762,34 @@ def _main(argv) -> int:
                             symmetry=args.symmetry, tolerance=tol, export=args.export,
                             dataset_out=args.dataset_out, progress=sys.stderr.isatty() and not args.json,
                             skip_none=args.skip_none, mlp_exactness=args.mlp_exactness)
+    if args.robustness:
+        res.info["robustness"] = _robustness(res, balls)
     if args.json:
         print(json.dumps(res.info))
     else:
         print_human(res.info)
+        if args.robustness:
+            from depthcert.cli.verify_model import _print_robustness
+
+            _print_robustness(res.info["robustness"])
     return res.status
+
+
+def _robustness(res, balls) -> dict:
+    """verify-model's robustness report on the imported model and its per-position dataset, for a
+    categorical program that verified (every point correct: the set kept is every point)."""
+    from depthcert.proofs.robustness import model_robustness_report
+
+    if res.info["verdict"] != "verified":
+        return {"note": "the program is not verified: nothing to be robust about"}
+    if res.extra.get("task") is None:
+        return {"note": "numerical outputs (or no labelled position): the report covers categorical argmax outputs"}
+    from depthcert.checkers.accuracy import decide_all
+
+    opts = dict(balls or {})
+    model, task = res.extra["model"], res.extra["task"]
+    v = decide_all(model, task, **opts)
+    return model_robustness_report(model, task, v, opts)
 
 
 def _search_settings(args, vocab, balls, tol) -> int:
@@ -772,6 +799,8 @@ def _search_settings(args, vocab, balls, tol) -> int:
 
     if args.find_min and args.find_max:
         raise BadInput("give one of --find-min and --find-max")
+    if args.robustness:
+        raise BadInput("--robustness applies to one check, not to a search")
     if args.export or args.dataset_out:
         raise BadInput("--export and --dataset-out apply to one check, not to a search")
     # the first check runs alone so that bad input (unknown program, sizes) exits 2 before the search
