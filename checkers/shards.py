@@ -213,9 +213,11 @@ class ProcessRunner:
 
     def __init__(self, workers: int):
         self.workers = workers
+        self.used = None  # processes of the last run: never more than its chunks
 
     def describe(self) -> str:
-        return f"{self.workers} processes"
+        n = self.workers if self.used is None else self.used
+        return f"{n} process{'es' if n != 1 else ''}"
 
     def run(self, spec: Spec, jobs: list[Job]) -> Iterator[ChunkResult]:
         import multiprocessing as mp
@@ -223,7 +225,8 @@ class ProcessRunner:
         from concurrent.futures.process import BrokenProcessPool
 
         ctx = mp.get_context("fork")
-        with ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init, initargs=(spec,)) as pool:
+        self.used = max(1, min(self.workers, len(jobs)))  # a fork pool starts all its processes at once
+        with ProcessPoolExecutor(self.used, mp_context=ctx, initializer=_init, initargs=(spec,)) as pool:
             futures = [pool.submit(_run_local, job) for job in jobs]
             try:
                 for job, fut in zip(jobs, futures):

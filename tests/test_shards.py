@@ -50,6 +50,15 @@ def test_processes_and_journal_give_the_single_process_verdict(model, tmp_path):
     assert any("came from the journal" in n for n in again.notes)
 
 
+def test_process_pool_is_no_larger_than_its_chunks():
+    """--workers 1000 on a run of a few chunks forks one process per chunk (a fork pool starts every
+    process at once), says so, and gives the single-process verdict."""
+    runner = shards.ProcessRunner(1000)
+    procs = verify(GOOD, TASK, progress=False, runner=runner, chunk_points=1000)  # 1944 points: 2 chunks
+    assert runner.used == 2 and runner.describe() == "2 processes"
+    assert _triple(procs) == _triple(verify(GOOD, TASK, progress=False))
+
+
 def test_tampered_verdict_is_a_refutation_in_the_middle():
     v = verify(BAD, TASK, progress=False)
     assert v.verdict == "refuted" and 0 < v.counterexample.index < TASK.size - 1
