@@ -42,7 +42,8 @@ from fractions import Fraction
 import numpy as np
 
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.journal import _canonical, line_checksum, model_fingerprint, task_fingerprint
+from depthcert.checkers.journal import (_canonical, append_line, check_signature, cut_partial_line, line_checksum,
+                                        model_fingerprint, read_lines, task_fingerprint)
 
 FORMAT = "depthcert.accuracy-journal"
 VERSION = 2
@@ -69,13 +70,7 @@ class AccuracyJournal:
 
     def _resume(self) -> None:
         path = self.path
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise BadInput(f"cannot read journal {path}: {exc.strerror}") from None
-        lines = data.split(b"\n")
-        partial = lines.pop()  # b"" when the file ends with a newline; else a line cut by a crash
+        data, lines, partial = read_lines(path)
         try:
             head = json.loads(lines[0].decode("utf-8")) if lines else None
         except (ValueError, UnicodeDecodeError):
@@ -98,14 +93,7 @@ class AccuracyJournal:
                                f"line {self.line_of[key]} with other results")
             self.done.setdefault(key, res)
             self.line_of.setdefault(key, number)
-        if partial:  # cut off the crash's partial line, so appends start on a line of their own
-            try:
-                with open(path, "r+b") as fh:
-                    fh.truncate(len(data) - len(partial))
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            except OSError as exc:
-                raise BadInput(f"cannot write journal {path}: {exc.strerror}") from None
+        cut_partial_line(path, data, partial)
 
     def _line(self, raw: bytes, where: str):
         """One chunk line, validated (the module docstring's Claim), as a ChunkAccuracy."""
@@ -118,11 +106,7 @@ class AccuracyJournal:
         if not isinstance(r, dict) or set(r) != set(_KEYS):
             raise BadInput(f"{where}: not a chunk line of accuracy journal version {VERSION} (fields "
                            f"{', '.join(_KEYS)})")
-        if r["run"] != self.run_id:
-            raise BadInput(f"{where}: the line belongs to another run (its fingerprint differs from the header's): "
-                           "spliced from another journal")
-        if r["sum"] != line_checksum(r):
-            raise BadInput(f"{where}: checksum mismatch: the line was edited or corrupted")
+        check_signature(r, self.run_id, where)
         ints = ("lo", "hi", "correct", "low_index", "high_index", "by_tables", "by_balls")
         lists = ("wrong", "undecided")
         if not all(type(r[k]) is int for k in ints) or not all(
@@ -176,10 +160,4 @@ class AccuracyJournal:
         self.done[(res.lo, res.hi)] = res
 
     def _append_raw(self, line: str) -> None:
-        try:
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(line)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as exc:
-            raise BadInput(f"cannot write journal {self.path}: {exc.strerror}") from None
+        append_line(self.path, line)

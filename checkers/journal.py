@@ -170,13 +170,7 @@ class Journal:
 
     def _resume(self) -> None:
         path = self.path
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise BadInput(f"cannot read journal {path}: {exc.strerror}") from None
-        lines = data.split(b"\n")
-        partial = lines.pop()  # b"" when the file ends with a newline; else a line cut by a crash
+        data, lines, partial = read_lines(path)
         self._check_header(lines[0] if lines else partial, complete=bool(lines))
         for number, raw in enumerate(lines[1:], start=2):
             res = self._chunk_line(raw, number)
@@ -186,14 +180,7 @@ class Journal:
                                f"line {self.line_of[key]} with other results")
             self.done.setdefault(key, res)
             self.line_of.setdefault(key, number)
-        if partial:  # cut off the crash's partial line, so appends start on a line of their own
-            try:
-                with open(path, "r+b") as fh:
-                    fh.truncate(len(data) - len(partial))
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            except OSError as exc:
-                raise BadInput(f"cannot write journal {path}: {exc.strerror}") from None
+        cut_partial_line(path, data, partial)
 
     def _check_header(self, raw: bytes, complete: bool) -> None:
         path = self.path
@@ -249,11 +236,7 @@ class Journal:
         """The fields of a line of this kind, this run's fingerprint, and the line's checksum."""
         if not isinstance(r, dict) or set(r) != set(keys):
             raise BadInput(f"{where}: not a {kind} of journal version {VERSION} (fields {', '.join(keys)})")
-        if r["run"] != self.run_id:
-            raise BadInput(f"{where}: the line belongs to another run (its fingerprint differs from the header's): "
-                           "spliced from another journal")
-        if r["sum"] != line_checksum(r):
-            raise BadInput(f"{where}: checksum mismatch: the line was edited or corrupted")
+        check_signature(r, self.run_id, where)
 
     def _ball_line(self, r: dict, where: str):
         """One softmax chunk line, validated, as a BallChunkResult."""
@@ -386,13 +369,53 @@ class Journal:
         self.done[(res.lo, res.hi)] = res
 
     def _append(self, obj) -> None:
-        try:
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(obj) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as exc:
-            raise BadInput(f"cannot write journal {self.path}: {exc.strerror}") from None
+        append_line(self.path, json.dumps(obj) + "\n")
+
+
+def read_lines(path: str) -> tuple[bytes, list[bytes], bytes]:
+    """A journal file's bytes, its complete lines, and the partial last line a crash can leave
+    (b"" when the file ends with a newline)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise BadInput(f"cannot read journal {path}: {exc.strerror}") from None
+    lines = data.split(b"\n")
+    partial = lines.pop()
+    return data, lines, partial
+
+
+def cut_partial_line(path: str, data: bytes, partial: bytes) -> None:
+    """Cut off a crash's partial last line, so appends start on a line of their own."""
+    if not partial:
+        return
+    try:
+        with open(path, "r+b") as fh:
+            fh.truncate(len(data) - len(partial))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise BadInput(f"cannot write journal {path}: {exc.strerror}") from None
+
+
+def check_signature(r: dict, run_id: str, where: str) -> None:
+    """A chunk line names this run (else it was spliced from another journal) and its checksum holds."""
+    if r["run"] != run_id:
+        raise BadInput(f"{where}: the line belongs to another run (its fingerprint differs from the header's): "
+                       "spliced from another journal")
+    if r["sum"] != line_checksum(r):
+        raise BadInput(f"{where}: checksum mismatch: the line was edited or corrupted")
+
+
+def append_line(path: str, line: str) -> None:
+    """Append one whole line, flushed and fsync'ed."""
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise BadInput(f"cannot write journal {path}: {exc.strerror}") from None
 
 
 def _n(count: int, word: str) -> str:
