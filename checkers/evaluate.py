@@ -386,7 +386,7 @@ class Evaluator:
         step = self.exact_batch_points(token_ids.shape[1])
         # no a-priori bound: sizes (and a time limit, if set) checked per layer
         cap = None if self.im.bounded else MAX_STREAM_BITS
-        deadline = None if self.im.bounded else self._deadline
+        deadline = self._deadline
         if len(token_ids) <= step:
             return _run(self.model, token_ids, last_only, self._exact_w, None, object, max_bits=cap,
                         deadline=deadline), 1
@@ -397,8 +397,8 @@ class Evaluator:
         return np.concatenate(parts, axis=0), 1
 
     def stop_after(self, seconds: float, what: str) -> None:
-        """From now on, the big-integer pass of a model without an a-priori bound stops (BadInput)
-        before a layer once `seconds` have passed (a run past --max-seconds; checkers/budget.py)."""
+        """From now on, the big-integer pass stops (BadInput) before a layer (of any sub-batch) once
+        `seconds` have passed (a run past --max-seconds; checkers/budget.py)."""
         self._deadline = (time.perf_counter() + seconds, seconds, what)
 
     def exact_batch_points(self, n: int) -> int:

@@ -327,9 +327,10 @@ def verify(
     else:
         charge_seconds(estimate, what)
     limit = seconds_limit()
-    if limit is not None and not ev.im.bounded:
-        # no a-priori bound on the numbers (they can grow doubly exponentially in depth), so no
-        # estimate bounds the time: the big-integer pass checks --max-seconds before every layer
+    if limit is not None and not ev.use_float:
+        # big integers: with no a-priori bound the numbers can grow doubly exponentially in depth,
+        # and with one the a-priori rate still ignores their size (weights of thousands of digits),
+        # so no estimate bounds the time: the big-integer pass checks --max-seconds before every layer
         ev.stop_after(limit, what)
     if plan.indices is None:
         batches = task.batches(batch_size)

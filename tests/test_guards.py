@@ -131,3 +131,32 @@ def test_datasets_past_64_bit_indices_raise_too_many_points(name, opts):
 
     with pytest.raises(TooManyPoints, match="2\\^62"):
         make_task(name, **opts)
+
+
+def test_big_integer_weights_of_a_bounded_model_stop_at_max_seconds(tmp_path, capsys):
+    """User weights of thousands of digits: the a-priori bound exists (2 layers) but the op-count
+    estimate ignores the numbers' size, so the big-integer pass checks --max-seconds before every
+    layer of every sub-batch (without it this run took minutes past --max-seconds 1)."""
+    import json
+    import random
+
+    from depthcert.checkers.tasks import make_task
+    from depthcert.checkers.weights_file import model_to_json
+    from depthcert.constructions import registry
+
+    rng = random.Random(1)
+    w = model_to_json(registry.build(make_task("icqa", k=2), None).model)
+
+    def big(x):
+        return x if x in (0, "0") else f"{rng.randrange(10 ** 3990, 10 ** 3995)}/{rng.randrange(10 ** 3990, 10 ** 3995)}"
+
+    for layer in w["layers"]:
+        for head in layer:
+            head["W_QK"] = [[big(x) for x in row] for row in head["W_QK"]]
+            head["W_V"] = [[big(x) for x in row] for row in head["W_V"]]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(w))
+    code, out, err, seconds, _ = _run_limited(
+        _verify_construction, ["icqa", "--k", "2", "--weights", str(path), "--max-seconds", "1"], capsys)
+    assert code == 2 and not out and "ran past the limit of 1 s" in err and "--max-seconds" in err, (code, err)
+    assert len(err.strip().splitlines()) == 1 and seconds < SECONDS
