@@ -29,6 +29,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from depthcert.checkers.budget import time_limit_passed
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.model import Model
 
@@ -129,6 +130,7 @@ class PointDecider:
         self.class_rows = np.array([class_map[i] for i in range(len(task.classes))], dtype=np.int64)
         self.tokens = token_rows(model, task)
         self.force_exact = force_exact
+        self._deadline: tuple | None = None
         self._tables: dict[int, object] = {}
         self.table_reason = None
         if model.has_softmax:
@@ -176,10 +178,19 @@ class PointDecider:
                 self._tables[n] = None  # scores too far apart for float64: arb decides
         return self._tables[n]
 
+    def stop_after(self, seconds: float, what: str) -> None:
+        """From now on, deciding stops (BadInput, checkers/budget.py) before a batch, and the
+        big-integer pass before a layer, once `seconds` have passed (--max-seconds: no estimate
+        bounds a model's time, its numbers can have thousands of digits)."""
+        self._deadline = (time.perf_counter() + seconds, seconds, what)
+        (self.prefix if self.model.has_softmax else self.ev).stop_after(seconds, what)
+
     def chunk(self, lo: int, hi: int, batch_size: int = 8192) -> ChunkAccuracy:
         correct, wrong, undecided, least = 0, [], [], _Least()
         by_tables = by_balls = 0
         for batch in self.task.batches(batch_size, lo, hi):
+            if self._deadline is not None and time.perf_counter() > self._deadline[0]:
+                raise time_limit_passed(self._deadline[2], self._deadline[1])
             ids = batch.ids if self.tokens is None else self.tokens[batch.ids]
             if not self.model.has_softmax:
                 c, w, m = self._exact_batch(batch, ids)

@@ -133,10 +133,8 @@ def test_datasets_past_64_bit_indices_raise_too_many_points(name, opts):
         make_task(name, **opts)
 
 
-def test_big_integer_weights_of_a_bounded_model_stop_at_max_seconds(tmp_path, capsys):
-    """User weights of thousands of digits: the a-priori bound exists (2 layers) but the op-count
-    estimate ignores the numbers' size, so the big-integer pass checks --max-seconds before every
-    layer of every sub-batch (without it this run took minutes past --max-seconds 1)."""
+def _big_icqa_weights(tmp_path):
+    """ICQA k=2's weights with every non-zero attention entry replaced by a rational of ~4,000 digits."""
     import json
     import random
 
@@ -156,7 +154,26 @@ def test_big_integer_weights_of_a_bounded_model_stop_at_max_seconds(tmp_path, ca
             head["W_V"] = [[big(x) for x in row] for row in head["W_V"]]
     path = tmp_path / "big.json"
     path.write_text(json.dumps(w))
+    return path
+
+
+def test_big_integer_weights_of_a_bounded_model_stop_at_max_seconds(tmp_path, capsys):
+    """User weights of thousands of digits: the a-priori bound exists (2 layers) but the op-count
+    estimate ignores the numbers' size, so the big-integer pass checks --max-seconds before every
+    layer of every sub-batch (without it this run took minutes past --max-seconds 1)."""
+    path = _big_icqa_weights(tmp_path)
     code, out, err, seconds, _ = _run_limited(
         _verify_construction, ["icqa", "--k", "2", "--weights", str(path), "--max-seconds", "1"], capsys)
+    assert code == 2 and not out and "ran past the limit of 1 s" in err and "--max-seconds" in err, (code, err)
+    assert len(err.strip().splitlines()) == 1 and seconds < SECONDS
+
+
+def test_verify_model_stops_at_max_seconds(tmp_path, capsys):
+    """verify-model has the same guard: the same weights as a checkpoint ran minutes with no limit."""
+    from depthcert.cli.verify_model import _main as _verify_model
+
+    path = _big_icqa_weights(tmp_path)
+    code, out, err, seconds, _ = _run_limited(
+        _verify_model, [str(path), "--task", "icqa", "--k", "2", "--max-seconds", "1"], capsys)
     assert code == 2 and not out and "ran past the limit of 1 s" in err and "--max-seconds" in err, (code, err)
     assert len(err.strip().splitlines()) == 1 and seconds < SECONDS

@@ -16,6 +16,7 @@ import os
 import sys
 import time
 
+from depthcert.checkers.budget import DEFAULT_MAX_SECONDS
 from depthcert.checkers.errors import BadInput
 from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, data_file, margin_json,
                                   plural, positive_int, run_main, task_from_args, tasks_help)
@@ -69,12 +70,22 @@ def run_chunk(spec: _Spec, lo: int, hi: int, batch_size: int):
 
 
 def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str | None = None,
-        workers: int | None = None, journal: str | None = None, progress: bool = False):
-    """The AccuracyVerdict of every point, in this process or on Dask, resuming from a journal."""
+        workers: int | None = None, journal: str | None = None, progress: bool = False,
+        max_seconds: float | None = None):
+    """The AccuracyVerdict of every point, in this process or on Dask, resuming from a journal;
+    past `max_seconds` the run stops with BadInput (exit 2; a journal keeps the finished chunks)."""
     from depthcert.checkers.accuracy import PointDecider, chunks, merge
+    from depthcert.checkers.budget import time_limit_passed
 
     t0 = time.perf_counter()
     dec = PointDecider(model, task, **opts)  # validates compatibility before any worker starts
+    what = f"deciding {plural(task.size, 'point')}"
+    if max_seconds is not None:
+        dec.stop_after(max_seconds, what)
+
+    def check_time():
+        if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+            raise time_limit_passed(what, max_seconds)
     jr = None
     if journal is not None:
         from depthcert.checkers.accuracy_journal import AccuracyJournal
@@ -97,6 +108,7 @@ def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str |
                    desc="verify-model", leave=False, file=sys.stderr)
 
     def take(res):
+        check_time()
         results.append(res)
         if jr is not None:
             jr.record(res)
@@ -184,6 +196,9 @@ def _main(argv) -> int:
     p.add_argument("--method", default="auto", choices=("auto", "tables", "intervals", "balls"),
                    help="softmax models: certified float64 tables (one-layer attention-only), float64 intervals "
                         "(any softmax model), or arb balls for every point; auto takes the first that applies")
+    p.add_argument("--max-seconds", type=positive_int, default=DEFAULT_MAX_SECONDS,
+                   help=f"stop a run (exit 2; a --journal keeps its finished chunks) that goes on longer (default "
+                        f"{DEFAULT_MAX_SECONDS} s)")
     p.add_argument("--robustness", action="store_true",
                    help="weight tolerance (certified ball pass, arb exp for softmax), fewest fractional bits and float "
                         "formats, each keeping the same set of correct points (docs/robustness.md)")
@@ -209,14 +224,14 @@ def _main(argv) -> int:
         task = task_from_args(args)
     if task.size > args.max_points:
         raise BadInput(f"{task.describe()} has {task.size:,} points, more than --max-points {args.max_points:,}")
+    if args.robustness and (args.dask is not None or args.journal is not None):
+        raise BadInput("--robustness runs in this process: drop --dask and --journal")
     model = load_any_model(args.checkpoint, args.config, task)
     opts = {"start_precision": args.precision, "max_precision": args.max_precision, "method": args.method}
     v = run(model, task, opts, args.chunk_points, args.batch_size, args.dask, args.workers, args.journal,
-            progress=not args.json and sys.stderr.isatty())
+            progress=not args.json and sys.stderr.isatty(), max_seconds=args.max_seconds)
     robust = None
     if args.robustness:
-        if args.dask is not None or args.journal is not None:
-            raise BadInput("--robustness runs in this process: drop --dask and --journal")
         from depthcert.proofs.robustness import model_robustness_report
 
         robust = model_robustness_report(model, task, v, opts)
