@@ -269,6 +269,17 @@ class SoftmaxDecider:
             flint.ctx.prec = old
 
 
+def certain_maxima(s) -> list[int] | None:
+    """The positions of the balls `s` (finite) that reach the maximum, when the balls make that set
+    certain: one ball entirely above every other, or several exact balls of one equal value; None
+    when some ball may or may not reach the maximum (hardmax attention weights 1/count need it)."""
+    best = max(range(len(s)), key=lambda i: s[i].lower())
+    cand = [i for i in range(len(s)) if not (s[i] < s[best])]
+    if len(cand) > 1 and not all(s[i].is_exact() and s[i] == s[best] for i in cand):
+        return None
+    return cand
+
+
 def _attention(S, kind, scale, causal, queries, arb, arb_mat, zero, exact=None):
     """Weights A (n_key, len(queries)) from the score balls S (key j, query queries[k]), per
     checkers/model.py.  `exact`: the same scores as an exact fmpq_mat (the first softmax layer):
@@ -305,9 +316,8 @@ def _attention(S, kind, scale, causal, queries, arb, arb_mat, zero, exact=None):
             s = [S[j, k] for j in keys]
             if not all(v.is_finite() for v in s):
                 raise NonFinite
-            best = max(range(len(s)), key=lambda i: s[i].lower())
-            cand = [i for i in range(len(s)) if not (s[i] < s[best])]
-            if len(cand) > 1 and not all(s[i].is_exact() and s[i] == s[best] for i in cand):
+            cand = certain_maxima(s)
+            if cand is None:
                 raise Undecidable  # several keys may reach the maximum and the balls cannot say which
             w = arb(1) / len(cand)
             for i in cand:

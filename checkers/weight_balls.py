@@ -34,6 +34,7 @@ from fractions import Fraction
 import numpy as np
 
 from depthcert.checkers.model import Model
+from depthcert.checkers.softmax_balls import certain_maxima
 
 PRECISION = 256  # bits of the ball midpoints
 
@@ -534,9 +535,8 @@ def _attention_balls(S, kind: str, scale, causal: bool, queries, n: int):
             s = [S[j, k] for j in keys]
             if not all(v.is_finite() for v in s):
                 raise NotCertified
-            best = max(range(len(s)), key=lambda i: s[i].lower())
-            cand = [i for i in range(len(s)) if not (s[i] < s[best])]
-            if len(cand) > 1 and not all(s[i].is_exact() and s[i] == s[best] for i in cand):
+            cand = certain_maxima(s)
+            if cand is None:
                 raise NotCertified
             w = arb(1) / len(cand)
             for i in cand:
