@@ -203,7 +203,7 @@ def linf_radius(model: Model, task, symmetry: str = "auto", max_points: int | No
     if not row[c] >= row[y]:
         raise RuntimeError("the explicit perturbation did not break the worst point")
     charge_seconds(plan.n_eval * BALL_SECONDS_PER_POINT * 8, f"ball forward passes over {plan.n_eval} points")
-    k = max(0, math.floor(-math.log2(upper)))
+    k = max(0, -_ceil_log2(upper))
     lower = None
     from depthcert.checkers.weight_balls import BallForward
 
@@ -279,6 +279,13 @@ def _same_set_check(verdict_b, ref_wrong: set) -> tuple[str, object]:
     if und:
         return "undecided", len(und)
     return "keeps", None
+
+
+def _ceil_log2(q: Fraction) -> int:
+    """ceil(log2 q) of a positive rational, exactly (a float log2 of a value below 1e-308 is log2(0))."""
+    q = Fraction(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()  # 2^(e-1) < q < 2^(e+1)
+    return e if Fraction(2) ** e >= q and Fraction(2) ** (e - 1) < q else (e + 1 if Fraction(2) ** e < q else e - 1)
 
 
 def model_min_fraction_bits(model: Model, task, verdict, opts: dict) -> dict:
@@ -382,7 +389,7 @@ def model_linf_radius(model: Model, task, verdict, opts: dict) -> dict:
             flint.ctx.prec = prev
         if d_low > 0:
             q = m_up / (2 * d_low) * Fraction(1025, 1024)
-            unit = Fraction(2) ** (math.floor(math.log2(q)) - 12)
+            unit = Fraction(2) ** (_ceil_log2(q) - 13)
             eps = math.ceil(q / unit) * unit  # a short dyadic at or above q
             for _ in range(8):
                 W = model.W_O.copy()
@@ -396,7 +403,7 @@ def model_linf_radius(model: Model, task, verdict, opts: dict) -> dict:
                     upper, broken_at = eps, index
                     break
                 eps *= 2
-    k = 0 if upper is None else max(0, math.floor(-math.log2(upper)))
+    k = 0 if upper is None else max(0, -_ceil_log2(upper))
     lower = None
     hard: list = []  # points that failed at a larger radius: checked first
     for _ in range(MAX_HALVINGS):

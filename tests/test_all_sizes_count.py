@@ -13,21 +13,12 @@ import pytest
 
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.tasks import make_task
-from depthcert.cli.common import run_main
-from depthcert.cli.verify_construction import _verify_construction
 from depthcert.constructions import group_tree
 from depthcert.constructions.head_family import Entry, HeadRules
 from depthcert.constructions.indexed import is_symbolic
 from depthcert.proofs.all_sizes import prove
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CHECKER = os.path.join(ROOT, "proofs", "check_all_sizes.py")
-
-
-def run(argv, capsys):
-    code = run_main(_verify_construction, argv)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from test_all_sizes import CHECKER, ROOT, run  # the command runner and the re-checker's path, shared
 
 
 def recheck(tmp_path, data):

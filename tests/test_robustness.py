@@ -461,3 +461,12 @@ def test_verify_model_robustness_point_limit_and_search_are_bad_input(monkeypatc
     code = run_main(tracr_main, ["make_length", "--vocab", "1,2", "--max-seq-len", "3", "--find-min", "mlp-exactness",
                                  "--robustness"])
     assert code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_radius_exponents_are_exact_below_the_float_range():
+    """The radius search's log2 is exact: a margin or eps below 1e-308 (float 0) still has one."""
+    from depthcert.proofs.robustness import _ceil_log2
+
+    assert [_ceil_log2(Fraction(n, d)) for n, d in ((1, 20), (1, 16), (3, 1), (4, 1), (5, 1), (1, 1))] == \
+        [-4, -4, 2, 2, 3, 0]
+    assert _ceil_log2(Fraction(1, 2**2000)) == -2000 and _ceil_log2(Fraction(3, 2**2000)) == -1998
