@@ -1,0 +1,526 @@
+"""A construction for every size as a closed value: frozen data, no code.
+
+A `ClosedModel` is the paper's model (relu heads averaged per layer, residual, read-out at the
+last column) with every part stated as data over named index sets whose sizes are polynomials in
+the size parameters:
+
+  params     the size parameters and their range (k >= 1, n_q >= k, ...)
+  fixed      structural sizes held at one value for this value (multi-hop's k, template l)
+  sets       set name -> size polynomial
+  stream, positions, classes
+             segments (block, set or none, families): the rows, the columns and W_O's rows
+  layers     each a tuple of heads (W_QK, W_V) and a repeat count (a polynomial: 1, or hops)
+  W_O        the read-out
+  a table    {(row family, column family, pattern): polynomial}; pattern "eq" / "ne" (same /
+             other member) when both families are indexed by one set, "" otherwise
+
+A polynomial is a sorted tuple of (exponents, Fraction) in the parameters' order.  Nothing else
+may occur: `validate` walks every field of every part and refuses an unknown field, an unknown
+type, a key naming a family that does not exist, or a same/other key across two different sets.
+
+The function that makes a value receives symbols only (constructions/indexed.SymbolicTask, whose
+sizes are polynomials with no point to be read at): `value_of(fn, sym_task)` calls it once and
+closes what it returns.  `instantiate(value, sizes, task)` is the only way to the finite model
+of a value, so what a proof for every size reads is what the finite check runs.
+`content_hash(value)` is the sha256 of `canonical_tables(value)`, its canonical serialisation.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import traceback
+from dataclasses import dataclass
+from fractions import Fraction
+
+from depthcert.checkers.errors import BadInput
+from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Repeat, Segment,
+                                             Size, SizeBranch, SizeParam, SizeRange, SymbolicModel, SymbolicTask)
+
+FORMAT = "depthcert.closed-model"
+VERSION = 1
+
+
+class NotClosed(Exception):
+    """What a builder returned (or how it failed) is not a closed value; the message says why."""
+
+
+# ----------------------------------------------------------------------------- the value's types
+
+
+@dataclass(frozen=True)
+class ClosedSegment:
+    """Consecutive rows of layout block `block`: for each member of set `over` (or once if None),
+    one row per family in `families`."""
+
+    block: str
+    over: str | None
+    families: tuple
+
+
+@dataclass(frozen=True)
+class ClosedTable:
+    """A set-indexed matrix: entries ((row family, col family, pattern), polynomial), sorted by key,
+    no zero polynomial."""
+
+    entries: tuple
+
+
+@dataclass(frozen=True)
+class ClosedHead:
+    W_QK: ClosedTable
+    W_V: ClosedTable
+
+
+@dataclass(frozen=True)
+class ClosedLayer:
+    """The heads of one layer, applied `repeat` times in a row (a polynomial: the constant 1 for one
+    layer, the symbol hops for multi-hop's hop layer)."""
+
+    heads: tuple
+    repeat: tuple
+
+
+@dataclass(frozen=True)
+class ClosedModel:
+    name: str
+    params: tuple  # SizeParam, in order
+    fixed: tuple  # (name, int), sorted
+    sets: tuple  # (set name, polynomial), sorted
+    stream: tuple  # ClosedSegment
+    positions: tuple
+    classes: tuple
+    layers: tuple  # ClosedLayer
+    W_O: ClosedTable
+
+    @property
+    def range(self) -> SizeRange:
+        return SizeRange(tuple(self.params))
+
+    def __repr__(self):
+        return f"ClosedModel({self.name!r}, {content_hash(self)})"
+
+
+_FIELDS = {
+    ClosedModel: ("name", "params", "fixed", "sets", "stream", "positions", "classes", "layers", "W_O"),
+    ClosedLayer: ("heads", "repeat"),
+    ClosedHead: ("W_QK", "W_V"),
+    ClosedTable: ("entries",),
+    ClosedSegment: ("block", "over", "families"),
+    SizeParam: ("name", "base", "after"),
+}
+
+
+# ----------------------------------------------------------------------------- polynomials
+
+
+def _poly_of(v, names: tuple, range_: SizeRange | None, where: str) -> tuple:
+    """A weight (int, Fraction or a Size over the value's range, no point) as a canonical polynomial."""
+    if isinstance(v, Size):
+        if v.range.point is not None:
+            raise NotClosed(f"{where}: a size held at one point ({v.range.describe()}), not a symbol")
+        if range_ is not None and v.range is not range_ and v.range.names != names:
+            raise NotClosed(f"{where}: a size of another symbolic range ({v.range.describe()})")
+        if tuple(v.range.names) != names:
+            raise NotClosed(f"{where}: a size in {', '.join(v.range.names)}, not in {', '.join(names)}")
+        return tuple(sorted((tuple(int(e) for e in m), Fraction(c)) for m, c in v.terms.items() if c))
+    if type(v) is bool or not isinstance(v, (int, Fraction)):
+        import numpy as np
+
+        if isinstance(v, np.integer):
+            v = int(v)
+        else:
+            raise NotClosed(f"{where}: {type(v).__name__} {v!r} is not an exact number or a polynomial in the sizes")
+    c = Fraction(v)
+    return (((0,) * len(names), c),) if c else ()
+
+
+def poly_at(p: tuple, names: tuple, values: dict) -> Fraction:
+    xs = [values[n] for n in names]
+    total = Fraction(0)
+    for mono, c in p:
+        t = c
+        for x, e in zip(xs, mono):
+            if e:
+                t *= Fraction(x) ** e
+        total += t
+    return total
+
+
+def poly_size(p: tuple, range_: SizeRange):
+    """The polynomial as an indexed.Size over `range_` (or the constant as a Fraction)."""
+    zero = (0,) * len(range_.params)
+    if all(m == zero for m, _ in p):
+        return dict(p).get(zero, Fraction(0))
+    return Size(dict(p), range_)
+
+
+def poly_text(p: tuple, names: tuple) -> str:
+    if not p:
+        return "0"
+    return Size(dict(p), SizeRange(tuple(SizeParam(n, 0) for n in names))).text()
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _exact(obj, cls, where: str) -> None:
+    if type(obj) is not cls:
+        raise NotClosed(f"{where}: a {type(obj).__name__}, not a {cls.__name__}")
+    want = _FIELDS[cls]
+    have = tuple(f.name for f in dataclasses.fields(obj))
+    extra = set(getattr(obj, "__dict__", {})) - set(want)
+    if have != want or extra:
+        raise NotClosed(f"{where}: fields {sorted(set(have) | extra)} are not the fields {list(want)} the prover reads")
+
+
+def _check_poly(p, n: int, where: str) -> None:
+    if type(p) is not tuple:
+        raise NotClosed(f"{where}: a polynomial must be a tuple of (exponents, Fraction), not {type(p).__name__}")
+    seen = []
+    for term in p:
+        if type(term) is not tuple or len(term) != 2:
+            raise NotClosed(f"{where}: a polynomial term must be (exponents, Fraction)")
+        mono, c = term
+        if (type(mono) is not tuple or len(mono) != n or any(type(e) is not int or e < 0 for e in mono)):
+            raise NotClosed(f"{where}: exponents {mono!r} are not {n} non-negative ints")
+        if type(c) is not Fraction or c == 0:
+            raise NotClosed(f"{where}: coefficient {c!r} is not a non-zero Fraction")
+        seen.append(mono)
+    if seen != sorted(set(seen)):
+        raise NotClosed(f"{where}: the terms are not sorted and distinct")
+
+
+def _check_str(s, where: str) -> None:
+    if type(s) is not str or not s:
+        raise NotClosed(f"{where}: {s!r} is not a non-empty name")
+
+
+def _layout_families(segs, sets: dict, where: str) -> dict:
+    if type(segs) is not tuple or not segs:
+        raise NotClosed(f"{where}: not a non-empty tuple of segments")
+    fams: dict = {}
+    blocks = []
+    for i, s in enumerate(segs):
+        _exact(s, ClosedSegment, f"{where} segment {i}")
+        _check_str(s.block, f"{where} segment {i} block")
+        if s.over is not None:
+            _check_str(s.over, f"{where} segment {i} set")
+            if s.over not in sets:
+                raise NotClosed(f"{where} segment {i}: no set {s.over!r}")
+        if type(s.families) is not tuple or not s.families:
+            raise NotClosed(f"{where} segment {i}: families must be a non-empty tuple")
+        for f in s.families:
+            _check_str(f, f"{where} segment {i} family")
+            if f in fams:
+                raise NotClosed(f"{where}: family {f!r} appears twice")
+            fams[f] = s.over
+        if s.block in blocks and blocks[-1] != s.block:
+            raise NotClosed(f"{where}: block {s.block!r} is split by another block")
+        blocks.append(s.block)
+    return fams
+
+
+def _check_table(t, rows: dict, cols: dict, n: int, where: str) -> None:
+    _exact(t, ClosedTable, where)
+    if type(t.entries) is not tuple:
+        raise NotClosed(f"{where}: entries must be a tuple")
+    keys = []
+    for e in t.entries:
+        if type(e) is not tuple or len(e) != 2 or type(e[0]) is not tuple or len(e[0]) != 3:
+            raise NotClosed(f"{where}: an entry must be ((row family, col family, pattern), polynomial)")
+        (rf, cf, pat), p = e
+        if type(rf) is not str or rf not in rows:
+            raise NotClosed(f"{where}: no row family {rf!r}")
+        if type(cf) is not str or cf not in cols:
+            raise NotClosed(f"{where}: no column family {cf!r}")
+        shared = rows[rf] is not None and rows[rf] == cols[cf]
+        if type(pat) is not str or pat not in (("eq", "ne") if shared else ("",)):
+            raise NotClosed(f"{where} ({rf}, {cf}): pattern {pat!r}; " + (
+                "both are indexed by one set: 'eq' or 'ne'" if shared else "not indexed by one set: ''"))
+        _check_poly(p, n, f"{where} ({rf}, {cf}, {pat})")
+        if not p:
+            raise NotClosed(f"{where} ({rf}, {cf}, {pat}): a zero entry must be left out")
+        keys.append((rf, cf, pat))
+    if keys != sorted(set(keys)):
+        raise NotClosed(f"{where}: the entries are not sorted and distinct")
+
+
+def validate(value) -> None:
+    """Every field of every part is one the prover reads, of the type it reads; else NotClosed."""
+    _exact(value, ClosedModel, "the value")
+    _check_str(value.name, "name")
+    if type(value.params) is not tuple or not value.params:
+        raise NotClosed("params: not a non-empty tuple")
+    names = []
+    for i, p in enumerate(value.params):
+        _exact(p, SizeParam, f"param {i}")
+        _check_str(p.name, f"param {i}")
+        if type(p.base) is not int or (p.after is not None and p.after not in names) or p.name in names:
+            raise NotClosed(f"param {p.name}: base must be an int and 'after' an earlier parameter")
+        names.append(p.name)
+    n = len(names)
+    if type(value.fixed) is not tuple or list(value.fixed) != sorted(value.fixed):
+        raise NotClosed("fixed: not a sorted tuple")
+    for item in value.fixed:
+        if type(item) is not tuple or len(item) != 2 or type(item[0]) is not str or type(item[1]) is not int:
+            raise NotClosed(f"fixed: {item!r} is not (name, int)")
+        if item[0] in names:
+            raise NotClosed(f"fixed: {item[0]} is also a symbolic parameter")
+    if type(value.sets) is not tuple:
+        raise NotClosed("sets: not a tuple")
+    sets = {}
+    for item in value.sets:
+        if type(item) is not tuple or len(item) != 2:
+            raise NotClosed(f"sets: {item!r} is not (name, polynomial)")
+        _check_str(item[0], "set name")
+        _check_poly(item[1], n, f"set {item[0]}")
+        if item[0] in sets:
+            raise NotClosed(f"set {item[0]} appears twice")
+        sets[item[0]] = item[1]
+    if list(sets) != sorted(sets):
+        raise NotClosed("sets: not sorted")
+    stream = _layout_families(value.stream, sets, "stream")
+    _layout_families(value.positions, sets, "positions")
+    classes = _layout_families(value.classes, sets, "classes")
+    used = {s.over for lay in (value.stream, value.positions, value.classes) for s in lay if s.over is not None}
+    if used != set(sets):
+        raise NotClosed(f"sets {sorted(set(sets) - used)} index no rows")
+    if type(value.layers) is not tuple:
+        raise NotClosed("layers: not a tuple")
+    for li, layer in enumerate(value.layers):
+        _exact(layer, ClosedLayer, f"layer {li + 1}")
+        if type(layer.heads) is not tuple or not layer.heads:
+            raise NotClosed(f"layer {li + 1}: heads must be a non-empty tuple")
+        _check_poly(layer.repeat, n, f"layer {li + 1} repeat")
+        for hi, head in enumerate(layer.heads):
+            _exact(head, ClosedHead, f"layer {li + 1} head {hi}")
+            _check_table(head.W_QK, stream, stream, n, f"layer {li + 1} head {hi} W_QK")
+            _check_table(head.W_V, stream, stream, n, f"layer {li + 1} head {hi} W_V")
+    _check_table(value.W_O, classes, stream, n, "W_O")
+
+
+# ----------------------------------------------------------------------------- closing a builder's output
+
+
+def _table(M: IndexedMatrix, names: tuple, rng: SizeRange, where: str) -> ClosedTable:
+    if type(M) is not IndexedMatrix:
+        raise NotClosed(f"{where}: a {type(M).__name__}, not an IndexedMatrix")
+    if M.members:
+        (rf, i, cf, j), _ = next(iter(M.members.items()))
+        raise NotClosed(f"{where}: an entry of one member ({rf}[{i}], {cf}[{j}]) is not set-indexed: not the same "
+                        "construction for every size")
+    extra = set(vars(M)) - {"rows", "cols", "table", "members"}
+    if extra:
+        raise NotClosed(f"{where}: attributes {sorted(extra)} the prover does not read")
+    entries = []
+    for key, v in M.table.items():
+        p = _poly_of(v, names, rng, f"{where} {key}")
+        if p:
+            entries.append((tuple(key), p))
+    return ClosedTable(tuple(sorted(entries)))
+
+
+def _segments(lay: IndexedLayout, names: tuple, rng: SizeRange, sets: dict, where: str) -> tuple:
+    if type(lay) is not IndexedLayout:
+        raise NotClosed(f"{where}: a {type(lay).__name__}, not an IndexedLayout")
+    out = []
+    for s in lay.segments:
+        if type(s) is not Segment:
+            raise NotClosed(f"{where}: a {type(s).__name__}, not a Segment")
+        over = None
+        if s.over is not None:
+            if type(s.over) is not IndexSet:
+                raise NotClosed(f"{where}: a {type(s.over).__name__}, not an IndexSet")
+            p = _poly_of(s.over.size, names, rng, f"set {s.over.name}")
+            if sets.setdefault(s.over.name, p) != p:
+                raise NotClosed(f"set {s.over.name} has two sizes")
+            over = s.over.name
+        out.append(ClosedSegment(s.block, over, tuple(s.families)))
+    return tuple(out)
+
+
+def close(sym: SymbolicModel, fixed: dict | None = None) -> ClosedModel:
+    """The closed value of a model written with the set-indexed writer (constructions/indexed.py),
+    every part read; NotClosed when a part is not data over the sets (an entry of one member, a
+    size held at a point, an unknown object)."""
+    if type(sym) is not SymbolicModel:
+        raise NotClosed(f"a {type(sym).__name__}, not a SymbolicModel")
+    rng = sym.range
+    if type(rng) is not SizeRange or rng.point is not None:
+        raise NotClosed("the model's range is held at a point (a finite build), not symbolic")
+    names = tuple(rng.names)
+    sets: dict = {}
+    stream = _segments(sym.stream, names, rng, sets, "stream")
+    positions = _segments(sym.positions, names, rng, sets, "positions")
+    classes = _segments(sym.classes, names, rng, sets, "classes")
+    layers = []
+    for li, layer in enumerate(sym.layers):
+        repeat = (((0,) * len(names), Fraction(1)),)
+        if type(layer) is Repeat:
+            repeat = _poly_of(layer.count, names, rng, f"layer {li + 1} repeat count")
+            layer = layer.layer
+        if type(layer) not in (tuple, list):
+            raise NotClosed(f"layer {li + 1}: a {type(layer).__name__}, not a tuple of heads")
+        heads = []
+        for hi, h in enumerate(layer):
+            if type(h) is not IndexedHead:
+                raise NotClosed(f"layer {li + 1} head {hi}: a {type(h).__name__}, not an IndexedHead")
+            heads.append(ClosedHead(_table(h.W_QK, names, rng, f"layer {li + 1} head {hi} W_QK"),
+                                    _table(h.W_V, names, rng, f"layer {li + 1} head {hi} W_V")))
+        layers.append(ClosedLayer(tuple(heads), repeat))
+    fx = tuple(sorted((str(k), int(v)) for k, v in (fixed or {}).items() if k not in names))
+    value = ClosedModel(str(sym.name), tuple(rng.params), fx, tuple(sorted(sets.items())), stream, positions, classes,
+                        tuple(layers), _table(sym.W_O, names, rng, "W_O"))
+    validate(value)
+    return value
+
+
+def _frame(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    skip = (os.sep + "sympy" + os.sep, os.sep + "numpy" + os.sep, "indexed.py", "closed.py")
+    for fr in reversed(frames):
+        if not any(s in fr.filename for s in skip):
+            rel = os.path.relpath(fr.filename)
+            return f"{fr.filename if rel.startswith('..') else rel}:{fr.lineno}: {fr.line}"
+    return "<unknown>"
+
+
+def as_value(out, sym_task: SymbolicTask) -> ClosedModel:
+    """A builder's return value as a closed value: a ClosedModel, a SymbolicModel (closed here) or a
+    Construction carrying one in `.symbolic`; anything else NotClosed."""
+    from depthcert.constructions.construction import Construction
+
+    if type(out) is Construction:
+        out = out.symbolic
+    if type(out) is SymbolicModel:
+        if out.range is not sym_task.range:
+            raise NotClosed("the builder's model is over another size range than the symbols it was given")
+        return close(out, fixed_of(sym_task))
+    if type(out) is ClosedModel:
+        validate(out)
+        if tuple(out.params) != tuple(sym_task.range.params):
+            raise NotClosed("the value's parameters are not the symbols it was given")
+        return out
+    raise NotClosed(f"the builder returned a {type(out).__name__}: a closed value is a ClosedModel (or a model written "
+                    "with constructions/indexed.py)")
+
+
+def fixed_of(sym_task: SymbolicTask) -> dict:
+    return {k: v for k, v in sym_task.sizes.items() if type(v) is int}
+
+
+def value_of(fn, sym_task: SymbolicTask) -> ClosedModel:
+    """fn called once with symbols only, its output closed; NotClosed naming why (and the line)."""
+    if type(sym_task) is not SymbolicTask or sym_task.range.point is not None:
+        raise NotClosed("a closed value is made from symbols only (a SymbolicTask over the whole range)")
+    try:
+        out = fn(sym_task)
+    except SizeBranch as exc:
+        raise NotClosed(f"the builder branches on a size at {exc.where} ({exc.what})") from None
+    except NotClosed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure on symbols: named, never a value
+        raise NotClosed(f"the builder does not run with symbolic sizes: {type(exc).__name__}: {exc} at "
+                        f"{_frame(exc)}") from None
+    return as_value(out, sym_task)
+
+
+_CACHE: dict = {}
+
+
+def cached_value(key, fn, make_sym) -> ClosedModel:
+    """value_of(fn, make_sym()) once per process and key (a registry builder's value at a structure)."""
+    if key not in _CACHE:
+        try:
+            _CACHE[key] = value_of(fn, make_sym())
+        except NotClosed as exc:
+            _CACHE[key] = exc
+    out = _CACHE[key]
+    if isinstance(out, NotClosed):
+        raise out
+    return out
+
+
+# ----------------------------------------------------------------------------- instantiate
+
+
+def writer_model(value: ClosedModel) -> SymbolicModel:
+    """The value as the writer's SymbolicModel over a fresh range (used by `instantiate` only)."""
+    rng = value.range
+    sets = {name: IndexSet(name, poly_size(p, rng)) for name, p in value.sets}
+
+    def layout(segs):
+        return IndexedLayout(*[Segment(s.block, None if s.over is None else sets[s.over], tuple(s.families))
+                               for s in segs])
+
+    stream, positions, classes = layout(value.stream), layout(value.positions), layout(value.classes)
+
+    def matrix(t: ClosedTable, rows, cols):
+        M = IndexedMatrix(rows, cols)
+        M.table = {key: poly_size(p, rng) for key, p in t.entries}
+        return M
+
+    layers = []
+    for layer in value.layers:
+        heads = tuple(IndexedHead(matrix(h.W_QK, stream, stream), matrix(h.W_V, stream, stream)) for h in layer.heads)
+        layers.append(heads if layer.repeat == (((0,) * len(rng.params), Fraction(1)),)
+                      else Repeat(heads, poly_size(layer.repeat, rng)))
+    return SymbolicModel(value.name, stream, positions, classes, tuple(layers), matrix(value.W_O, classes, stream), rng)
+
+
+def instantiate(value: ClosedModel, sizes: dict, task=None):
+    """The finite Model of a closed value at these sizes (exact Fractions), the only route from a
+    closed value to a model.  `task` (the dataset the model is checked on) names the tokens and
+    classes; the value's positions and class rows must match it."""
+    validate(value)
+    names = tuple(p.name for p in value.params)
+    missing = [n for n in names if n not in sizes]
+    if missing:
+        raise BadInput(f"instantiate: no value for {', '.join(missing)}")
+    values = {n: int(sizes[n]) for n in names}
+    if not value.range.contains(values):
+        raise BadInput(f"sizes {values} are outside the construction's range {value.range.describe()}")
+    if task is None:
+        raise BadInput("instantiate needs the task whose tokens and classes the model reads")
+    return writer_model(value).instantiate(task, values)
+
+
+# ----------------------------------------------------------------------------- canonical form, hash
+
+
+def _terms(p: tuple) -> list:
+    return [[list(m), str(c.numerator) if c.denominator == 1 else f"{c.numerator}/{c.denominator}"] for m, c in p]
+
+
+def canonical_tables(value: ClosedModel) -> dict:
+    """The value as plain JSON data (every field, in a fixed order): what `content_hash` hashes and a
+    re-checker compares with a certificate's tables."""
+    validate(value)
+
+    def segs(ss):
+        return [[s.block, s.over, list(s.families)] for s in ss]
+
+    def table(t):
+        return [[rf, cf, pat, _terms(p)] for (rf, cf, pat), p in t.entries]
+
+    return {
+        "format": FORMAT, "version": VERSION, "name": value.name,
+        "params": [[p.name, p.base, p.after] for p in value.params],
+        "fixed": [[k, v] for k, v in value.fixed],
+        "sets": [[name, _terms(p)] for name, p in value.sets],
+        "stream": segs(value.stream), "positions": segs(value.positions), "classes": segs(value.classes),
+        "layers": [{"heads": [{"W_QK": table(h.W_QK), "W_V": table(h.W_V)} for h in layer.heads],
+                    "repeat": _terms(layer.repeat)} for layer in value.layers],
+        "W_O": table(value.W_O),
+    }
+
+
+def canonical_bytes(value: ClosedModel) -> bytes:
+    return json.dumps(canonical_tables(value), sort_keys=True, separators=(",", ":")).encode()
+
+
+def content_hash(value: ClosedModel) -> str:
+    """'sha256:' + the hex sha256 of the value's canonical serialisation (canonical_tables)."""
+    return "sha256:" + hashlib.sha256(canonical_bytes(value)).hexdigest()
