@@ -99,7 +99,7 @@ def test_show_construction_without_matplotlib(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake_import)
     code, _, err = _run(["icqa", "--k", "1", "--out", str(tmp_path / "x")], capsys)
     assert code == 2
-    assert err.strip().endswith("pip install depthcert[plot]") and err.count("\n") == 1
+    assert err.strip().endswith('pip install "matplotlib>=3.6"') and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
 
 

@@ -17,7 +17,8 @@ Layers and heads are numbered from 1, as in the paper.
 
 The numbers come from checkers/trace.py (exact Fractions); only the colours are floats.  Values
 spanning more than [-50, 50] are coloured by sign * log10(1 + |value|) (said in the colour bar).
-matplotlib is the optional extra "plot": without it the command exits 2 with one line.
+matplotlib is a dependency (pyproject.toml); where it is missing the command exits 2 with one line
+naming the pip command that installs it.
 Exit codes: 0 written, 2 bad input, 4 internal error (depthcert/cli/errors.py).
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 
-INSTALL_HINT = "show-construction needs matplotlib: pip install depthcert[plot]"
+INSTALL_HINT = 'show-construction needs matplotlib, a dependency of depthcert missing here: pip install "matplotlib>=3.6"'
 MAX_COLS = 6  # panels per row of overview.png
 LOG_ABOVE = 50  # colour by sign * log10(1 + |v|) when some |v| exceeds this
 GOLDEN = (618033988, 10**9)  # default point: floor(size * 0.618...), rarely a degenerate example
