@@ -114,6 +114,8 @@ class IntegerModel:
 def integerize(model: Model) -> IntegerModel:
     if model.has_softmax:
         raise ValueError("softmax attention is not rational: evaluate with checkers.softmax_balls")
+    if not model.is_rational:
+        raise ValueError("LayerNorm/RMSNorm and gelu/silu are not rational: decide with checkers.accuracy")
     lam = hardmax_lcm(model.max_length)
     layers = []
     g = 1

@@ -100,8 +100,19 @@ def model_fingerprint(model) -> str:
         if layer.mlp is not None:
             m = layer.mlp
             parts += [[str(v) for v in M.flat] for M in (m.W1, m.b1, m.W2, m.b2)]
+            if m.activation != "relu":
+                parts.append(("activation", m.activation))
+        for key in ("norm_attn", "norm_mlp"):
+            if getattr(layer, key) is not None:
+                parts.append(_norm_parts(key, getattr(layer, key)))
+    if getattr(model, "norm_final", None) is not None:
+        parts.append(_norm_parts("norm_final", model.norm_final))
     parts.append([str(v) for v in model.W_O.flat])
     return _sha(parts)
+
+
+def _norm_parts(key: str, N) -> tuple:
+    return (key, N.kind, str(N.eps), N.offset, [str(v) for v in N.P.flat])
 
 
 def task_fingerprint(task) -> str:

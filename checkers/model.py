@@ -20,6 +20,15 @@ argmax (hardmax) and outside the sum (softmax).
 Weights are Fractions and inputs 0/1, so relu, hardmax and MLP models compute rationals;
 softmax does not (see checkers/softmax_balls.py).  This module only holds and validates the
 weights: evaluation lives in `checkers.evaluate` and `checkers.softmax_balls`.
+
+Normalization and smooth activations (TransformerLens checkpoints, docs/trained-models.md): a
+layer may normalize the stream its heads read (`norm_attn`) and the stream its MLP reads
+(`norm_mlp`), and the classifier may read a normalized stream (`Model.norm_final`):
+    G = N(H) column by column:  x = P h,  c = x - mean(x) (layernorm) or x (rmsnorm),
+                                n = c / sqrt(mean(c^2) + eps),  G = [0 .. | 1 at the constant row | n at rows offset..]
+    H <- H + (1/m) sum_i W_Vi G A_i(G)   (scores g_j^T W_QK g_k),   H <- H + W2 act(W1 G + b1) + b2,   o = W_O G
+with act relu, gelu (erf), gelu_new / gelu_fast (tanh forms, constants as written) or silu.
+Such models are not rational: checkers.accuracy decides them in certified intervals and arb.
 """
 from __future__ import annotations
 
@@ -32,6 +41,9 @@ from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import Layout
 
 ATTENTION_KINDS = ("relu", "hardmax", "softmax")
+NORM_KINDS = ("layernorm", "rmsnorm")
+# MLP activations: relu is exact; the others are transcendental (checkers/norm_activation_intervals.py)
+ACTIVATIONS = ("relu", "gelu", "gelu_new", "gelu_fast", "silu")
 OUTPUT_KINDS = ("last", "all")
 
 
@@ -90,6 +102,41 @@ class _ExactEq:
 
 
 @dataclass(frozen=True, eq=False)
+class Norm(_ExactEq):
+    """A LayerNorm / RMSNorm of the vector x = P h (P: (k, d') exact), eps > 0 exact:
+    n = c / sqrt(mean(c^2) + eps) with c = x - mean(x) (layernorm) or c = x (rmsnorm); its output
+    G has n at rows offset .. offset + k - 1, 1 at the constant row, 0 elsewhere (gain and bias
+    are folded into the matrices that read G)."""
+
+    kind: str
+    P: np.ndarray  # (k, d') Fractions
+    eps: Fraction
+    offset: int
+
+    def __post_init__(self):
+        if self.kind not in NORM_KINDS:
+            raise BadInput(f"norm kind must be one of {', '.join(NORM_KINDS)}, got {self.kind!r}")
+        eps = _exact(self.eps, "norm eps")
+        if eps <= 0:
+            raise BadInput(f"norm eps must be positive (a zero-variance stream divides by sqrt(eps)), got {eps}")
+        object.__setattr__(self, "eps", eps)
+        object.__setattr__(self, "P", _exact_array(self.P, "norm P"))
+
+    @property
+    def size(self) -> int:
+        return self.P.shape[0]
+
+    def check(self, d: int, constant: int | None, where: str) -> None:
+        if self.P.ndim != 2 or self.P.shape[1] != d or self.P.shape[0] < 1:
+            raise BadInput(f"{where} P has shape {self.P.shape}, expected (k >= 1, {d})")
+        if constant is None:
+            raise BadInput(f"{where} needs the constant row (constant_row=True)")
+        if not (0 <= self.offset and self.offset + self.size <= d) or self.offset <= constant < self.offset + self.size:
+            raise BadInput(f"{where} writes rows {self.offset}..{self.offset + self.size - 1}, outside 0..{d - 1} "
+                           "or over the constant row")
+
+
+@dataclass(frozen=True, eq=False)
 class Head(_ExactEq):
     """One attention head: scores h_j^T W_QK h_k, values W_V h_j, and how scores become weights."""
 
@@ -124,8 +171,11 @@ class MLP(_ExactEq):
     b1: np.ndarray  # (d_ff,)
     W2: np.ndarray  # (d', d_ff)
     b2: np.ndarray  # (d',)
+    activation: str = "relu"  # one of ACTIVATIONS
 
     def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise BadInput(f"mlp activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         for key in ("W1", "b1", "W2", "b2"):
             object.__setattr__(self, key, _exact_array(getattr(self, key), f"mlp {key}"))
 
@@ -151,9 +201,14 @@ class Layer(_ExactEq):
     heads: tuple[Head, ...]
     causal: bool = False
     mlp: MLP | None = None
+    norm_attn: Norm | None = None  # the heads read N(H) (scores and values)
+    norm_mlp: Norm | None = None  # the MLP reads N(H)
 
     def __post_init__(self):
         object.__setattr__(self, "heads", tuple(self.heads))
+        for key in ("norm_attn", "norm_mlp"):
+            if getattr(self, key) is not None and not isinstance(getattr(self, key), Norm):
+                raise BadInput(f"layer {key} must be a Norm, got {type(getattr(self, key)).__name__}")
         if not isinstance(self.causal, bool):
             raise BadInput(f"causal must be true or false, got {self.causal!r}")
         for h in self.heads:
@@ -172,7 +227,13 @@ class Layer(_ExactEq):
     @property
     def is_plain(self) -> bool:
         """The paper's layer: relu heads only, no mask, no MLP."""
-        return not self.causal and self.mlp is None and all(h.attention == "relu" for h in self.heads)
+        return not self.causal and self.mlp is None and self.is_rational and all(h.attention == "relu" for h in self.heads)
+
+    @property
+    def is_rational(self) -> bool:
+        """No softmax head, no normalization, relu MLP (if any): rational in, rational out."""
+        return (self.norm_attn is None and self.norm_mlp is None and (self.mlp is None or self.mlp.activation == "relu")
+                and all(h.attention != "softmax" for h in self.heads))
 
 
 @dataclass(frozen=True, eq=False)
@@ -198,6 +259,7 @@ class Model(_ExactEq):
     notes: dict = field(default_factory=dict, compare=False)
     outputs: str = "last"
     constant_row: bool = False
+    norm_final: Norm | None = None  # the classifier reads N(H)
 
     def __post_init__(self):
         d = self.layout.dim
@@ -230,6 +292,15 @@ class Model(_ExactEq):
                         raise BadInput(f"layers[{li}][{hi}].{key} has shape {m.shape}, expected ({d}, {d})")
             if layer.mlp is not None:
                 layer.mlp.check(d, f"layers[{li}]")
+            for key in ("norm_attn", "norm_mlp"):
+                if getattr(layer, key) is not None:
+                    getattr(layer, key).check(d, self.constant_index, f"layers[{li}].{key}")
+            if layer.norm_mlp is not None and layer.mlp is None:
+                raise BadInput(f"layers[{li}].norm_mlp without an MLP")
+        if self.norm_final is not None:
+            if not isinstance(self.norm_final, Norm):
+                raise BadInput(f"norm_final must be a Norm, got {type(self.norm_final).__name__}")
+            self.norm_final.check(d, self.constant_index, "norm_final")
         if self.W_O.shape != (len(self.classes), d):
             raise BadInput(f"W_O has shape {self.W_O.shape}, expected ({len(self.classes)}, {d})")
 
@@ -274,11 +345,29 @@ class Model(_ExactEq):
     def is_plain(self) -> bool:
         """The paper's model class: relu attention only, no masks, no MLPs, no constant row,
         the classifier on the last column."""
-        return self.outputs == "last" and not self.constant_row and all(L.is_plain for L in self.layers)
+        return (self.outputs == "last" and not self.constant_row and self.norm_final is None
+                and all(L.is_plain for L in self.layers))
 
     @property
     def has_softmax(self) -> bool:
         return any(h.attention == "softmax" for L in self.layers for h in L)
+
+    @property
+    def has_norm_or_smooth(self) -> bool:
+        """Some LayerNorm/RMSNorm or a gelu/silu MLP (never decided by exact rationals alone)."""
+        return self.norm_final is not None or any(
+            L.norm_attn is not None or L.norm_mlp is not None or (L.mlp is not None and L.mlp.activation != "relu")
+            for L in self.layers)
+
+    @property
+    def is_rational(self) -> bool:
+        """Every logit is a rational function of the weights: exact integers decide it (checkers.evaluate)."""
+        return self.norm_final is None and all(L.is_rational for L in self.layers)
+
+    @property
+    def first_irrational(self) -> int:
+        """The first layer that is not rational (n_layers when only the final norm is, or none)."""
+        return next((i for i, L in enumerate(self.layers) if not L.is_rational), len(self.layers))
 
     def kinds(self) -> str:
         """A short description of the model class, e.g. "relu" or "hardmax+causal+mlp"."""
@@ -287,6 +376,11 @@ class Model(_ExactEq):
             parts.append("causal")
         if any(L.mlp is not None for L in self.layers):
             parts.append("mlp")
+        acts = sorted({L.mlp.activation for L in self.layers if L.mlp is not None} - {"relu"})
+        parts += acts
+        norms = sorted({N.kind for L in self.layers for N in (L.norm_attn, L.norm_mlp) if N is not None}
+                       | ({self.norm_final.kind} if self.norm_final is not None else set()))
+        parts += norms
         if self.constant_row:
             parts.append("constant-row")
         if self.outputs == "all":
