@@ -110,7 +110,7 @@ def test_dataset_commands_list_every_task_of_the_task_registry(command, capsys):
     for name in every:
         assert re.search(rf"[ :,(]{re.escape(name)}[,) ]", text), (command, name)
     assert _mains()["verify-construction"](["max-of-k"]) == 2
-    assert "no construction for task 'max-of-k'" in capsys.readouterr().err
+    assert "task max-of-k has no construction" in capsys.readouterr().err
 
 
 def test_missing_task_names_every_task(capsys):

@@ -74,10 +74,35 @@ def every_task_name() -> list[str]:
     return names + [t for t in dict.fromkeys(TASK_ALIASES.values()) if t not in names]
 
 
+def task_aliases(names) -> str:
+    """The other spellings of the tasks `names`: "classification, sequence-classification = sc; ..."."""
+    from depthcert.checkers.tasks import TASK_ALIASES
+
+    groups = {name: [a for a, t in TASK_ALIASES.items() if t == name and a != name] for name in names}
+    return "; ".join(f"{', '.join(a)} = {name}" for name, a in groups.items() if a)
+
+
 def tasks_help(every_task: bool = False) -> str:
     """A task argument's help: the task names of the registry (the tasks with a construction, or
-    with `every_task` every task with a dataset)."""
-    return "the task: " + ", ".join(every_task_name() if every_task else task_names()) + " (docs/ describes each)"
+    with `every_task` every task with a dataset), then their aliases."""
+    names = every_task_name() if every_task else task_names()
+    return f"the task: {', '.join(names)} (docs/ describes each); aliases: {task_aliases(names)}"
+
+
+def check_task_name(name: str, every_task: bool = True) -> str:
+    """The canonical name of a task the command takes (`every_task`: every task with a dataset, else
+    the tasks with a construction); otherwise BadInput listing exactly what the command takes."""
+    from depthcert.checkers.tasks import TASK_ALIASES
+
+    names = every_task_name() if every_task else task_names()
+    key = TASK_ALIASES.get(str(name).strip().lower())
+    if key in names:
+        return key
+    takes = f"known: {', '.join(names)} (aliases: {task_aliases(names)})"
+    if key is None:
+        raise BadInput(f"unknown task {name!r}; {takes}")
+    raise BadInput(f"task {key} has no construction (find-dependence, check-certificate, verify-model and train "
+                   f"take it); {takes}")
 
 
 def data_file(path: str | None) -> str | None:
@@ -200,9 +225,12 @@ def add_task_options(p: argparse.ArgumentParser) -> None:
         g.add_argument(*flags, dest=name, type=typ, default=None, help=help_text)
 
 
-def task_from_args(args):
+def task_from_args(args, every_task: bool = True):
+    """The task named by args.task with its size options; `every_task=False` for the commands that
+    build a construction (the task must have one: check_task_name)."""
     from depthcert.checkers.tasks import make_task
 
+    check_task_name(args.task, every_task)
     opts = {name: getattr(args, name) for name, _ in TASK_OPTIONS}
     return make_task(args.task, **opts)
 

@@ -323,7 +323,7 @@ def _show_construction(argv) -> int:
     from depthcert.checkers.budget import resource_budget
     from depthcert.cli.common import guard_classifier_size
 
-    task = task_from_args(args)
+    task = task_from_args(args, every_task=False)
     guard_classifier_size(task, args.max_weights)
     with resource_budget(args.max_weights, args.max_seconds, show_progress=sys.stderr.isatty() and not args.json):
         construction = constructions.build(task, args.variant, args.as_printed)

@@ -99,14 +99,14 @@ def _task_or_dataset(args):
             from depthcert.cli.common import task_names
 
             raise BadInput(f"give a TASK ({', '.join(task_names())}) or --dataset FILE")
-        return task_from_args(args)
+        return task_from_args(args, every_task=False)
     from depthcert.checkers.tasks.dataset_file import load_dataset
-    from depthcert.checkers.tasks import canonical_task
+    from depthcert.cli.common import check_task_name
 
     given = [name for name, _ in TASK_OPTIONS if getattr(args, name) is not None]
     if given:
         raise BadInput(f"--{given[0].replace('_', '-')} does not apply with --dataset (the file fixes the data)")
-    if args.task and canonical_task(args.task) != "sc":
+    if args.task and check_task_name(args.task, every_task=False) != "sc":
         raise BadInput("--dataset is checked with --weights, or with task sc (the Theorem 1 construction)")
     if not args.task and not args.weights:
         raise BadInput("--dataset needs --weights FILE, or task sc to build the Theorem 1 construction")
