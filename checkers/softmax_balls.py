@@ -120,6 +120,12 @@ class _Weights:
             def col(v):
                 return mat(np.asarray(v, dtype=object).reshape(-1, 1))
 
+            from depthcert.checkers.norm_activation_balls import Activation, NormBall
+
+            def norm(N):
+                return None if N is None else NormBall(N, model.constant_index, model.dim).at(prec)
+
+            self.extras = []
             self.layers = []
             for layer in model.layers[first:]:
                 heads = [(mat(h.W_QK), mat(h.W_V), h.attention,
@@ -131,6 +137,10 @@ class _Weights:
                     mlp = (mat(layer.mlp.W1), col(layer.mlp.b1), mat(layer.mlp.W2), col(layer.mlp.b2))
                 inv_m = arb(fmpq(1, len(layer))) if len(layer) else None
                 self.layers.append((heads, layer.causal, mlp, inv_m))
+                # LayerNorm/RMSNorm and the MLP activation (checkers/norm_activation_balls.py)
+                self.extras.append((norm(layer.norm_attn), norm(layer.norm_mlp),
+                                    Activation(layer.mlp.activation if layer.mlp is not None else "relu", prec)))
+            self.norm_final = norm(model.norm_final)
             self.W_O = model.W_O
             self.first_qk = [_fmpq_mat(h.W_QK) for h in model.layers[first]] if first < len(model.layers) else []
             self._diff = {}
@@ -155,8 +165,7 @@ class SoftmaxDecider:
         if start_precision < 2 or max_precision < start_precision:
             raise ValueError("need 2 <= start_precision <= max_precision")
         self.model = model
-        self.first = next((i for i, L in enumerate(model.layers) if any(h.attention == "softmax" for h in L)),
-                          len(model.layers))
+        self.first = model.first_irrational  # the first layer with softmax heads, a norm or a gelu/silu MLP
         self.start, self.cap = start_precision, max_precision
         self.exact_after = min(max(exact_after, start_precision), max_precision)
         self._weights = lru_cache(maxsize=8)(lambda prec: _Weights(model, self.first, prec))
@@ -218,6 +227,11 @@ class SoftmaxDecider:
     def _exact(self, H, den, labels, logits) -> PointDecision | None:
         from depthcert.checkers.softmax_ties import TieDecider
 
+        from depthcert.checkers.norm_activation_balls import tie_reason
+
+        why = tie_reason(self.model)
+        if why is not None:
+            return PointDecision("undecided", None, labels[0][0], -1, (), self.cap, limit=why)
         if self._ties is None:
             self._ties = TieDecider(self.model, self.first, self.cap)
         return self._ties.decide(H, den, labels, logits)
@@ -238,27 +252,32 @@ class SoftmaxDecider:
             for li, (heads, causal, mlp, inv_m) in enumerate(W.layers):
                 queries = [n - 1] if last_only and li == len(W.layers) - 1 else list(range(n))
                 Q = H if len(queries) == n else arb_mat([[H[r, n - 1]] for r in range(dim)])  # (d', q)
+                norm_attn, norm_mlp, act = W.extras[li]
+                G = H if norm_attn is None else norm_attn.exact(Hq) if li == 0 else norm_attn.ball(H)  # what the heads read
+                GQ = G if len(queries) == n else arb_mat([[G[r, n - 1]] for r in range(dim)])
                 if heads:
                     upd = None
                     for hi, (W_QK, W_V, kind, scale) in enumerate(heads):
                         exact = None
-                        if li == 0:  # the first softmax layer reads the exact stream: exact scores
+                        if li == 0 and norm_attn is None:  # the first softmax layer reads the exact stream: exact scores
                             Qq = Hq if len(queries) == n else flint.fmpq_mat([[Hq[r, n - 1]] for r in range(dim)])
                             exact = Hq.transpose() * (W.first_qk[hi] * Qq)
                             S = arb_mat(exact)
                         else:
-                            S = H.transpose() * (W_QK * Q)  # (n, q): key j, query queries[k]
+                            S = G.transpose() * (W_QK * GQ)  # (n, q): key j, query queries[k]
                         A = _attention(S, kind, scale, causal, queries, arb, arb_mat, zero, exact)
-                        term = (W_V * H) * A
+                        term = (W_V * G) * A
                         upd = term if upd is None else upd + term
                     Q = Q + upd * inv_m
                 if mlp is not None:
                     W1, b1, W2, b2 = mlp
                     ones = arb_mat([[1] * len(queries)])
-                    P = W1 * Q + b1 * ones
-                    Z = arb_mat([[_relu(P[i, k], zero) for k in range(len(queries))] for i in range(P.nrows())])
+                    P = W1 * (Q if norm_mlp is None else norm_mlp.ball(Q)) + b1 * ones
+                    Z = arb_mat([[act(P[i, k], zero) for k in range(len(queries))] for i in range(P.nrows())])
                     Q = Q + W2 * Z + b2 * ones
                 H = Q
+            if W.norm_final is not None:  # the classifier reads N(H); exactly computed when no layer ran
+                H = W.norm_final.exact(Hq) if not W.layers else W.norm_final.ball(H)
             if H.ncols() != n:
                 labels = [(0, y) for _, y in labels]  # the one remaining column is position n - 1
             d = _decide_logits(W, H, labels, self.model, prec, logits)

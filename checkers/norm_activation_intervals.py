@@ -1,0 +1,245 @@
+"""Certified float64 intervals for LayerNorm / RMSNorm and the smooth MLP activations (gelu with erf,
+gelu_new / gelu_fast with tanh, silu), the components TransformerLens checkpoints add to the
+softmax forward of checkers/softmax_intervals.py (docs/trained-models.md, "How LayerNorm and GELU
+are decided").
+
+Claim.  For an interval stream X (|x - m| <= r entrywise), `normalize(X, NormMatrices(N))` and
+`activation(X, kind)` return intervals that contain the exact N(x) and act(x) of checkers/model.py.
+Notation as in softmax_intervals: u = 2^-53, eta = 2^-1074, gamma_k = k u / (1 - k u); `_lo`/`_hi`
+turn the correctly rounded result of one IEEE operation (numpy's +, -, *, /, sqrt) into a lower /
+upper bound of its exact value.
+
+Normalization, for the vector x = P h of every position (k entries):
+  1. c = Pc h with Pc = (I - 11^T/k) P exact (layernorm) or P (rmsnorm): one `lin` (Higham's
+     gamma bound, softmax_intervals.lin).
+  2. |c_i| lies in [a_i, b_i] (a_i = 0 when c_i's interval holds 0); c_i^2 in [_lo(a_i a_i), _hi(b_i b_i)].
+  3. S = sum_i c_i^2: a float sum of k non-negative floats errs by at most gamma_k S, so
+     S >= fl(sum lo) (1 - 2 gamma_k) and S <= fl(sum hi) F_k (the constants of softmax_intervals);
+     var = S / k by one division each way; + eps (eps enclosed by the floats next to it); sqrt
+     (correctly rounded) each way: sqrt(var + eps) in [s_lo, s_hi], s_lo > 0 whenever eps is
+     above 2^-1074 (eps > 0 is required by the model).
+  4. n_i = c_i / s: c_i's lower end divided by s_hi when it is >= 0, by s_lo otherwise (and the
+     mirror for the upper end), each rounded outward; clipped to |n_i| <= sqrt(k) (exactly:
+     c_i^2 <= sum c^2 < k (var + eps)).
+  A zero-variance row (every entry of x equal) has c = 0 exactly; here c is an interval about 0 of
+  the rounding's width, var + eps is eps up to that width, and n a tiny interval about 0: the
+  output is the bias (exactly 0 in the arb stage, checkers/norm_activation_balls.py).  An infinite
+  or NaN end anywhere makes n infinite or NaN, which makes the point unsure (stage 2).
+
+Activations act(x) = x g(x) with g increasing and 0 <= g <= 1:
+  gelu       g = Phi(x) = erfc(-x / sqrt 2) / 2
+  gelu_new   g = sigma(2 sqrt(2/pi) (x + 0.044715 x^3))        (TransformerLens's constants, as reals)
+  gelu_fast  g = sigma(2 * 0.7978845608 x (1 + 0.044715 x^2))
+  silu       g = sigma(x)
+  g is increasing, so g(x) lies in [lower bound of g(lo), upper bound of g(hi)], and x g(x) in the
+  interval product of [lo, hi] and that (every product rounded outward).  sigma(t) = 1/(1 + e^-t)
+  for t >= 0 and e^t/(1 + e^t) for t < 0: exp is only called on arguments <= 0 through
+  softmax_intervals.exp_bounds (its EXP_REL assumption on [-700, 5], checked by the tests).
+  erfc: scipy.special.erfc is assumed accurate to ERFC_REL relative error on [ERFC_LOW, ERFC_HIGH]
+  (checked against arb by tests/test_trained_components.py); below ERFC_LOW erfc lies in
+  [2 - 2^-51, 2], above ERFC_HIGH in [0, 2^-980] (erfc(26) < 5.7e-296 < 2^-980).
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from depthcert.checkers.model import Norm
+from depthcert.checkers.softmax_intervals import (INF, ExactMatrix, Interval, _factor, _float_dn, _float_up, _hi, _lo,
+                                                   exp_bounds, gamma, lin)
+
+ERFC_REL = 2.0 ** -40  # assumed relative accuracy of scipy.special.erfc on [ERFC_LOW, ERFC_HIGH] (tests check)
+ERFC_LOW = -6.0
+ERFC_HIGH = 26.0
+ERFC_TINY = 2.0 ** -980  # >= erfc(x) for every x >= ERFC_HIGH
+TWO_LOW = 2.0 - 2.0 ** -51  # <= erfc(x) for every x <= ERFC_LOW (erfc(-6) = 2 - 2.2e-17)
+
+SMOOTH = ("gelu", "gelu_new", "gelu_fast", "silu")
+
+
+def _const(value) -> tuple[float, float]:
+    """Floats lo <= value <= hi for a Fraction, or for an arb ball (from python-flint)."""
+    if isinstance(value, Fraction):
+        return _float_dn(value), _float_up(value)
+    lo, hi = value.lower(), value.upper()  # arb: exact dyadic ends
+    return _float_dn(Fraction(*_ratio(lo))), _float_up(Fraction(*_ratio(hi)))
+
+
+def _ratio(x):
+    man, exp = x.mid().man_exp()
+    man, exp = int(man), int(exp)
+    return (man << exp, 1) if exp >= 0 else (man, 1 << -exp)
+
+
+def _arb_constants():
+    import flint
+
+    old = flint.ctx.prec
+    flint.ctx.prec = 256
+    try:
+        root_2_over_pi = (flint.arb(2) / flint.arb.pi()).sqrt()
+        return {"inv_sqrt2": _const(1 / flint.arb(2).sqrt()),
+                "gelu_new": _const(2 * root_2_over_pi),
+                "gelu_fast": _const(Fraction(2 * 7978845608, 10**10)),
+                "cubic": _const(Fraction(44715, 10**6))}
+    finally:
+        flint.ctx.prec = old
+
+
+_CONSTANTS: dict = {}
+
+
+def constants() -> dict:
+    if not _CONSTANTS:
+        _CONSTANTS.update(_arb_constants())
+    return _CONSTANTS
+
+
+def mul_bounds(alo, ahi, blo, bhi):
+    """Floats [lo, hi] containing every product a b with a in [alo, ahi], b in [blo, bhi] (the
+    extreme products rounded outward; NaN from 0 * inf becomes the whole line)."""
+    p = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+    lo = _lo(np.minimum(np.minimum(p[0], p[1]), np.minimum(p[2], p[3])))
+    hi = _hi(np.maximum(np.maximum(p[0], p[1]), np.maximum(p[2], p[3])))
+    bad = np.isnan(lo) | np.isnan(hi)
+    if np.any(bad):
+        lo = np.where(bad, -INF, lo)
+        hi = np.where(bad, INF, hi)
+    return lo, hi
+
+
+class NormMatrices:
+    """A Norm's floats: Pc (centered for layernorm) as ExactMatrix.right(), 1/k, eps, sqrt(k)."""
+
+    def __init__(self, N: Norm, constant: int, dim: int):
+        P = np.asarray(N.P, dtype=object)
+        k = P.shape[0]
+        if N.kind == "layernorm":
+            mean = [sum(P[:, j], Fraction(0)) / k for j in range(P.shape[1])]
+            P = np.array([[P[i, j] - mean[j] for j in range(P.shape[1])] for i in range(k)], dtype=object)
+        M = ExactMatrix(P)
+        self.finite = M.finite
+        self.P = M.right()
+        self.k = k
+        self.eps = _const(N.eps)
+        self.root_k = float(np.nextafter(np.sqrt(float(k)), INF))  # sqrt correctly rounded, one step up
+        self.offset, self.constant, self.dim = N.offset, constant, dim
+        self.low_sum = _float_dn(1 - 2 * gamma(k))
+        self.high_sum = _factor(k)
+
+
+def normalize(X: Interval, nm: NormMatrices) -> Interval:
+    """N(X) (module docstring, steps 1-4), in the d'-wide layout of checkers/model.py: n at rows
+    offset.., 1 at the constant row, exact 0 elsewhere."""
+    C = lin(X, nm.P)  # (..., k)
+    clo, chi = C.bounds()
+    a = np.where((clo <= 0) & (chi >= 0), 0.0, np.minimum(np.abs(clo), np.abs(chi)))
+    b = np.maximum(np.abs(clo), np.abs(chi))
+    sq_lo = np.maximum(_lo(a * a), 0.0)
+    sq_hi = _hi(b * b)
+    S_lo = sq_lo.sum(axis=-1, keepdims=True) * nm.low_sum  # (1 - 2 gamma_k)(1 + u) <= 1 - gamma_k
+    S_hi = sq_hi.sum(axis=-1, keepdims=True) * nm.high_sum  # F_k (1 - u) >= 1 / (1 - gamma_k)
+    k = float(nm.k)
+    v_lo = np.maximum(_lo(_lo(S_lo / k) + nm.eps[0]), 0.0)
+    v_hi = _hi(_hi(S_hi / k) + nm.eps[1])
+    s_lo = np.maximum(_lo(np.sqrt(v_lo)), 0.0)
+    s_hi = _hi(np.sqrt(v_hi))
+    n_lo = _lo(np.where(clo >= 0, clo / s_hi, clo / s_lo))
+    n_hi = _hi(np.where(chi >= 0, chi / s_lo, chi / s_hi))
+    # |n_i| < sqrt(k) exactly; NaN (an overflowed c or s) stays NaN, so the point stays unsure
+    n_lo = np.where(n_lo < -nm.root_k, -nm.root_k, n_lo)
+    n_hi = np.where(n_hi > nm.root_k, nm.root_k, n_hi)
+    bad = ~(np.isfinite(n_lo) & np.isfinite(n_hi) & (s_lo > 0))
+    n = Interval.from_bounds(n_lo, n_hi)
+    if np.any(bad):
+        n.m = np.where(bad, np.nan, n.m)
+    shape = n.m.shape[:-1] + (nm.dim,)
+    m = np.zeros(shape)
+    r = np.zeros(shape)
+    m[..., nm.offset:nm.offset + nm.k] = n.m
+    r[..., nm.offset:nm.offset + nm.k] = n.r
+    m[..., nm.constant] = 1.0
+    return Interval(m, r)
+
+
+def _sigmoid_bounds(t_lo, t_hi):
+    """Floats [g_lo, g_hi] with g_lo <= sigma(t_lo) and sigma(t_hi) <= g_hi (sigma increasing),
+    from exp of arguments <= 0 only; a NaN end gives [0, 1]."""
+    def lower(t):
+        neg = t < 0
+        E_lo, E_hi = exp_bounds(_lo(np.where(neg, t, -t)), _hi(np.where(neg, t, -t)))  # e^{-|t|}
+        # t >= 0: 1 / (1 + e^-t) >= 1 / (1 + E_hi); t < 0: e/(1+e) increasing in e: >= E_lo / (1 + E_lo)
+        return np.where(neg, _lo(E_lo / _hi(1.0 + E_lo)), _lo(1.0 / _hi(1.0 + E_hi)))
+
+    def upper(t):
+        neg = t < 0
+        E_lo, E_hi = exp_bounds(_lo(np.where(neg, t, -t)), _hi(np.where(neg, t, -t)))
+        return np.where(neg, _hi(E_hi / _lo(1.0 + E_hi)), _hi(1.0 / _lo(1.0 + E_lo)))
+
+    g_lo = np.clip(lower(t_lo), 0.0, 1.0)
+    g_hi = np.clip(upper(t_hi), 0.0, 1.0)
+    g_lo = np.where(np.isnan(g_lo) | np.isnan(t_lo), 0.0, g_lo)
+    g_hi = np.where(np.isnan(g_hi) | np.isnan(t_hi), 1.0, g_hi)
+    return g_lo, g_hi
+
+
+def _erfc_lower(w):
+    """A float <= erfc(w) (w a float)."""
+    from scipy.special import erfc
+
+    e = erfc(np.clip(w, ERFC_LOW, ERFC_HIGH))
+    out = np.where(w > ERFC_HIGH, 0.0, _lo(e * (1.0 - 2 * ERFC_REL)))
+    return np.where(w < ERFC_LOW, TWO_LOW, out)
+
+
+def _erfc_upper(w):
+    from scipy.special import erfc
+
+    e = erfc(np.clip(w, ERFC_LOW, ERFC_HIGH))
+    out = np.where(w > ERFC_HIGH, ERFC_TINY, _hi(e * (1.0 + 2 * ERFC_REL)))
+    return np.where(w < ERFC_LOW, 2.0, out)
+
+
+def _g_bounds(kind: str, lo, hi):
+    """[g_lo, g_hi] with g_lo <= g(lo) and g(hi) <= g_hi for the increasing g of act(x) = x g(x)."""
+    cst = constants()
+    if kind == "silu":
+        return _sigmoid_bounds(lo, hi)
+    if kind == "gelu":
+        c_lo, c_hi = cst["inv_sqrt2"]
+        # Phi(x) = erfc(-x c) / 2 (c = 1/sqrt 2), erfc decreasing: the largest argument gives the lower end
+        w_lo_end = mul_bounds(-lo, -lo, c_lo, c_hi)[1]
+        w_hi_end = mul_bounds(-hi, -hi, c_lo, c_hi)[0]
+        g_lo = _lo(_erfc_lower(w_lo_end) * 0.5)
+        g_hi = _hi(_erfc_upper(w_hi_end) * 0.5)
+        g_lo = np.where(np.isnan(g_lo), 0.0, np.clip(g_lo, 0.0, 1.0))
+        g_hi = np.where(np.isnan(g_hi), 1.0, np.clip(g_hi, 0.0, 1.0))
+        return g_lo, g_hi
+    k_lo, k_hi = cst[kind]
+    a_lo, a_hi = cst["cubic"]
+
+    def t_bounds(x):
+        """[t_lo, t_hi] containing t(x) = k x (1 + a x^2) for the float x."""
+        x2_lo, x2_hi = np.maximum(_lo(x * x), 0.0), _hi(x * x)
+        q_lo, q_hi = mul_bounds(x2_lo, x2_hi, a_lo, a_hi)
+        q_lo, q_hi = _lo(q_lo + 1.0), _hi(q_hi + 1.0)
+        p_lo, p_hi = mul_bounds(x, x, q_lo, q_hi)
+        return mul_bounds(p_lo, p_hi, k_lo, k_hi)
+
+    return _sigmoid_bounds(t_bounds(lo)[0], t_bounds(hi)[1])
+
+
+def activation(X: Interval, kind: str) -> Interval:
+    """act(X) elementwise for kind in SMOOTH (module docstring)."""
+    lo, hi = X.bounds()
+    g_lo, g_hi = _g_bounds(kind, lo, hi)
+    f_lo, f_hi = mul_bounds(lo, hi, g_lo, g_hi)
+    out = Interval.from_bounds(f_lo, f_hi)
+    bad = ~(np.isfinite(lo) & np.isfinite(hi))
+    if np.any(bad):
+        out.m = np.where(bad, np.nan, out.m)
+    return out
+
+
+__all__ = ["NormMatrices", "normalize", "activation", "SMOOTH", "ERFC_REL", "ERFC_LOW", "ERFC_HIGH"]
