@@ -133,7 +133,7 @@ class PointDecider:
         self._deadline: tuple | None = None
         self._tables: dict[int, object] = {}
         self.table_reason = None
-        if model.has_softmax:
+        if not model.is_rational:  # softmax heads, LayerNorm/RMSNorm or a gelu/silu MLP
             from depthcert.checkers.attention_tables import reason_not_applicable
             from depthcert.checkers.evaluate import Evaluator
 
@@ -143,6 +143,8 @@ class PointDecider:
             if method not in METHODS:
                 raise BadInput(f"method must be one of {', '.join(METHODS)}, got {method!r}")
             why = reason_not_applicable(model) if method in ("auto", "tables") else f"method {method}"
+            if why is None and model.has_norm_or_smooth:
+                why = "LayerNorm/RMSNorm or a gelu/silu MLP (the tables need rational streams)"
             if why is None and task.outputs != "last":
                 why = "a task labelling every position"
             if why is not None and method == "tables":
@@ -183,7 +185,7 @@ class PointDecider:
         big-integer pass before a layer, once `seconds` have passed (--max-seconds: no estimate
         bounds a model's time, its numbers can have thousands of digits)."""
         self._deadline = (time.perf_counter() + seconds, seconds, what)
-        (self.prefix if self.model.has_softmax else self.ev).stop_after(seconds, what)
+        (self.ev if self.model.is_rational else self.prefix).stop_after(seconds, what)
 
     def chunk(self, lo: int, hi: int, batch_size: int = 8192) -> ChunkAccuracy:
         correct, wrong, undecided, least = 0, [], [], _Least()
@@ -192,7 +194,7 @@ class PointDecider:
             if self._deadline is not None and time.perf_counter() > self._deadline[0]:
                 raise time_limit_passed(self._deadline[2], self._deadline[1])
             ids = batch.ids if self.tokens is None else self.tokens[batch.ids]
-            if not self.model.has_softmax:
+            if self.model.is_rational:
                 c, w, m = self._exact_batch(batch, ids)
                 correct += c
                 wrong.extend(w)

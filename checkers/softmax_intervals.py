@@ -383,8 +383,10 @@ class IntervalForward:
     """The model from its first softmax layer on, over batches, in certified float64 intervals."""
 
     def __init__(self, model: Model, first: int):
+        from depthcert.checkers.norm_activation_intervals import NormMatrices, layer_extras
+
         self.model, self.first = model, first
-        self.layers = []
+        self.layers, self.extras = [], []
         ok = True
         for layer in model.layers[first:]:
             heads = []
@@ -404,6 +406,11 @@ class IntervalForward:
                 mlp = (W1.right(), Interval(b1.m[0], b1.r[0]), W2.right(), Interval(b2.m[0], b2.r[0]))
             inv_m = _const_interval(Fraction(1, len(layer))) if len(layer) else None
             self.layers.append((heads, layer.causal, mlp, inv_m))
+            extra = layer_extras(layer, model)  # LayerNorm/RMSNorm, MLP activation (norm_activation_intervals)
+            ok &= all(nm is None or nm.finite for nm in extra[:2])
+            self.extras.append(extra)
+        self.norm_final = None if model.norm_final is None else NormMatrices(model.norm_final, model.constant_index, model.dim)
+        ok &= self.norm_final is None or self.norm_final.finite
         self.first_int = [_integer_form(h.W_QK) for h in model.layers[first]] if first < len(model.layers) else []
         WO = ExactMatrix(model.W_O)
         ok &= WO.finite
@@ -469,18 +476,24 @@ class IntervalForward:
         labelled = labels >= 0
         last_only = not labelled[:, : n - 1].any()
         causal_mask = np.tril(np.ones((n, n), dtype=bool))  # [query k, key j]: j <= k
+        from depthcert.checkers.norm_activation_intervals import activation, normalize
         for li, (heads, causal, mlp, inv_m) in enumerate(self.layers):
             last = li == len(self.layers) - 1
             Q = X if not (last_only and last) else Interval(X.m[:, n - 1:], _last_rows(X.r, n))
             q0 = n - Q.m.shape[1]
             mask = causal_mask[q0:] if causal else None
+            norm_attn, norm_mlp, act = self.extras[li]
+            G, GQ = X, Q  # what the heads read: N(X) under a LayerNorm/RMSNorm
+            if norm_attn is not None:
+                G = normalize(X, norm_attn)
+                GQ = Interval(G.m[:, q0:], G.r[:, q0:])
             if heads:
                 upd = None
                 for hi_, (qk, v, kind, c) in enumerate(heads):
-                    S = self._exact_scores(li, hi_, Hnum, den, Q.m.shape[1]) if li == 0 else None
+                    S = self._exact_scores(li, hi_, Hnum, den, Q.m.shape[1]) if li == 0 and norm_attn is None else None
                     if S is None:
-                        Wq = lin(Q, qk)  # rows: queries k, (W_QK h_k)^T
-                        S = mul(Wq, _transpose(X))  # (B, q, j): score of key j for query k
+                        Wq = lin(GQ, qk)  # rows: queries k, (W_QK h_k)^T
+                        S = mul(Wq, _transpose(G))  # (B, q, j): score of key j for query k
                     if kind == "softmax":
                         A = softmax(scale(S, c), mask)
                     elif kind == "relu":
@@ -490,15 +503,18 @@ class IntervalForward:
                     else:
                         A, settled = hardmax(S, mask)
                         ok &= settled.all(axis=-1)
-                    term = mul(A, lin(X, v), radius_product=True)  # (B, q, d')
+                    term = mul(A, lin(G, v), radius_product=True)  # (B, q, d')
                     upd = term if upd is None else add(upd, term)
                 Q = add(Q, scale(upd, inv_m))
             if mlp is not None:
                 W1, b1, W2, b2 = mlp
-                P = relu(lin(Q, W1, b1))
+                P = lin(Q if norm_mlp is None else normalize(Q, norm_mlp), W1, b1)
+                P = relu(P) if act == "relu" else activation(P, act)
                 Q = add(Q, lin(P, W2, b2))
             X = Q
             ok &= _finite_points(X.m) & (X.r is None or _finite_points(X.r))
+        if self.norm_final is not None:
+            X = normalize(X, self.norm_final)
         L = lin(X, self.W_O, radius_product=True)  # (B, q, C) logits: radii kept apart per row
         q0 = n - L.m.shape[1]
         lab = labels[:, q0:]

@@ -440,6 +440,8 @@ def model_robustness_report(model: Model, task, verdict, opts: dict) -> dict:
     if task.size > MODEL_MAX_POINTS:
         raise BadInput(f"--robustness covers at most {MODEL_MAX_POINTS:,} points (ball passes); "
                        f"this task has {task.size:,}")
+    if model.has_norm_or_smooth:  # the weight balls know no LayerNorm/RMSNorm nor gelu/silu
+        raise BadInput("--robustness is not available for models with LayerNorm/RMSNorm or a gelu/silu MLP")
     if len(verdict.undecided):
         return {"note": "some points are undecided: the set of correct points is not known"}
     rational_last = (not model.has_softmax and model.outputs == "last"
