@@ -242,4 +242,12 @@ def activation(X: Interval, kind: str) -> Interval:
     return out
 
 
-__all__ = ["NormMatrices", "normalize", "activation", "SMOOTH", "ERFC_REL", "ERFC_LOW", "ERFC_HIGH"]
+__all__ = ["NormMatrices", "normalize", "activation", "layer_extras", "SMOOTH", "ERFC_REL", "ERFC_LOW", "ERFC_HIGH"]
+
+
+def layer_extras(layer, model):
+    """(NormMatrices of norm_attn or None, of norm_mlp or None, the MLP activation) of one layer."""
+    def nm(N):
+        return None if N is None else NormMatrices(N, model.constant_index, model.dim)
+
+    return nm(layer.norm_attn), nm(layer.norm_mlp), layer.mlp.activation if layer.mlp is not None else "relu"
