@@ -217,25 +217,23 @@ def plan_points(model: Model, task: Task, symmetry: str = "auto", max_scan: int 
     if symmetry not in ("auto", "off"):
         raise BadInput(f"--symmetry must be auto or off, got {symmetry!r}")
     if symmetry == "auto":
-        from depthcert.checkers.symmetry import check_equivariance
+        from depthcert.checkers.symmetry import check_equivariance, checked_orbits
 
         scan = task.orbit_scan_points()
         if max_scan is not None and scan > max_scan:
             raise BadInput(f"{task.describe()}: finding the orbit representatives decodes {scan} points, above the "
                            f"limit {max_scan}; raise it with --max-points {scan}, or use smaller sizes")
         groups = task.symmetry_groups()
-        reps = task.orbit_representatives() if groups else None
+        reps = checked_orbits(task) if groups else None  # EnumerationError (exit 4) on a faulty enumerator
         if reps is None:
             return Plan(None, task.size, task.size, "symmetry: none declared for this task; every point evaluated")
         report = check_equivariance(model, groups)
         if report.ok:
-            idx, sizes = reps
-            covered = int(sum(int(s) for s in sizes))
-            if covered != task.size:
-                raise RuntimeError(f"orbit sizes add up to {covered}, not {task.size}: task enumeration bug")
+            idx, covered = reps.indices, sum(reps.sizes)
             return Plan(np.asarray(idx, dtype=np.int64), len(idx), covered,
                         f"symmetry: equivariance proven ({report.reason}); {len(idx)} orbit representative{'s' if len(idx) != 1 else ''} cover{'' if len(idx) != 1 else 's'} "
-                        f"{covered} point{'s' if covered != 1 else ''}")
+                        f"{covered} point{'s' if covered != 1 else ''} (checked: distinct orbits, orbit sizes"
+                        + (" and labels" if reps.labels_rederived else "") + " re-derived)")
         return Plan(None, task.size, task.size, f"symmetry: not used, {report.reason}; every point evaluated")
     return Plan(None, task.size, task.size, "symmetry: off; every point evaluated")
 

@@ -35,6 +35,115 @@ import numpy as np
 from depthcert.checkers.model import Model
 
 
+class EnumerationError(RuntimeError):
+    """The task's orbit enumerator returned something the check refutes: a bug in depthcert
+    (the commands exit 4 with this one line)."""
+
+
+@dataclass(frozen=True)
+class OrbitCheck:
+    """What check_orbits established about a task's orbit representatives."""
+
+    indices: np.ndarray
+    sizes: tuple[int, ...]  # re-derived here, equal to the enumerator's
+    labels_rederived: bool  # each label recomputed from the task's rule (False: the labels are data)
+    text: str
+
+
+def first_occurrence_form(tokens, groups: tuple[tuple[str, ...], ...]) -> tuple:
+    """The tokens with each group's members renamed (group number, 0, 1, ...) in order of first
+    occurrence; a token of no group stays itself.  A complete invariant of the orbits of the
+    product of the groups' symmetric groups."""
+    where = {t: g for g, toks in enumerate(groups) for t in toks}
+    seen: list[dict] = [{} for _ in groups]
+    out = []
+    for t in tokens:
+        g = where.get(t)
+        out.append(t if g is None else (g, seen[g].setdefault(t, len(seen[g]))))
+    return tuple(out)
+
+
+def orbit_size(tokens, groups: tuple[tuple[str, ...], ...]) -> int:
+    """prod_g A(|g|, u_g), u_g the distinct members of group g among `tokens`: |G| / |Stab|."""
+    from math import perm
+
+    present = set(tokens)
+    out = 1
+    for toks in groups:
+        out *= perm(len(toks), sum(1 for t in set(toks) if t in present))
+    return out
+
+
+def _labels_as_tokens(task, labels) -> list:
+    """A decoded label (a class index, or per position an array with UNLABELLED) as class names."""
+    if getattr(task, "outputs", "last") == "all":
+        return [None if int(y) < 0 else task.classes[int(y)] for y in labels]
+    return [task.classes[int(labels)]]
+
+
+def check_orbits(task, indices, sizes) -> OrbitCheck:
+    """Check the orbit representatives (indices, orbit sizes) of `task` under its symmetry groups
+    (the module docstring says what is checked); raises EnumerationError naming the first fault."""
+    from depthcert.checkers.label_rules import RuleViolation, rule_for
+
+    groups = tuple(tuple(g) for g in task.symmetry_groups())
+    idx = np.asarray(indices, dtype=np.int64)
+    given = [int(s) for s in sizes]
+    where = f"{task.describe()}: orbit representatives"
+    if idx.ndim != 1 or len(idx) != len(given) or len(idx) == 0:
+        raise EnumerationError(f"{where}: {len(idx)} indices and {len(given)} orbit sizes")
+    if int(idx.min()) < 0 or int(idx.max()) >= task.size:
+        raise EnumerationError(f"{where}: an index outside the dataset (0 .. {task.size - 1})")
+    rule = rule_for(task)
+    forms: dict = {}
+    derived = []
+    for lo in range(0, len(idx), 4096):
+        part = idx[lo: lo + 4096]
+        ids, labels = task.decode(part)
+        for i, row, y in zip(part.tolist(), ids.tolist(), labels):
+            toks = [task.vocab[t] for t in row]
+            labs = _labels_as_tokens(task, y)
+            if rule is not None:
+                try:
+                    want = rule(toks)
+                except RuleViolation as exc:
+                    raise EnumerationError(f"{where}: point {i} ({' '.join(toks)}) is not a point of the task: "
+                                           f"{exc}") from None
+                if want != labs[0]:
+                    raise EnumerationError(f"{where}: point {i} ({' '.join(toks)}) is labelled {labs[0]}, the "
+                                           f"task's rule gives {want}")
+            form = first_occurrence_form(toks + labs, groups)
+            if form in forms:
+                raise EnumerationError(f"{where}: points {forms[form]} and {i} are in one orbit (equal "
+                                       "first-occurrence forms): a duplicate representative")
+            forms[form] = i
+            derived.append(orbit_size(toks + [t for t in labs if t is not None], groups))
+    for i, (mine, theirs) in enumerate(zip(derived, given)):
+        if mine != theirs:
+            raise EnumerationError(f"{where}: point {int(idx[i])} has an orbit of {mine} points (prod A(|g|, used)), "
+                                   f"the enumerator says {theirs}")
+    total = sum(derived)
+    if total != task.size:
+        raise EnumerationError(f"{where}: the orbits of the {len(idx)} representatives add up to {total} points, "
+                               f"the dataset has {task.size}")
+    n = len(idx)
+    text = (f"{n} representative{'s' if n != 1 else ''} checked: pairwise in different orbits (first-occurrence "
+            f"forms), orbit sizes re-derived (prod A(|g|, used)) adding up to the {task.size} points"
+            + (", labels recomputed from the task's rule" if rule is not None else ", labels are the dataset's"))
+    return OrbitCheck(idx, tuple(derived), rule is not None, text)
+
+
+def checked_orbits(task) -> OrbitCheck | None:
+    """task.orbit_representatives(), checked (check_orbits); None when the task declares no
+    symmetry or no representatives."""
+    if not task.symmetry_groups():
+        return None
+    reps = task.orbit_representatives()
+    if reps is None:
+        return None
+    return check_orbits(task, *reps)
+
+
 @dataclass(frozen=True)
 class EquivarianceReport:
     ok: bool

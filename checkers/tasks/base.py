@@ -88,7 +88,21 @@ class Task:
         return ()
 
     def orbit_representatives(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """(indices, orbit sizes): one point per orbit of symmetry_groups(), or None."""
+        """(indices, orbit sizes): one point per orbit of symmetry_groups(), or None.  What the
+        family's enumerator (`orbit_enumeration`) returns, checked by checkers/symmetry.check_orbits
+        (distinct orbits, orbit sizes re-derived and adding up to the dataset, labels from the
+        task's rule); a faulty enumerator raises EnumerationError (an internal error, exit 4)."""
+        reps = self.orbit_enumeration()
+        if reps is None or not self.symmetry_groups():
+            return None
+        from depthcert.checkers.symmetry import check_orbits
+
+        checked = check_orbits(self, *reps)
+        return checked.indices, np.array(checked.sizes, dtype=object)
+
+    def orbit_enumeration(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The family's own enumerator of orbit representatives (indices, orbit sizes); callers use
+        orbit_representatives(), which checks it."""
         return None
 
     def orbit_scan_points(self) -> int:

@@ -54,7 +54,7 @@ class ICQA(Task):
     def symmetry_groups(self):
         return (self.questions, self.answers)
 
-    def orbit_representatives(self):
+    def orbit_enumeration(self):
         """Under Sym(questions) x Sym(answers) the orbit of a point is fixed by its query
         index c alone: rank 0 (questions q0..q_{k-1}, answers a0..a_{k-1}) with each c,
         i.e. indices 0..k-1, each orbit of size A(n_q,k) * A(n_a,k)."""

@@ -78,7 +78,7 @@ class MultiHop(Task):
     def symmetry_groups(self):
         return (self.entities,)
 
-    def orbit_representatives(self):
+    def orbit_enumeration(self):
         """Sym(entities) acts on the sources only (targets are indices into the sources, and c
         is an index), transitively on the A(N, k) source tuples: one orbit per (targets, c),
         represented by source rank 0, i.e. indices 0 .. k^k * k - 1."""

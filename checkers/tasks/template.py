@@ -162,7 +162,7 @@ class TemplateMatching(Task):
     def symmetry_groups(self):
         return (self.tokens,)
 
-    def orbit_representatives(self):
+    def orbit_enumeration(self):
         """Under Sym(alphabet) the orbit of a sequence is its template: one representative per
         template (wildcard j -> token j), orbit size m!/(m-b)! for b wildcards."""
         pats = self.templates.patterns
@@ -283,7 +283,7 @@ class InContextTemplateMatching(Task):
     def orbit_scan_points(self) -> int:
         return int(self._cum[-1])
 
-    def orbit_representatives(self):
+    def orbit_enumeration(self):
         """Under Sym(alphabet) x Sym(answers): answers a_0..a_{k-1} in order, and the question
         tokens of the whole sequence in first-occurrence order (x0 first, then x1, ...); the orbit
         of such a point has A(n_answers, k) * m!/(m-u)! points, u its distinct question tokens."""
