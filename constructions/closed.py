@@ -102,7 +102,59 @@ class ClosedModel:
         return f"ClosedModel({self.name!r}, {content_hash(self)})"
 
 
+@dataclass(frozen=True)
+class ClosedRule:
+    """One rule of a head stated for a generic head index h (constructions/head_family.py):
+    kind "entry": value at (row_block[row], col_block[col]); "copy": value * identity from the rows of
+    block `src` into stream rows dst, dst + 1, ...; "scaled": value * identity on block `src` (None:
+    every row).  Every index and value is a polynomial in the parameters (h among them)."""
+
+    kind: str
+    src: str | None  # entry: row block; copy: source block; scaled: the block or None
+    col_block: str | None  # entry only
+    row: tuple  # entry: row index; copy: destination row; scaled: ()
+    col: tuple  # entry: column index; otherwise ()
+    value: tuple
+
+
+@dataclass(frozen=True)
+class ClosedRuleHead:
+    qk: tuple  # ClosedRule
+    v: tuple
+
+
+@dataclass(frozen=True)
+class ClosedHeadFamily:
+    """Theorem 1 / Lemma 4 for every size as data: `count` copy heads, head h's rules `copy` as
+    polynomials in (h, L, M), then the heads `last`; stream [token (d); position (n)] padded to
+    `dim` rows; the read-out: the class of sequence s has `read_weight` at row read_offset + s_h for
+    each h < read_count (polynomials in h, L, M)."""
+
+    name: str
+    params: tuple  # SizeParam: h, L, M
+    d: tuple
+    n: tuple
+    dim: tuple
+    count: tuple
+    copy: ClosedRuleHead
+    last: tuple  # ClosedRuleHead
+    read_count: tuple
+    read_offset: tuple
+    read_weight: tuple
+
+    @property
+    def range(self) -> SizeRange:
+        return SizeRange(tuple(self.params))
+
+    def __repr__(self):
+        return f"ClosedHeadFamily({self.name!r}, {content_hash(self)})"
+
+
 _FIELDS = {
+    ClosedHeadFamily: ("name", "params", "d", "n", "dim", "count", "copy", "last", "read_count", "read_offset",
+                       "read_weight"),
+    ClosedRuleHead: ("qk", "v"),
+    ClosedRule: ("kind", "src", "col_block", "row", "col", "value"),
     ClosedModel: ("name", "params", "fixed", "sets", "stream", "positions", "classes", "layers", "W_O"),
     ClosedLayer: ("heads", "repeat"),
     ClosedHead: ("W_QK", "W_V"),
@@ -120,9 +172,7 @@ def _poly_of(v, names: tuple, range_: SizeRange | None, where: str) -> tuple:
     if isinstance(v, Size):
         if v.range.point is not None:
             raise NotClosed(f"{where}: a size held at one point ({v.range.describe()}), not a symbol")
-        if range_ is not None and v.range is not range_ and v.range.names != names:
-            raise NotClosed(f"{where}: a size of another symbolic range ({v.range.describe()})")
-        if tuple(v.range.names) != names:
+        if tuple(v.range.names) != names or (range_ is not None and v.range.params != range_.params):
             raise NotClosed(f"{where}: a size in {', '.join(v.range.names)}, not in {', '.join(names)}")
         return tuple(sorted((tuple(int(e) for e in m), Fraction(c)) for m, c in v.terms.items() if c))
     if type(v) is bool or not isinstance(v, (int, Fraction)):
@@ -301,6 +351,70 @@ def validate(value) -> None:
     _check_table(value.W_O, classes, stream, n, "W_O")
 
 
+_RULE_KINDS = ("entry", "copy", "scaled")
+
+
+def _check_rule_head(head, n: int, where: str) -> None:
+    _exact(head, ClosedRuleHead, where)
+    for part in ("qk", "v"):
+        rules = getattr(head, part)
+        if type(rules) is not tuple:
+            raise NotClosed(f"{where} {part}: not a tuple of rules")
+        for i, r in enumerate(rules):
+            w = f"{where} {part} rule {i}"
+            _exact(r, ClosedRule, w)
+            if r.kind not in _RULE_KINDS:
+                raise NotClosed(f"{w}: kind {r.kind!r} is not one of {', '.join(_RULE_KINDS)}")
+            if r.kind == "entry":
+                _check_str(r.src, f"{w} row block")
+                _check_str(r.col_block, f"{w} column block")
+            elif r.kind == "copy":
+                _check_str(r.src, f"{w} source block")
+                if r.col_block is not None or r.col != ():
+                    raise NotClosed(f"{w}: a copy has no column block or column")
+            else:
+                if r.src is not None:
+                    _check_str(r.src, f"{w} block")
+                if r.col_block is not None or r.col != () or r.row != ():
+                    raise NotClosed(f"{w}: a scaled identity has no row, column block or column")
+            for f in ("row", "col", "value"):
+                _check_poly(getattr(r, f), n, f"{w} {f}")
+
+
+def validate_family(value) -> None:
+    """Every field of a ClosedHeadFamily is one the Lemma 4 derivation reads; else NotClosed."""
+    _exact(value, ClosedHeadFamily, "the value")
+    _check_str(value.name, "name")
+    if type(value.params) is not tuple or [type(p) for p in value.params] != [SizeParam] * 3 or \
+            tuple(p.name for p in value.params) != ("h", "L", "M"):
+        raise NotClosed("params: a head family is over h, L, M")
+    for p in value.params:
+        _exact(p, SizeParam, f"param {p.name}")
+    for f in ("d", "n", "dim", "count", "read_count", "read_offset", "read_weight"):
+        _check_poly(getattr(value, f), 3, f)
+    for f in ("d", "n", "dim"):
+        if any(m[0] for m, _ in getattr(value, f)):
+            raise NotClosed(f"{f} depends on the head index h")
+    _check_rule_head(value.copy, 3, "copy head h")
+    if type(value.last) is not tuple:
+        raise NotClosed("last: not a tuple of heads")
+    for i, head in enumerate(value.last):
+        _check_rule_head(head, 3, f"last head {i}")
+        for r in head.qk + head.v:
+            if any(m[0] for p in (r.row, r.col, r.value) for m, _ in p):
+                raise NotClosed(f"last head {i}: a rule depends on the head index h")
+
+
+def check(value) -> None:
+    """validate or validate_family by the value's kind; NotClosed for anything else."""
+    if type(value) is ClosedModel:
+        validate(value)
+    elif type(value) is ClosedHeadFamily:
+        validate_family(value)
+    else:
+        raise NotClosed(f"a {type(value).__name__} is not a closed value (ClosedModel or ClosedHeadFamily)")
+
+
 # ----------------------------------------------------------------------------- closing a builder's output
 
 
@@ -377,6 +491,59 @@ def close(sym: SymbolicModel, fixed: dict | None = None) -> ClosedModel:
     return value
 
 
+def _rule(r, names, rng, where: str) -> ClosedRule:
+    from depthcert.constructions.head_family import Copy, Entry, Scaled
+
+    if type(r) is Entry:
+        return ClosedRule("entry", str(r.row_block), str(r.col_block), _poly_of(r.row, names, rng, where),
+                          _poly_of(r.col, names, rng, where), _poly_of(r.value, names, rng, where))
+    if type(r) is Copy:
+        return ClosedRule("copy", str(r.src_block), None, _poly_of(r.dst, names, rng, where), (),
+                          _poly_of(r.value, names, rng, where))
+    if type(r) is Scaled:
+        return ClosedRule("scaled", None if r.block is None else str(r.block), None, (), (),
+                          _poly_of(r.value, names, rng, where))
+    raise NotClosed(f"{where}: a {type(r).__name__} is not a head rule (Entry, Copy, Scaled)")
+
+
+def _rule_head(hr, names, rng, where: str) -> ClosedRuleHead:
+    from depthcert.constructions.head_family import HeadRules
+
+    if type(hr) is not HeadRules:
+        raise NotClosed(f"{where}: a {type(hr).__name__}, not HeadRules")
+    return ClosedRuleHead(tuple(_rule(r, names, rng, f"{where} W_QK") for r in hr.qk),
+                          tuple(_rule(r, names, rng, f"{where} W_V") for r in hr.v))
+
+
+def close_family(spec, sym_task: SymbolicTask) -> ClosedHeadFamily:
+    """The closed value of Theorem 1's Lemma4 object made from symbols h, L, M: copy head h's rules read
+    once at the symbol h (so every head is the same polynomials in h), the read-out likewise."""
+    from depthcert.constructions.head_family import HeadFamily, Template
+    from depthcert.constructions.memorization import Lemma4
+
+    if type(spec) is not Lemma4:
+        raise NotClosed(f"a {type(spec).__name__}, not the Lemma 4 object")
+    rng = sym_task.range
+    names = tuple(rng.names)
+    if names != ("h", "L", "M"):
+        raise NotClosed(f"a head family is made from symbols h, L, M, not {', '.join(names)}")
+    if type(spec.copies) is not HeadFamily or (spec.readout is not None and type(spec.readout) is not Template):
+        raise NotClosed("the copy heads are not a HeadFamily or the read-out not a Template")
+    if spec.readout is None:
+        raise NotClosed("no read-out stated for every size")
+    h = sym_task.h
+    off, w = spec.readout.at(h)
+    value = ClosedHeadFamily(
+        "memorization", tuple(rng.params), _poly_of(spec.d, names, rng, "d"), _poly_of(spec.n, names, rng, "n"),
+        _poly_of(spec.dim, names, rng, "d'"), _poly_of(spec.copies.count, names, rng, "copy head count"),
+        _rule_head(spec.copies.head(h), names, rng, "copy head h"),
+        tuple(_rule_head(hr, names, rng, f"last head {i}") for i, hr in enumerate(spec.last)),
+        _poly_of(spec.readout.count, names, rng, "read-out count"), _poly_of(off, names, rng, "read-out offset"),
+        _poly_of(w, names, rng, "read-out weight"))
+    validate_family(value)
+    return value
+
+
 def _frame(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     skip = (os.sep + "sympy" + os.sep, os.sep + "numpy" + os.sep, "indexed.py", "closed.py")
@@ -398,11 +565,13 @@ def as_value(out, sym_task: SymbolicTask) -> ClosedModel:
         if out.range is not sym_task.range:
             raise NotClosed("the builder's model is over another size range than the symbols it was given")
         return close(out, fixed_of(sym_task))
-    if type(out) is ClosedModel:
-        validate(out)
+    if type(out) is ClosedModel or type(out) is ClosedHeadFamily:
+        check(out)
         if tuple(out.params) != tuple(sym_task.range.params):
             raise NotClosed("the value's parameters are not the symbols it was given")
         return out
+    if type(out).__name__ == "Lemma4":
+        return close_family(out, sym_task)
     raise NotClosed(f"the builder returned a {type(out).__name__}: a closed value is a ClosedModel (or a model written "
                     "with constructions/indexed.py)")
 
@@ -413,34 +582,75 @@ def fixed_of(sym_task: SymbolicTask) -> dict:
 
 def value_of(fn, sym_task: SymbolicTask) -> ClosedModel:
     """fn called once with symbols only, its output closed; NotClosed naming why (and the line)."""
-    if type(sym_task) is not SymbolicTask or sym_task.range.point is not None:
-        raise NotClosed("a closed value is made from symbols only (a SymbolicTask over the whole range)")
+    key = ("value_of", object())  # not cached: every call runs fn once
     try:
-        out = fn(sym_task)
-    except SizeBranch as exc:
-        raise NotClosed(f"the builder branches on a size at {exc.where} ({exc.what})") from None
-    except NotClosed:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any failure on symbols: named, never a value
-        raise NotClosed(f"the builder does not run with symbolic sizes: {type(exc).__name__}: {exc} at "
-                        f"{_frame(exc)}") from None
-    return as_value(out, sym_task)
+        return cached(key, fn, lambda: sym_task)[1]
+    finally:
+        _CACHE.pop(key, None)
 
 
 _CACHE: dict = {}
 
 
-def cached_value(key, fn, make_sym) -> ClosedModel:
-    """value_of(fn, make_sym()) once per process and key (a registry builder's value at a structure)."""
+def cached(key, fn, make_sym):
+    """(what fn returned, its closed value) for fn called once with make_sym()'s symbols, once per
+    process and key (a registry builder's value at one structure); NotClosed when it is not one."""
     if key not in _CACHE:
+        sym_task = make_sym()
         try:
-            _CACHE[key] = value_of(fn, make_sym())
+            if type(sym_task) is not SymbolicTask or sym_task.range.point is not None:
+                raise NotClosed("a closed value is made from symbols only (a SymbolicTask over the whole range)")
+            try:
+                out = fn(sym_task)
+            except SizeBranch as exc:
+                raise NotClosed(f"the builder branches on a size at {exc.where} ({exc.what})") from None
+            except NotClosed:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure on symbols: named, never a value
+                raise NotClosed(f"the builder does not run with symbolic sizes: {type(exc).__name__}: {exc} at "
+                                f"{_frame(exc)}") from None
+            _CACHE[key] = (out, as_value(out, sym_task))
         except NotClosed as exc:
             _CACHE[key] = exc
     out = _CACHE[key]
     if isinstance(out, NotClosed):
         raise out
     return out
+
+
+def cached_value(key, fn, make_sym) -> ClosedModel:
+    return cached(key, fn, make_sym)[1]
+
+
+def build_closed(key, fn, make_sym, task, sizes: dict, notes=None):
+    """The finite Construction of a registry builder written for every size: its closed value (fn
+    called once with symbols) instantiated at these sizes; `symbolic` is the value.  NotClosed when fn
+    makes no closed value (the caller's finite-only route then builds it)."""
+    from dataclasses import replace
+
+    from depthcert.constructions.construction import Construction
+
+    out, value = cached(key, fn, make_sym)
+    model = instantiate(value, sizes, task)
+    if notes is not None:
+        model = replace(model, notes=notes(model))
+    c = out if type(out) is Construction else Construction(task.name, value.name, "closed value", None, False)
+    return replace(c, model=model, symbolic=value)
+
+
+def build_or_finite(key, fn, make_sym, task, sizes: dict, finite, notes=None):
+    """build_closed when fn makes a closed value whose range holds these sizes; otherwise `finite()`
+    (a finite-only build: its Construction has no closed value, and no proof for every size covers
+    it -- the prover asks value_of itself and says why)."""
+    from dataclasses import replace
+
+    try:
+        value = cached_value(key, fn, make_sym)
+    except NotClosed:
+        return replace(finite(), symbolic=None)
+    if not value.range.contains({n: int(sizes[n]) for n in value.range.names}):
+        return replace(finite(), symbolic=None)
+    return build_closed(key, fn, make_sym, task, sizes, notes)
 
 
 # ----------------------------------------------------------------------------- instantiate
@@ -474,6 +684,8 @@ def instantiate(value: ClosedModel, sizes: dict, task=None):
     """The finite Model of a closed value at these sizes (exact Fractions), the only route from a
     closed value to a model.  `task` (the dataset the model is checked on) names the tokens and
     classes; the value's positions and class rows must match it."""
+    if type(value) is ClosedHeadFamily:
+        return _instantiate_family(value, sizes, task)
     validate(value)
     names = tuple(p.name for p in value.params)
     missing = [n for n in names if n not in sizes]
@@ -487,6 +699,50 @@ def instantiate(value: ClosedModel, sizes: dict, task=None):
     return writer_model(value).instantiate(task, values)
 
 
+def _instantiate_family(value: ClosedHeadFamily, sizes: dict, task):
+    """Theorem 1's model at L, M: every polynomial evaluated (copy head h's at h = 0 .. count - 1),
+    filled by memorization.Lemma4.instantiate (head_family.rules_matrix, template_readout)."""
+    from depthcert.constructions.head_family import Copy, Entry, HeadFamily, HeadRules, Scaled, Template
+    from depthcert.constructions.memorization import Lemma4
+
+    validate_family(value)
+    if task is None:
+        raise BadInput("instantiate needs the task whose tokens and classes the model reads")
+    names = ("h", "L", "M")
+    L, M = int(sizes["L"]), int(sizes["M"])
+    if not value.range.contains({"h": 0, "L": L, "M": M}):
+        raise BadInput(f"sizes L={L}, M={M} are outside the construction's range L >= 1, M >= 1")
+
+    def at(p, hv=0):
+        return poly_at(p, names, {"h": hv, "L": L, "M": M})
+
+    def integer(p, what, hv=0):
+        v = at(p, hv)
+        if v.denominator != 1:
+            raise BadInput(f"the head family's {what} is {v} at L={L}, M={M}: not an integer")
+        return int(v)
+
+    def rule(r: ClosedRule, hv: int):
+        if r.kind == "entry":
+            return Entry(r.src, integer(r.row, "row", hv), r.col_block, integer(r.col, "column", hv), at(r.value, hv))
+        if r.kind == "copy":
+            return Copy(integer(r.row, "copy row", hv), r.src, at(r.value, hv))
+        return Scaled(r.src, at(r.value, hv))
+
+    def head(hr: ClosedRuleHead, hv: int) -> HeadRules:
+        return HeadRules(tuple(rule(r, hv) for r in hr.qk), tuple(rule(r, hv) for r in hr.v))
+
+    d, n, dim = integer(value.d, "d"), integer(value.n, "n"), integer(value.dim, "d'")
+    copies = HeadFamily(integer(value.count, "copy head count"), lambda hv: head(value.copy, hv))
+    last = tuple(head(hr, 0) for hr in value.last)
+    tpl = Template(integer(value.read_count, "read-out count"),
+                   lambda hv: (integer(value.read_offset, "read-out row", hv), at(value.read_weight, hv)))
+    spec = Lemma4(d, n, copies, last, tpl)
+    if spec.dim != dim:
+        raise BadInput(f"the head family's d' is {dim}, not max(n d, d + n) = {spec.dim}")
+    return spec.instantiate(task)
+
+
 # ----------------------------------------------------------------------------- canonical form, hash
 
 
@@ -497,6 +753,20 @@ def _terms(p: tuple) -> list:
 def canonical_tables(value: ClosedModel) -> dict:
     """The value as plain JSON data (every field, in a fixed order): what `content_hash` hashes and a
     re-checker compares with a certificate's tables."""
+    if type(value) is ClosedHeadFamily:
+        validate_family(value)
+
+        def rules(rs):
+            return [[r.kind, r.src, r.col_block, _terms(r.row), _terms(r.col), _terms(r.value)] for r in rs]
+
+        def head(hr):
+            return {"W_QK": rules(hr.qk), "W_V": rules(hr.v)}
+
+        return {"format": FORMAT, "version": VERSION, "kind": "head-family", "name": value.name,
+                "params": [[p.name, p.base, p.after] for p in value.params],
+                **{f: _terms(getattr(value, f)) for f in ("d", "n", "dim", "count", "read_count", "read_offset",
+                                                          "read_weight")},
+                "copy": head(value.copy), "last": [head(hr) for hr in value.last]}
     validate(value)
 
     def segs(ss):

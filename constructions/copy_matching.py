@@ -9,17 +9,18 @@ its answer three times.  W_O reads the answer block.
 
 Written once for every size (constructions/indexed.py): the rows are the questions Q (n_q), the
 response token, the answers A (n_a), the three positions of each triple (indexed by the triples
-T, k of them) and the final pair.  `build` on a concrete task runs the same code with symbolic
-sizes and instantiates it; on a symbolic task (the all-sizes proof) it returns the symbolic model.
+T, k of them) and the final pair.  On a symbolic task `build` returns the model for every size; on a
+concrete task it is that closed value (constructions/closed.py, made once from symbols only)
+instantiated at the task's sizes.
 """
 from __future__ import annotations
 
 from depthcert.checkers.tasks import ICQA
 from depthcert.constructions.attention import position_map
+from depthcert.constructions.closed import build_closed, cached_value
 from depthcert.constructions.construction import Construction
 from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Segment,
-                                             SizeRange, SymbolicModel, SymbolicTask, finite_build,
-                                             is_symbolic)
+                                             SizeRange, SymbolicModel, SymbolicTask, is_symbolic)
 
 THEOREM = "Theorem 3 (two-layer copy-matching)"
 SIZES = SizeRange.of(("k", 1), ("n_q", 0, "k"), ("n_a", 0, "k"))
@@ -68,9 +69,18 @@ def copy_attention(stream: IndexedLayout) -> IndexedMatrix:
     return qk
 
 
+def _closed_args(as_printed: bool):
+    return ("icqa", "copy-matching", bool(as_printed)), (lambda s: build(s, as_printed)), symbolic_task
+
+
+def closed_value(as_printed: bool = False):
+    """The closed value (constructions/closed.py): `build` run once with symbolic k, n_q, n_a."""
+    return cached_value(*_closed_args(as_printed))
+
+
 def build(task, as_printed: bool = False) -> Construction:
-    if not is_symbolic(task):
-        return finite_build(build, task, symbolic_task, sizes_of(task), as_printed)
+    if not is_symbolic(task):  # the closed value (this function run once with symbols), instantiated
+        return build_closed(*_closed_args(as_printed), task, sizes_of(task))
     stream, positions, classes = layouts(task)
     layer1 = IndexedHead(copy_attention(stream), IndexedMatrix(stream, stream).identity())
     layer2 = IndexedHead(IndexedMatrix(stream, stream).same("tok:Q", "tok:Q", same=1),

@@ -141,10 +141,29 @@ def build(task: SequenceClassification, as_printed: bool = False, rules=lemma4_r
     their last token (the CLS) with pairwise distinct labels."""
     if as_printed:
         return build_lemma3(task, rules)
-    s = spec(task, True, rules, read)
-    model = None if is_symbolic(task) else s.instantiate(task)  # the same object, filled in at the task's sizes
-    return Construction("sc", "heads", THEOREM, model, as_printed, "copy token i into slot i (n-1 heads), cancel "
+    if not is_symbolic(task):  # the closed value (this function run once with symbols) instantiated
+        from dataclasses import replace
+
+        from depthcert.constructions.closed import instantiate
+
+        _check_dataset_shape(task)
+        value = closed_value(rules, read)
+        model = instantiate(value, {"L": task.length - 1, "M": len(task.vocab) - 1}, task)
+        return replace(_construction(as_printed, value), model=model)
+    return _construction(as_printed, spec(task, True, rules, read))
+
+
+def _construction(as_printed: bool, s) -> Construction:
+    return Construction("sc", "heads", THEOREM, None, as_printed, "copy token i into slot i (n-1 heads), cancel "
                         "the residual (1 head), read-out: the sequences' one-hots", symbolic=s)
+
+
+def closed_value(rules=lemma4_rules, read=template):
+    """Theorem 1's closed value (constructions/closed.ClosedHeadFamily): the builder run once with
+    symbolic h, L, M."""
+    from depthcert.constructions.closed import cached_value
+
+    return cached_value(("sc", "heads", rules, read), lambda s: build(s, False, rules, read), symbolic_task)
 
 
 def build_lemma3(task: SequenceClassification, rules=lemma4_rules) -> Construction:

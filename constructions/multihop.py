@@ -35,7 +35,7 @@ from depthcert.checkers.tasks.multihop import MultiHop
 from depthcert.constructions.attention import constrained_attention, instructive_attention, position_map
 from depthcert.constructions.construction import Construction
 from depthcert.constructions.indexed import (IndexedHead, IndexedLayout, IndexedMatrix, IndexSet, Repeat, Segment,
-                                             SizeRange, SymbolicModel, SymbolicTask, finite_build, is_symbolic,
+                                             SizeRange, SymbolicModel, SymbolicTask, is_symbolic,
                                              precheck_weights)
 
 THEOREM = "Section 7 (nested in-context QA by repeated copy-matching)"
@@ -162,11 +162,29 @@ def _row_tags(task):
 
 
 def _finite(build, task, as_printed: bool, symbolic_hops: bool, blocks: tuple[str, ...] = ("dst",), layers: int = 1):
+    """The finite build: the closed value of `build` (run once with symbolic N, and symbolic hops for
+    linear; k and a fixed hops are the structure) instantiated at the task's N (and hops)."""
+    from depthcert.constructions.closed import build_closed
+
     lay = layout(task, blocks)  # refuses a stream over MAX_DIM before any table is made
     precheck_weights((2 * layers + 1) * lay.dim * lay.dim, f"{layers} layers of {lay.dim} x {lay.dim} matrices")
     sizes = {"N": task.n_entities} | ({"hops": task.hops} if symbolic_hops else {})
-    return finite_build(build, task, lambda pt: symbolic_task(task.k, None if symbolic_hops else task.hops, pt),
-                        sizes, as_printed, notes=_row_tags(task))
+    hops = None if symbolic_hops else task.hops
+    return build_closed(*_closed_args(build, task.k, hops, as_printed), task, sizes, notes=_row_tags(task))
+
+
+def _closed_args(build, k: int, hops, as_printed: bool):
+    return (("multihop", build.__name__, k, hops, bool(as_printed)), (lambda s: build(s, as_printed)),
+            (lambda: symbolic_task(k, hops)))
+
+
+def closed_value(variant: str, k: int, hops: int | None, as_printed: bool = False):
+    """The closed value of a set-indexed variant (linear: hops symbolic, pass None; doubling, paper:
+    at the given hops), the builder run once with symbolic N."""
+    from depthcert.constructions.closed import cached_value
+
+    build = {"linear": build_linear, "doubling": build_doubling, "paper": build_paper}[variant]
+    return cached_value(*_closed_args(build, k, None if variant == "linear" else hops, as_printed))
 
 
 def build_linear(task, as_printed: bool = False) -> Construction:

@@ -206,13 +206,28 @@ def build(task, as_printed: bool = False) -> Construction:
     return build_with(task, frozenset() if as_printed else ALL_FIXES)
 
 
+def _closed_args(fixes: frozenset, k: int, l: int):
+    return ("ictm", fixes, k, l), (lambda s: build_with(s, fixes)), (lambda: symbolic_task(k, l))
+
+
+def closed_value(k: int, l: int, as_printed: bool = False):
+    """The closed value at (k, l): the builder run once with symbolic m, n_a (NotClosed as printed)."""
+    from depthcert.constructions.closed import cached_value
+
+    return cached_value(*_closed_args(frozenset() if as_printed else ALL_FIXES, k, l))
+
+
 def build_with(task, fixes: frozenset) -> Construction:
     """Theorem 6 with a chosen subset of ALL_FIXES (frozenset() = as printed)."""
     if not is_symbolic(task):
         lay = layout(task)  # refuses a stream over MAX_DIM before any table is made
         precheck_weights((2 * (2 * task.l + 2) + 1) * lay.dim * lay.dim, f"3 layers of {lay.dim} x {lay.dim} matrices")
-        return finite_build(lambda t, _ap: build_with(t, fixes), task,
-                            lambda pt: symbolic_task(task.k, task.l, pt), {"m": task.m, "n_a": task.n_a}, not fixes)
+        from depthcert.constructions.closed import build_or_finite
+
+        sizes = {"m": task.m, "n_a": task.n_a}
+        return build_or_finite(  # the closed value instantiated; as printed (entries of one member): finite only
+            *_closed_args(fixes, task.k, task.l), task, sizes, lambda: finite_build(lambda t, _ap: build_with(t, fixes), task,
+                                              lambda pt: symbolic_task(task.k, task.l, pt), sizes, not fixes))
     stream, positions, classes = _layouts(task)
     layers = ((_layer1(task, stream, fixes),), (_layer2(task, stream, fixes),), _layer3(task, stream, fixes))
     W_O = IndexedMatrix(classes, stream).same("cls:n_a", "tok:n_a", same=1)

@@ -179,14 +179,33 @@ def _indexed_classifier(task, stream, classes, layers, notes) -> IndexedMatrix:
     return W
 
 
+def _closed_args(fixes: frozenset, lemma3: bool, l: int):
+    return (("tm", "ternary", fixes, lemma3, l), (lambda s: build_ternary_with(s, fixes, lemma3)),
+            (lambda: symbolic_task(l)))
+
+
+def closed_value(l: int, as_printed: bool = False, lemma3: bool = True):
+    """The ternary variant's closed value at l: the builder run once with symbolic m >= l (NotClosed
+    as printed, or when the read-out weighs the alphabet tokens differently)."""
+    from depthcert.constructions.closed import cached_value
+
+    return cached_value(*_closed_args(frozenset() if as_printed else ALL_FIXES, lemma3, l))
+
+
 def build_ternary_with(task, fixes: frozenset, lemma3: bool = True) -> Construction:
     """The ternary variant with a chosen subset of ALL_FIXES (frozenset() = as printed)."""
     as_printed = not fixes
     if not is_symbolic(task):
         lay = base_layout(task)
         precheck_weights(5 * lay.dim * lay.dim, f"2 layers of {lay.dim} x {lay.dim} matrices")
-        return finite_build(lambda t, _ap: build_ternary_with(t, fixes, lemma3), task,
-                            lambda pt: symbolic_task(task.l, pt), {"m": task.m}, as_printed)
+        from depthcert.constructions.closed import build_or_finite
+
+        # the closed value (m >= l) instantiated; m < l, or a read-out / as-printed value with entries of
+        # one member: the builder held at the task's m (finite only)
+        return build_or_finite(
+            *_closed_args(fixes, lemma3, task.l), task, {"m": task.m},
+            lambda: finite_build(lambda t, _ap: build_ternary_with(t, fixes, lemma3), task,
+                                 lambda pt: symbolic_task(task.l, pt), {"m": task.m}, as_printed))
     stream = _stream(task)
     n, l = task.length, task.l
     qk2 = IndexedMatrix(stream, stream)

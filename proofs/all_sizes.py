@@ -79,6 +79,9 @@ class Report:
     lumped: tuple | None = field(default=None, repr=False)  # (leaves, ring, params): symbolic_margin()
     rests_on: tuple[str, ...] = ()  # what a proof for every size rests on (printed and in the JSON)
     evidence_margin: str | None = None  # the margin of an analysis that is not a proof (table reading)
+    content_hash: str | None = None  # closed.content_hash of the value proven (constructions/closed.py)
+    value: object = field(default=None, repr=False)  # that value (the instance line instantiates it)
+    readout: str | None = None  # the read-out proven: "paper", "lemma3", "family's own"
 
     @property
     def exit_code(self) -> int:
@@ -100,7 +103,8 @@ class Report:
             "base_cases": [{k: v for k, v in r.items() if not k.startswith("_")} for r in self.base_cases],
             "failure": self.failure, "reason": self.reason,
             "rests_on": list(self.rests_on), "evidence_margin": self.evidence_margin,
-            "instance": self.instance, "seconds": round(self.seconds, 3),
+            "instance": self.instance, "content_hash": self.content_hash, "readout": self.readout,
+            "seconds": round(self.seconds, 3),
             "evaluating_seconds": round(self.eval_seconds, 3),
         }
         if self.certificate is not None:
@@ -145,10 +149,10 @@ class LumpedPlan:
     coverage: Callable  # [(key, used counts)] -> [Step lines], ok
     method: str
     group_note: str
-    # the one-source route: a symbolic task (sizes over the whole range) and the builder the
-    # finite check calls (task -> Construction); the weights then come from the builder itself
-    symbolic: Callable | None = None
-    construct: Callable | None = None
+    # the closed value (constructions/closed.py): () -> ClosedModel, NotClosed when there is none;
+    # every model the proof checks in its range is instantiate(value, sizes, task)
+    value: Callable | None = None
+    maker: str = ""  # the function that made the value (named in `rests on`)
 
 
 def _task(name: str, options: dict):
@@ -179,11 +183,72 @@ def _registry_construct(task_name: str, variant: str | None, as_printed: bool):
     return construct
 
 
+def family_symbols(task):
+    """(symbolic task, sizes): the symbols a closed value of this task's family is made from (the
+    structural sizes k, l, hops held at the task's), and the task's sizes it is instantiated at."""
+    name = task.name
+    if name == "icqa":
+        from depthcert.constructions.copy_matching import sizes_of, symbolic_task
+
+        return symbolic_task(), sizes_of(task)
+    if name == "multihop":
+        from depthcert.constructions.multihop import symbolic_task
+
+        return symbolic_task(task.k, task.hops), {"N": task.n_entities}
+    if name == "tm":
+        from depthcert.constructions.parsing_mapping import symbolic_task
+
+        return symbolic_task(task.l), {"m": task.m}
+    if name == "ictm":
+        from depthcert.constructions.parsing_copying_matching import symbolic_task
+
+        return symbolic_task(task.k, task.l), {"m": task.m, "n_a": task.n_a}
+    raise BadInput(f"--family: task {name} has no closed value of the set-indexed kind (icqa, multihop, tm, ictm)")
+
+
+def family_value(fn, task):
+    """The closed value of a user family: fn called once with the task's symbols (NotClosed if it
+    makes none)."""
+    from depthcert.constructions.closed import value_of
+
+    sym_task, _ = family_symbols(task)
+    return value_of(fn, sym_task)
+
+
+def _registry_value(task, variant: str, as_printed: bool):
+    """() -> the registry builder's closed value at the task's structure (NotClosed: none)."""
+    name = task.name
+    if name == "icqa":
+        from depthcert.constructions.copy_matching import closed_value
+
+        return lambda: closed_value(as_printed)
+    if name == "multihop":
+        from depthcert.constructions.multihop import closed_value
+
+        return lambda: closed_value(variant, task.k, task.hops, as_printed)
+    if name == "tm" and variant == "ternary":
+        from depthcert.constructions.parsing_mapping import closed_value
+
+        return lambda: closed_value(task.l, as_printed)
+    if name == "ictm":
+        from depthcert.constructions.parsing_copying_matching import closed_value
+
+        return lambda: closed_value(task.k, task.l, as_printed)
+    return None
+
+
+def _value_route(task, variant, as_printed, construct):
+    """(value maker, finite build task -> Model for sizes outside the value's range, maker name)."""
+    if construct is not None:
+        return (lambda: family_value(construct, task)), None, "the family's function"
+    return (_registry_value(task, variant, as_printed), (lambda t: _registry_construct(task.name, variant, as_printed)(t).model),
+            _builder_of(task.name, variant))
+
+
 def icqa_plan(construct=None, as_printed: bool = False, variant: str | None = None) -> LumpedPlan:
     """Theorem 3: lumped in k, n_q and n_a (Sym(Q) x Sym(A) x Sym(T), one orbit).  The weights are
-    the builder's own, run once with symbolic sizes (`construct`: task -> Construction, the
-    registry's by default; the finite checks call the same function)."""
-    from depthcert.constructions.copy_matching import symbolic_task
+    the closed value's (`construct`: a family's function of the symbols; the registry's builder by
+    default); every model checked is that value instantiated."""
 
     params = (Param("k", 1), Param("n_q", 0, after="k"), Param("n_a", 0, after="k"))
     # sizes where the representative's H0 (the kernel's embedding of point 0) is read
@@ -207,15 +272,15 @@ def icqa_plan(construct=None, as_printed: bool = False, variant: str | None = No
 
     from depthcert.constructions.copy_matching import THEOREM
 
-    construct = construct or _registry_construct("icqa", variant, as_printed)
+    value, finite, maker = _value_route(_task("icqa", {"k": 1}), variant or "copy-matching", as_printed, construct)
     return LumpedPlan(
         "icqa", variant or "copy-matching", THEOREM, params, {}, (),
         lambda v: {"k": v["k"], "n_questions": v["n_q"], "n_answers": v["n_a"]},
-        lambda task: construct(task).model, T.icqa_view, T.ICQA_SIZES, extraction, base,
+        finite, T.icqa_view, T.ICQA_SIZES, extraction, base,
         points, lambda used: whole_region(params), coverage,
-        "the builder run with symbolic k, n_q, n_a, then lumped evaluation over Sym(Q) x Sym(A) x Sym(T)",
+        "the closed value (made once from symbolic k, n_q, n_a), then lumped evaluation over Sym(Q) x Sym(A) x Sym(T)",
         "Q = questions (n_q), A = answers (n_a), T = (q, =, a) position triples (k)",
-        symbolic=symbolic_task, construct=construct,
+        value=value, maker=maker,
     )
 
 
@@ -258,22 +323,21 @@ def multihop_plan(task, variant: str, as_printed: bool, builder=None, construct=
                 f"the {len(reps)} representatives have pairwise different first-occurrence forms (distinct orbits)"), \
             cov.ok and len({key for key, _ in reps}) == len(reps)
 
-    from depthcert.constructions.multihop import THEOREM, symbolic_task
+    from depthcert.constructions.multihop import THEOREM
 
-    symbolic = None if builder is not None else (lambda: symbolic_task(k, h))
-    construct = None if builder is not None else (construct or _registry_construct("multihop", variant, as_printed))
+    value, finite, maker = _value_route(task, variant, as_printed, construct)
     return LumpedPlan(
         "multihop", variant, THEOREM, params, {"hops": h, "k": k},
         (("k", "the number of orbits (functional graphs, k^k * k) grows with k: no finite lumping"),
          ("hops", "each hop count is its own stack of layers; checked at the given h only")),
         lambda v: {"hops": h, "k": k, "n_entities": v["N"]},
-        builder or (lambda t: construct(t).model),
+        finite,
         lambda t, m: T.model_view(t, m, {"N": t.entities}, {"N": t.n_entities}),
         {"N": "N"}, extraction, base, _vocab_points(lambda t: {"N": t.entities}),
         lambda used: Region((max(0, used["N"] - k),), (True,)), coverage,
-        ("the builder run with symbolic N, then " if builder is None else "") +
-        f"lumped evaluation over Sym(entities), symbolic in N, at k={k}, hops={h}",
-        "N = entities", symbolic=symbolic, construct=construct,
+        f"the closed value (made once from symbolic N), then lumped evaluation over Sym(entities), symbolic in N, "
+        f"at k={k}, hops={h}",
+        "N = entities", value=value, maker=maker,
     )
 
 
@@ -296,22 +360,21 @@ def tm_plan(task, variant: str, as_printed: bool, builder=None, construct=None) 
                 f"{len(reps)} representatives = Bell({l}) = {n_t} templates, pairwise different"), \
             cov.ok and len({key for key, _ in reps}) == len(reps) == n_t
 
-    from depthcert.constructions.parsing_mapping import THEOREM, symbolic_task
+    from depthcert.constructions.parsing_mapping import THEOREM
 
-    symbolic = None if builder is not None else (lambda: symbolic_task(l))
-    construct = None if builder is not None else (construct or _registry_construct("tm", variant, as_printed))
+    value, finite, maker = _value_route(task, variant, as_printed, construct)
     return LumpedPlan(
         "tm", variant, THEOREM, params, {"l": l},
         (("l", "the template count Bell(l) and the ternary weights 3^(l-1-i) grow with l, and the Lemma 3 "
                "classifier is fitted per l: no finite lumping"),),
         lambda v: {"l": l, "alphabet": v["m"]},
-        builder or (lambda t: construct(t).model),
+        finite,
         lambda t, mdl: T.model_view(t, mdl, {"m": t.tokens}, {"m": t.m}),
         {"m": "m"}, extraction, base, _vocab_points(lambda t: {"m": t.tokens}),
         lambda used: Region((max(0, used["m"] - l),), (True,)), coverage,
-        ("the builder run with symbolic m, then " if builder is None else "") +
-        f"lumped evaluation over Sym(alphabet), symbolic in m, at l={l} (m < l: exact base cases)",
-        "m = alphabet tokens", symbolic=symbolic, construct=construct,
+        f"the closed value (made once from symbolic m), then lumped evaluation over Sym(alphabet), symbolic in m, "
+        f"at l={l} (m < l: exact base cases)",
+        "m = alphabet tokens", value=value, maker=maker,
     )
 
 
@@ -335,23 +398,22 @@ def ictm_plan(task, variant: str, as_printed: bool, builder=None, construct=None
                 f"the {len(reps)} representatives have pairwise different first-occurrence forms (distinct orbits)"), \
             cov.ok and len({key for key, _ in reps}) == len(reps)
 
-    from depthcert.constructions.parsing_copying_matching import THEOREM, symbolic_task
+    from depthcert.constructions.parsing_copying_matching import THEOREM
 
-    symbolic = None if builder is not None else (lambda: symbolic_task(k, l))
-    construct = None if builder is not None else (construct or _registry_construct("ictm", variant, as_printed))
+    value, finite, maker = _value_route(task, variant, as_printed, construct)
     return LumpedPlan(
         "ictm", variant, THEOREM, params, {"k": k, "l": l},
         (("k", "the number of orbits (template tuples and question patterns) grows with k"),
          ("l", "the number of orbits grows with l, and the layer-3 heads (2l) and mask -l^2 depend on l")),
         lambda v: {"k": k, "l": l, "alphabet": v["m"], "n_answers": v["n_a"]},
-        builder or (lambda t: construct(t).model),
+        finite,
         lambda t, mdl: T.model_view(t, mdl, {"m": t.tokens, "n_a": t.answers}, {"m": t.m, "n_a": t.n_a}),
         {"m": "m", "n_a": "n_a"}, extraction, base,
         _vocab_points(lambda t: {"m": t.tokens, "n_a": t.answers}),
         lambda used: Region((max(0, used["m"] - m0), max(0, used["n_a"] - k)), (True, True)), coverage,
-        ("the builder run with symbolic m, n_a, then " if builder is None else "") +
-        f"lumped evaluation over Sym(alphabet) x Sym(answers), symbolic in m, n_a, at k={k}, l={l}",
-        "m = alphabet tokens, n_a = answers", symbolic=symbolic, construct=construct,
+        f"the closed value (made once from symbolic m, n_a), then lumped evaluation over Sym(alphabet) x "
+        f"Sym(answers), symbolic in m, n_a, at k={k}, l={l}",
+        "m = alphabet tokens, n_a = answers", value=value, maker=maker,
     )
 
 
@@ -378,9 +440,18 @@ class _Built:
     view: View
 
 
-def _build(plan: LumpedPlan, values: dict) -> _Built:
+def _build(plan: LumpedPlan, values: dict, value=None) -> _Built | None:
+    """The model at these sizes: the closed value instantiated when its range holds them (the finite
+    check's own route), else the finite-only build (None when there is none: a family)."""
+    from depthcert.constructions.closed import instantiate
+
     task = _task(plan.task, plan.options(values))
-    model = plan.build(task)
+    if value is not None and value.range.contains({n: values[n] for n in value.range.names}):
+        model = instantiate(value, values, task)
+    elif plan.build is not None:
+        model = plan.build(task)
+    else:
+        return None
     return _Built(values, task, model, plan.view(task, model))
 
 
@@ -411,10 +482,22 @@ def prove_lumped(plan: LumpedPlan) -> Report:
     rep.params = tuple(p.describe() for p in plan.params)
     rep.finite = plan.finite
 
+    # 0. the closed value (constructions/closed.py): every model below in its range is it instantiated
+    from depthcert.constructions.closed import NotClosed
+
+    value, why = None, ""
+    if plan.value is not None:
+        try:
+            value = plan.value()
+        except NotClosed as exc:
+            why = str(exc)
     # 1. base cases, exactly (a construction that fails at a small size stops here)
     built: dict = {}
     for values in plan.base:
-        b = built.setdefault(tuple(values.items()), _build(plan, values))
+        b = _build(plan, values, value)
+        if b is None:
+            continue
+        built[tuple(values.items())] = b
         row = _verify_base(plan, b)
         rep.base_cases.append(row)
         if row["verdict"] != "verified":
@@ -424,9 +507,12 @@ def prove_lumped(plan: LumpedPlan) -> Report:
             rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
             rep.seconds = time.perf_counter() - t0
             return rep
-    # 2. the family: from the builder run with symbolic sizes (one source), or read at sizes built
-    if plan.symbolic is not None:
-        return _prove_symbolic(plan, rep, ring_, built, t0)
+    # 2. the family: the closed value, read whole
+    if plan.value is not None:
+        if value is None:
+            rep.finite = ((", ".join(p.name for p in plan.params), "not a closed value (reason)"),) + tuple(rep.finite)
+            return _not_proven(rep, f"not proven: not a closed value: {why}", t0)
+        return _prove_symbolic(plan, rep, ring_, built, t0, value)
     try:
         for values in plan.extraction:
             built.setdefault(tuple(values.items()), _build(plan, values))
@@ -462,55 +548,58 @@ def prove_lumped(plan: LumpedPlan) -> Report:
     return _after_family(plan, rep, ring_, fam, spaces, family_sizes, t0)
 
 
-def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0: float) -> Report:
-    """Step 2 of the one-source route: the builder run with symbolic sizes gives every table; the
-    finite models used by the proof are checked to be that object instantiated."""
+def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0: float, value) -> Report:
+    """Step 2: the closed value read whole (every head, table, set, segment, repeat count and W_O);
+    the models the proof checks are that value instantiated (closed.instantiate)."""
+    from depthcert.constructions.closed import NotClosed, content_hash
     from depthcert.proofs import all_sizes_symbolic as S
 
     try:
-        sym = S.run_symbolic(plan.construct, plan.symbolic())
-        fam = S.tables(sym, ring_)
-        spaces = S.spaces(sym)
-        sizes = S.set_sizes(sym, ring_)
-    except S.NotSymbolic as exc:
-        return _not_proven(rep, str(exc), t0)
+        if tuple(p.name for p in value.params) != tuple(p.name for p in plan.params) or any(
+                (a.base, a.after) != (b.base, b.after) for a, b in zip(value.params, plan.params)):
+            raise NotClosed(f"the value's range {value.range.describe()} is not the proof's "
+                            f"{', '.join(p.describe() for p in plan.params)}")
+        fam = S.read(value, ring_)
+        spaces = S.spaces(value)
+        sizes = S.set_sizes(value, ring_)
+    except NotClosed as exc:
+        return _not_proven(rep, f"not proven: {exc}", t0)
     for s_, poly in plan.sort_polys.items():
         if s_ not in sizes or sizes[s_] != ring_.parse(poly):
-            return _not_proven(rep, f"the builder's set {s_} has size "
+            return _not_proven(rep, f"the value's set {s_} has size "
                                     f"{poly_text(sizes[s_]) if s_ in sizes else 'none'}, not {poly}", t0)
     family_sizes = {}
     for values in tuple(b.values for b in built.values()) + plan.extraction:
-        if not sym.range.contains(values):
-            continue  # a base case below the symbolic range: verified exactly only
+        if not value.range.contains(values):
+            continue  # a base case below the value's range: verified exactly only
         key = tuple(values.items())
-        b = built.get(key) or _build(plan, values)
-        task = b.task
-        b = _Built(values, task, b.model, S.concrete_view(sym, task, values))
+        b = built.get(key) or _build(plan, values, value)
+        b = _Built(values, b.task, b.model, S.concrete_view(value, b.task, values))
         built[key] = b
-        if sym.instantiate(task, values) != b.model:
-            return _not_proven(rep, f"the finite build at {_size_text(values)} is not the symbolic model "
-                                    "instantiated there (the builder does not go through one symbolic object)", t0)
         if _in_region(plan.params, values):
             family_sizes[key] = b
     sized = S.non_constant(fam)
+    h = content_hash(value)
+    rep.content_hash, rep.value = h, value
     rep.steps.append(Step("family", (
         f"sets: {plan.group_note}",
-        f"the builder the finite check calls, run once with symbolic {', '.join(p.name for p in plan.params)} over "
-        f"{', '.join(p.describe() for p in plan.params)}: every size comparison it makes is decided over that range "
-        "(none left to a sample size)",
-        f"its output is one set-indexed table per matrix: {S.table_count(fam)} non-zero classes over "
-        f"{len(spaces[0])} row families, heads per layer {fam.heads}; "
+        f"the closed value {h}, made once by {plan.maker} from symbolic "
+        f"{', '.join(p.name for p in plan.params)} over {', '.join(p.describe() for p in plan.params)} (no size "
+        "to read: symbols only)",
+        f"read whole: {S.table_count(fam)} non-zero classes over {len(spaces[0])} row families, heads per layer "
+        f"{fam.heads}, every head of every layer, W_O and every set size; "
         + (f"{len(sized)} entr{'y depends' if len(sized) == 1 else 'ies depend'} on the sizes: " + "; ".join(sized[:4])
            + ("; ..." if len(sized) > 4 else "") if sized else "every entry is a constant"),
         "a set-indexed table is invariant under the product of the sets' symmetric groups at every size",
-        f"the finite builds at the {len(family_sizes)} sizes used here in that range equal that object instantiated "
-        "(the finite check builds by the same instantiation)")))
+        f"every model checked here in that range (the {len(family_sizes)} sizes used) is the value instantiated "
+        "(closed.instantiate), the route the finite check takes")))
     rep.rests_on = (
-        f"the builder the finite check calls (constructions.build -> {_builder_name(plan)}), evaluated with symbolic sizes",
+        f"the closed value {h} (made by {plan.maker} from symbols only) and closed.instantiate, the one route from "
+        "it to the model the finite check verifies",
         "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "
         "one-hot token and position embedding, read-out at the last column)",
         "the task's symmetry: the orbit identity of step 2 (the dataset is the orbit of its representatives)")
-    return _after_family(plan, rep, ring_, fam, spaces, family_sizes, t0)
+    return _after_family(plan, rep, ring_, fam, spaces, family_sizes, t0, value)
 
 
 def _builder_name(plan: LumpedPlan) -> str:
@@ -528,7 +617,8 @@ def _builder_of(task: str, variant: str) -> str:
         return "the given builder"
 
 
-def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, family_sizes: dict, t0: float) -> Report:
+def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, family_sizes: dict, t0: float,
+                  value=None) -> Report:
     rows, cols, classes = spaces
     # 3. representatives: H0 read at every size where they occur
     reps: dict = {}
@@ -622,7 +712,8 @@ def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, famil
     rep.certificate = {"format": "depthcert.all-sizes", "version": 1, "task": plan.task, "variant": plan.variant,
                        "fixed": plan.fixed,
                        "params": [{"name": p.name, "base": p.base, "after": p.after} for p in plan.params],
-                       "claim": rep.claim, "margin": closed, "points": cert_points}
+                       "claim": rep.claim, "margin": closed, "points": cert_points,
+                       **({"content_hash": rep.content_hash} if rep.content_hash else {})}
     if failures:
         failures.sort(key=lambda f: f[0])
         _, bad, rkey, other, poly = failures[0]
@@ -631,10 +722,10 @@ def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, famil
         rep.failure = {"size": {**plan.fixed, **bad}, "how": "symbolic margin <= 0",
                        "representative": str(rkey), "competitor": other, "margin_formula": poly_text(poly),
                        "margin": format_rational(value)}
-        rep.failure.update(_confirm(plan, bad))
+        rep.failure.update(_confirm(plan, bad, value))
         rep.seconds = time.perf_counter() - t0
         return rep
-    if plan.symbolic is None:
+    if plan.value is None:
         return _table_only(rep, t0)
     rep.status = "partial" if plan.finite else "proven"
     rep.seconds = time.perf_counter() - t0
@@ -820,13 +911,16 @@ def _base_lines(rows: list) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _confirm(plan: LumpedPlan, bad: dict) -> dict:
-    """Re-check a failing size with the exhaustive checker when it is small enough."""
+def _confirm(plan: LumpedPlan, bad: dict, value=None) -> dict:
+    """Re-check a failing size with the exhaustive checker when it is small enough (the model: the
+    value instantiated there)."""
     from depthcert.checkers.exhaustive import plan_points, verify
 
     try:
-        task = _task(plan.task, plan.options(bad))
-        model = plan.build(task)
+        b = _build(plan, bad, value)
+        if b is None:
+            return {"confirmed": "not run (no model at this size)"}
+        task, model = b.task, b.model
         pp = plan_points(model, task, "auto")
         if pp.n_eval > CONFIRM_MAX_POINTS:
             return {"confirmed": f"not run ({pp.n_eval} points to evaluate)"}
@@ -914,15 +1008,27 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None, construc
     k = task.k
     params = (Param("N", k),)
     ring_ = Ring(params)
-    if builder is None:
-        construct = construct or _registry_construct("multihop", "linear", as_printed)
-        build = lambda t: construct(t).model  # noqa: E731
-    else:
-        build = builder
+    from depthcert.constructions.closed import NotClosed, instantiate, value_of
+    from depthcert.constructions.multihop import closed_value, symbolic_task
+
     rep = Report("multihop", "linear", THEOREM, "not-proven",
                  f"correct on every point for all hops >= 1, N >= {k} at k={k}",
-                 ("the builder run with symbolic hops and N, then " if builder is None else "")
+                 ("the closed value (made once from symbolic hops and N), then " if builder is None else "")
                  + f"lumped evaluation over Sym(entities), symbolic in N, and periodicity of the hop layer in h, at k={k}")
+    value = None
+    if builder is None:
+        try:
+            value = value_of(construct, symbolic_task(k)) if construct is not None else closed_value("linear", k, None,
+                                                                                                    as_printed)
+        except NotClosed as exc:
+            rep.params = ()
+            rep.finite = (("hops, N", "not a closed value (reason)"),)
+            return _not_proven(rep, f"not proven: not a closed value: {exc}", t0)
+
+        def build(t):
+            return instantiate(value, {"hops": t.hops, "N": t.n_entities}, t)
+    else:
+        build = builder
     rep.params = ("hops >= 1", f"N >= {k}")
     rep.finite = (("k", "the number of orbits (functional graphs, k^k * k) grows with k: no finite lumping"),)
 
@@ -946,7 +1052,7 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None, construc
                 rep.seconds = time.perf_counter() - t0
                 return rep
     if builder is None:
-        out = _multihop_linear_symbolic(task, construct, rep, ring_, built, t0)
+        out = _multihop_linear_symbolic(task, value, build, rep, ring_, built, t0)
         if isinstance(out, Report):
             return out
         copy_f, hop_f, spaces = out
@@ -971,56 +1077,59 @@ def _same_size(a, b) -> bool:
     return not getattr(diff, "terms", True)
 
 
-def _multihop_linear_symbolic(task, construct, rep, ring_, built, t0):
-    """The family of multi-hop linear from its builder run with symbolic N and hops: layers =
-    (copy, Repeat(hop, hops)); no weight may depend on the hops (one hop layer for every h)."""
-    from depthcert.constructions.indexed import Repeat
-    from depthcert.constructions.multihop import symbolic_task
+def _multihop_linear_symbolic(task, value, build, rep, ring_, built, t0):
+    """The closed value of multi-hop linear read whole: layers = (copy layer, one hop layer repeated
+    hops times), every head of both, W_O; no weight may depend on the hops."""
+    from depthcert.constructions.closed import NotClosed, content_hash
     from depthcert.proofs import all_sizes_symbolic as S
 
     k = task.k
+    names = S.names_of(value)
     try:
-        sym_task = symbolic_task(k)
-        sym = S.run_symbolic(construct, sym_task)
-        if len(sym.layers) != 2 or isinstance(sym.layers[0], Repeat) or not isinstance(sym.layers[1], Repeat):
-            raise S.NotSymbolic("the model is not (copy layer, one hop layer repeated hops times)")
-        count = sym.layers[1].count
-        if count is not sym_task.hops and not _same_size(count, sym_task.hops):
-            raise S.NotSymbolic(f"the hop layer is repeated {count} times, not hops times: the model is not "
-                                "(copy layer, one hop layer repeated hops times)")
-        copy_f = S.layer_tables(sym.layers[0], ring_)
-        hop_f = S.layer_tables(sym.layers[1].layer, ring_)
-        copy_f.o = {key: S.as_poly(ring_, v) for key, v in sym.W_O.table.items()}
-        spaces = S.spaces(sym)
-        if S.set_sizes(sym, ring_).get("N") != ring_.gen["N"]:
-            raise S.NotSymbolic("the builder's entity set is not of size N")
-    except S.NotSymbolic as exc:
-        return _not_proven(rep, str(exc), t0)
-    except SizeBranchError as exc:  # a comparison while reading the repeat count
-        return _not_proven(rep, f"the builder branches on a size at {exc.where} ({exc.what})", t0)
+        if names != ("hops", "N"):
+            raise NotClosed(f"the value's parameters are {', '.join(names)}, not hops, N")
+        if len(value.layers) != 2 or S.constant_repeat(value.layers[0], names) != 1:
+            raise NotClosed("the model is not (copy layer, one hop layer repeated hops times)")
+        hops_poly = (((1, 0), Fraction(1)),)
+        if value.layers[1].repeat != hops_poly:
+            raise NotClosed(f"the hop layer is repeated {S.poly_text(value.layers[1].repeat, names)} times, not hops "
+                            "times: the model is not (copy layer, one hop layer repeated hops times)")
+        copy_f = S.layer_tables(value.layers[0], ring_, names)
+        hop_f = S.layer_tables(value.layers[1], ring_, names)
+        copy_f.o = {key: S.as_poly(ring_, p, names) for key, p in value.W_O.entries}
+        spaces = S.spaces(value)
+        if S.set_sizes(value, ring_).get("N") != ring_.gen["N"]:
+            raise NotClosed("the value's entity set is not of size N")
+    except NotClosed as exc:
+        return _not_proven(rep, f"not proven: {exc}", t0)
     for h in HOP_SIZES:
         for N in (k + 1, k + 2, k + 3):
             if (h, N) not in built:
                 t = _task("multihop", {"hops": h, "k": k, "n_entities": N})
-                built[(h, N)] = _Built({"hops": h, "N": N}, t, construct(t).model, None)
+                built[(h, N)] = _Built({"hops": h, "N": N}, t, build(t), None)
     for key, b in list(built.items()):
         values = {"hops": b.values["hops"], "N": b.values["N"]}
-        if sym.instantiate(b.task, values) != b.model:
-            return _not_proven(rep, f"the finite build at hops={values['hops']}, N={values['N']} is not the symbolic "
-                                    "model instantiated there", t0)
-        built[key] = _Built(b.values, b.task, b.model, S.concrete_view(sym, b.task, values))
+        built[key] = _Built(b.values, b.task, b.model, S.concrete_view(value, b.task, values))
+    fam = S.Tables(copy_f.heads + hop_f.heads, {(0, hi): t for (_, hi), t in copy_f.qk.items()}
+                   | {(1, hi): t for (_, hi), t in hop_f.qk.items()},
+                   {(0, hi): t for (_, hi), t in copy_f.v.items()} | {(1, hi): t for (_, hi), t in hop_f.v.items()},
+                   copy_f.o)
+    sized = S.non_constant(fam)
+    rep.content_hash, rep.value = content_hash(value), value
     rep.steps.append(Step("family", (
         "sets: N = entities",
-        "the builder the finite check calls, run once with symbolic hops and N over hops >= 1, "
-        f"N >= {k} (k = {k} fixed): every size comparison it makes is decided over that range",
-        "its output is the copy layer followed by one hop layer Phi repeated hops times (a Repeat whose count is "
-        f"the symbol hops), W_O, as set-indexed tables with no weight depending on the sizes "
-        f"({S.table_count(copy_f) + S.table_count(hop_f)} non-zero classes over {len(spaces[0])} row families)",
-        f"the finite builds at the {len(built)} sizes used here equal that object instantiated")))
+        f"the closed value {rep.content_hash}, made once by {_builder_of('multihop', 'linear')} from symbolic hops "
+        f"and N over hops >= 1, N >= {k} (k = {k} fixed): symbols only",
+        f"read whole: the copy layer ({len(value.layers[0].heads)} head"
+        f"{'s' if len(value.layers[0].heads) != 1 else ''}), one hop layer Phi ({len(value.layers[1].heads)} head"
+        f"{'s' if len(value.layers[1].heads) != 1 else ''}) repeated hops times (its repeat count is the symbol hops), "
+        f"W_O: {S.table_count(fam)} non-zero classes over {len(spaces[0])} row families; "
+        + (f"{len(sized)} entr{'y depends' if len(sized) == 1 else 'ies depend'} on N: " + "; ".join(sized[:4])
+           + ("; ..." if len(sized) > 4 else "") if sized else "no weight depends on the sizes"),
+        f"every model checked here (the {len(built)} sizes used) is the value instantiated (closed.instantiate)")))
     rep.rests_on = (
-        f"the builder the finite check calls (constructions.build -> "
-        f"{_builder_of('multihop', 'linear')}"
-        "), evaluated with symbolic sizes",
+        f"the closed value {rep.content_hash} and closed.instantiate, the one route from it to the model the finite "
+        "check verifies",
         "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "
         "one-hot token and position embedding, read-out at the last column)",
         "the task's symmetry (the orbit identity of step 2) and its label rule f^h(s) = f(f^(h-1)(s)) (step 3)")
@@ -1090,10 +1199,11 @@ def _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, cl
                 h0s.append((f"N={N}", point_h0(b.model, ids[0].tolist(), b.view, here, f"N={N} point {index}")))
             prow, pcol, pcls = pv.spaces()
             sizes = {s_: ring_.parse(p_) for s_, p_ in pv.sorts.items()}
+            # every head of the copy layer and of the hop layer (a head left out is a model not proven)
             copy = tuple(LHead(refine(qk, rows, rows, pv.rows, pv.rows, ring_), refine(v, rows, rows, pv.rows, pv.rows, ring_))
-                         for qk, v in [(copy_f.qk[(0, 0)], copy_f.v[(0, 0)])])
+                         for qk, v in [(copy_f.qk[(0, hi)], copy_f.v[(0, hi)]) for hi in range(copy_f.heads[0])])
             hop = tuple(LHead(refine(qk, rows, rows, pv.rows, pv.rows, ring_), refine(v, rows, rows, pv.rows, pv.rows, ring_))
-                        for qk, v in [(hop_f.qk[(0, 0)], hop_f.v[(0, 0)])])
+                        for qk, v in [(hop_f.qk[(0, hi)], hop_f.v[(0, hi)]) for hi in range(hop_f.heads[0])])
             W_O = refine(copy_f.o, classes, rows, pv.classes, pv.rows, ring_)
             lm = LumpedModel(prow, pcol, pcls, (copy,), W_O, _tables_to_lmatrix(merge_h0(h0s), prow, pcol, ring_),
                              sizes, pv.last, pv.label)
@@ -1146,7 +1256,9 @@ def _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, cl
     rep.steps.append(Step("every h", (
         f"per representative, (S_s, label_s) for s = 1, 2, ... until a pair repeats: {total_pairs} pairs in all; "
         "(distinct pairs, period): " + ", ".join(f"({a}, {p}) x {n}" for (a, p), n in sorted(periods.items())),
-        "every pair's margin is decided for all N >= k (coefficient test): so every h >= 1 is covered")))
+        f"the copy layer's {len(copy)} head{'s' if len(copy) != 1 else ''} and the hop layer's {len(hop)} head"
+        f"{'s' if len(hop) != 1 else ''} applied at every step; every pair's margin is decided for all N >= {k} "
+        "(coefficient test): so every h >= 1 is covered")))
     if failures:
         failures.sort(key=lambda f: f[0])
         _, bad, index, other, poly = failures[0]
@@ -1171,7 +1283,8 @@ def _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, cl
     rep.certificate = {"format": "depthcert.all-sizes", "version": 1, "task": "multihop", "variant": "linear",
                        "kind": "every-hops", "every": {"name": "hops", "base": 1}, "fixed": {"k": k},
                        "params": [{"name": "N", "base": k, "after": None}], "claim": rep.claim, "margin": rep.margin,
-                       "points": [c["cert"] for c in cert_points]}
+                       "points": [c["cert"] for c in cert_points],
+                       **({"content_hash": rep.content_hash} if rep.content_hash else {})}
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -1213,23 +1326,41 @@ def prove_sc(as_printed: bool = False, construct=None, variant: str | None = Non
     logits in closed form (proofs/all_sizes_lemma4.py).  `construct`: task -> Construction (the
     registry's by default; the finite checks call the same function)."""
     from depthcert.checkers.exhaustive import verify
-    from depthcert.constructions.memorization import THEOREM, symbolic_task
-    from depthcert.proofs.all_sizes_lemma4 import derive, poly_terms, smallest_failure
+    from depthcert.constructions.closed import NotClosed, content_hash, instantiate, value_of
+    from depthcert.constructions.memorization import THEOREM, closed_value, symbolic_task
+    from depthcert.proofs.all_sizes_lemma4 import derive_value, poly_terms, smallest_failure
 
     t0 = time.perf_counter()
     variant = variant or "heads"
-    construct = construct or _registry_construct("sc", variant, as_printed)
+    value, why = None, ""
+    try:
+        if construct is not None:
+            value = value_of(construct, symbolic_task())
+        elif not as_printed:
+            value = closed_value()
+        else:
+            why = ("Lemma 3's classifier (as printed) is fitted point by point on the layer's outputs: no read-out "
+                   "stated for every size")
+    except NotClosed as exc:
+        why = str(exc)
+    registry = _registry_construct("sc", variant, as_printed)
+
+    def construct_model(task):
+        if value is not None:
+            return instantiate(value, {"L": task.length - 1, "M": len(task.vocab) - 1}, task)
+        return registry(task).model if construct is None else None
+
     rep = Report("sc", variant, THEOREM, "not-proven",
                  "correct on every point for all L >= 1 (sequence length before CLS), M >= 1 (alphabet), every "
                  "seed and every --n-points sample",
-                 "the builder run with symbolic L, M and a generic copy head h; the last column derived for every "
-                 "sequence; the read-out's logits in closed form")
+                 "the closed value (made once from symbolic L, M and a generic copy head h); the last column derived "
+                 "for every sequence; the read-out's logits in closed form")
     rep.params = ("L >= 1", "M >= 1")
     rep.finite = ()
 
     def base(L, M):
         task = _task("sc", {"length": L, "alphabet": M})
-        v = verify(construct(task).model, task, progress=False)
+        v = verify(construct_model(task), task, progress=False)
         _EVAL[0] += v.seconds
         row = {"size": {"L": L, "M": M}, "points": v.points_total, "evaluated": v.points_checked,
                "verdict": v.verdict, "min_margin": None if v.min_margin is None else format_rational(v.min_margin),
@@ -1240,6 +1371,9 @@ def prove_sc(as_printed: bool = False, construct=None, variant: str | None = Non
                                      "predicted": ce.predicted}
         return row
 
+    if value is None and construct is not None:
+        rep.finite = (("L, M", "not a closed value (reason)"),)
+        return _not_proven(rep, f"not proven: not a closed value: {why}", t0)
     for L, M in SC_SIZES:
         row = base(L, M)
         rep.base_cases.append(row)
@@ -1250,31 +1384,25 @@ def prove_sc(as_printed: bool = False, construct=None, variant: str | None = Non
             rep.steps.append(Step("base cases", _base_lines(rep.base_cases)))
             rep.seconds = time.perf_counter() - t0
             return rep
-    task = symbolic_task()
+    if value is None:
+        rep.finite = (("L, M", "not a closed value (reason)"),)
+        return _not_proven(rep, f"not proven: not a closed value: {why}", t0)
     try:
-        c = construct(task)
-        spec = getattr(c, "symbolic", None)
-        if spec is None or not hasattr(spec, "copies"):
-            return _not_proven(rep, "the builder returned no Lemma 4 object for every size (Construction.symbolic)", t0)
-        der = derive(spec, task)
-        for row in rep.base_cases:  # the finite path (integer sizes) against the symbolic object held there
-            L, M = row["size"]["L"], row["size"]["M"]
-            finite = _task("sc", {"length": L, "alphabet": M})
-            held = construct(symbolic_task({"h": 0, "L": L, "M": M})).symbolic.instantiate(finite)
-            if held != construct(finite).model:
-                return _not_proven(rep, f"the finite build at L={L}, M={M} is not the symbolic object held at those "
-                                        "sizes and instantiated (the builder does not go through one object)", t0)
+        der = derive_value(value)
+    except NotClosed as exc:
+        return _not_proven(rep, f"not proven: {exc}", t0)
     except SizeBranchError as exc:
-        rep.finite = (("L, M", "the builder's output is not one construction for every size (reason)"),)
-        return _not_proven(rep, f"the builder branches on a size at {exc.where} ({exc.what})", t0)
+        return _not_proven(rep, f"a condition is not decided: {exc.what}", t0)
     except NotAFamily as exc:
         return _not_proven(rep, f"the layer is not the Lemma 4 shape: {exc}", t0)
+    rep.content_hash, rep.value = content_hash(value), value
     rep.steps.append(Step("family", (
-        "the builder the finite check calls, run once with symbolic L, M and a generic copy head index h over "
-        "0 <= h <= L - 1, L >= 1, M >= 1: every size comparison it makes is decided over that range",
+        f"the closed value {rep.content_hash}, made once by {_builder_of('sc', variant) if construct is None else 'the family function'} "
+        "from symbolic L, M and a generic copy head index h over 0 <= h <= L - 1, L >= 1, M >= 1 (symbols only); "
+        "read whole: d, n, d', the copy heads (count, head h's rules), every other head, the read-out",
         *der.shapes,
-        f"the finite builds at the {len(rep.base_cases)} base sizes equal that object held at their sizes and "
-        "instantiated")))
+        f"every model checked here (the {len(rep.base_cases)} base sizes) is the value instantiated (closed.instantiate: "
+        "copy head h's polynomials at h = 0 .. L - 1)")))
     lines = tuple(f"{cond.text}: " + {True: "holds", False: "FAILS", None: "undecided"}[cond.decided()]
                   for cond in der.conditions)
     rep.steps.append(Step("derivation", lines + (
@@ -1314,17 +1442,16 @@ def prove_sc(as_printed: bool = False, construct=None, variant: str | None = Non
     rep.margin_note = ("the exact minimum over every point of every full dataset claimed, M >= 2; M = 1 has one "
                        "class; an --n-points sample's is at least this")
     rep.rests_on = (
-        f"the builder the finite check calls (constructions.build -> {_builder_of('sc', variant)}), evaluated with "
-        "symbolic sizes; its rules become the model in memorization.Lemma4.instantiate (one layer: the copy heads, "
-        "then the cancel head; stream [token; position; pad]) and constructions/head_family.py (rules_matrix, "
-        "template_readout)",
+        f"the closed value {rep.content_hash} and closed.instantiate, the one route from it to the model the finite "
+        "check verifies (memorization.Lemma4.instantiate: one layer, the copy heads, then the cancel head; stream "
+        "[token; position; pad]; constructions/head_family.py rules_matrix, template_readout)",
         "the kernel's semantics as the derivation uses them (relu attention averaged per layer, residual, one-hot "
         "token and position embedding, read-out at the last column)")
     rep.certificate = {
         "format": "depthcert.all-sizes", "version": 1, "task": "sc", "variant": variant, "kind": "lemma4",
         "params": [{"name": "h", "base": 0}, {"name": "L", "base": 1, "after": "h"}, {"name": "M", "base": 1}],
         "rules": {name: poly_terms(v) for name, v in der.rules.items()},
-        "claim": rep.claim, "margin": rep.margin,
+        "claim": rep.claim, "margin": rep.margin, "content_hash": rep.content_hash,
     }
     rep.status = "proven"
     rep.seconds = time.perf_counter() - t0

@@ -157,3 +157,52 @@ def smallest_failure(derivation: Lemma4Derivation, max_L: int = 12, max_M: int =
                 if bad:
                     return {"L": L, "M": M}, h, bad[0]
     return None
+
+
+class _Family:
+    """A ClosedHeadFamily read as the derivation reads a Lemma4 object: every field a Size over the
+    value's range (h, L, M), copy head x's rules the value's polynomials with h := x."""
+
+    def __init__(self, value):
+        from depthcert.constructions.closed import validate_family
+        from depthcert.constructions.head_family import HeadFamily, Template
+
+        validate_family(value)
+        self.range = value.range
+        self.sym = self.range.symbols()
+        self.d, self.n, self.dim = self._at(value.d), self._at(value.n), self._at(value.dim)
+        self.copies = HeadFamily(self._at(value.count), lambda x: self._head(value.copy, x))
+        self.last = tuple(self._head(hr, 0) for hr in value.last)
+        self.readout = Template(self._at(value.read_count),
+                                lambda x: (self._at(value.read_offset, x), self._at(value.read_weight, x)))
+
+    def _at(self, p, x=None):
+        """The polynomial p(h, L, M) with h := x (x None: the symbol h)."""
+        x = self.sym["h"] if x is None else x
+        out = Fraction(0)
+        for (eh, eL, eM), c in p:
+            out = out + c * (x ** eh) * (self.sym["L"] ** eL) * (self.sym["M"] ** eM)
+        return out
+
+    def _head(self, hr, x):
+        from depthcert.constructions.head_family import Copy, Entry, HeadRules, Scaled
+
+        def rule(r):
+            if r.kind == "entry":
+                return Entry(r.src, self._at(r.row, x), r.col_block, self._at(r.col, x), self._at(r.value, x))
+            if r.kind == "copy":
+                return Copy(self._at(r.row, x), r.src, self._at(r.value, x))
+            return Scaled(r.src, self._at(r.value, x))
+
+        return HeadRules(tuple(rule(r) for r in hr.qk), tuple(rule(r) for r in hr.v))
+
+
+def derive_value(value) -> Lemma4Derivation:
+    """The derivation for a closed head family (constructions/closed.ClosedHeadFamily): every field
+    of the value is read (the copy head at h, 0, h + 1 and L - 1; every last head; the read-out)."""
+    from depthcert.constructions.indexed import SymbolicTask
+
+    fam = _Family(value)
+    task = SymbolicTask("sc", fam.range)
+    task.sizes = fam.sym
+    return derive(fam, task)

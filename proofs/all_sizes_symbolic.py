@@ -1,124 +1,111 @@
-"""The construction for every size, from the builder itself: run the builder the finite check runs
-(`registry.build`) on a task whose sizes are symbolic, and read its one symbolic model.
+"""The construction for every size as the prover reads it: a closed value (constructions/closed.py).
 
-Claim.  When the builder returns without raising, it is written with set-indexed blocks
-(constructions/indexed.py) and decided every comparison of a size over the whole parameter
-range, so its output is one table per matrix with polynomial entries; the finite build at any
-size is that object instantiated (the same builder call, `SymbolicModel.instantiate`).  So the
-tables below are the construction at every size, not a reading at sample sizes.  A builder that
-branches on a size (an `if k >= 7`, a `range(k)`, a shape) raises `SizeBranch`, which names its
-file and line: the proof stops there (exit 3).
+Claim.  A `ClosedModel` is data: index sets with polynomial sizes, segments, one table of
+polynomials per matrix, layers with a repeat count, the read-out.  `read(value)` reads every part
+of it -- every head of every layer (both matrices), every entry of every table, every repeat count,
+every set, every segment, W_O -- into the lumped tables, and refuses a value with a part it does
+not read (validate: an unknown field or type; here: a repeat count the stack being proven cannot
+take).  The finite model at any size is `closed.instantiate(value, sizes, task)`, the only route
+to it, so the tables read here are the construction checked at every size.
 """
 from __future__ import annotations
 
-import os
-import traceback
 from fractions import Fraction
 
-from depthcert.constructions.indexed import Size, SizeBranch, SymbolicModel
+from depthcert.constructions.closed import (ClosedModel, NotClosed, poly_at, validate, writer_model)
 from depthcert.proofs.all_sizes_families import Tables, View
 from depthcert.proofs.all_sizes_lumped import Family, Ring, Space
 
-
-class NotSymbolic(Exception):
-    """The builder did not produce one symbolic model for every size (the reason names the line)."""
+NotSymbolic = NotClosed  # the name the prover's callers used
 
 
-def _builder_frame(exc: BaseException) -> str:
-    """file:line: source of the innermost frame of project code (not sympy, numpy or indexed.py)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    skip = (os.sep + "sympy" + os.sep, os.sep + "numpy" + os.sep, "indexed.py", "all_sizes_symbolic.py")
-    for fr in reversed(frames):
-        if not any(s in fr.filename for s in skip):
-            rel = os.path.relpath(fr.filename)
-            return f"{fr.filename if rel.startswith('..') else rel}:{fr.lineno}: {fr.line}"
-    return "<unknown>"
-
-
-def run_symbolic(construct, sym_task) -> SymbolicModel:
-    """The builder's output on the symbolic task, or NotSymbolic naming why and where."""
-    try:
-        c = construct(sym_task)
-    except SizeBranch as exc:
-        raise NotSymbolic(f"the builder branches on a size at {exc.where} ({exc.what})") from None
-    except Exception as exc:  # noqa: BLE001 - any failure on symbolic sizes: named, never a proof
-        raise NotSymbolic(f"the builder does not run with symbolic sizes: {type(exc).__name__}: {exc} at "
-                          f"{_builder_frame(exc)}") from None
-    sym = getattr(c, "symbolic", None) if c is not None else None
-    if not isinstance(sym, SymbolicModel):
-        raise NotSymbolic("the builder returned no symbolic model (it is not written with set-indexed blocks, "
-                          "constructions/indexed.py)")
-    if sym.range is not sym_task.range:
-        raise NotSymbolic("the builder's symbolic model is over another size range than the task's")
-    return sym
-
-
-def as_poly(ring_: Ring, v):
-    """A weight (int, Fraction, Size) as a polynomial of the proof's ring.  A size parameter the ring
-    does not have (a repeat count such as the hops) must not occur in a weight."""
-    if isinstance(v, Size):
-        names = [p.name for p in ring_.params]
-        out = ring_.zero
-        for mono, c in v.terms.items():
-            term = ring_.const(c)
-            for name, e in zip(v.range.names, mono):
-                if not e:
-                    continue
-                if name not in names:
-                    raise NotSymbolic(f"a weight depends on {name} ({v}): the proof is symbolic in "
-                                      f"{', '.join(names)} only")
-                term = term * ring_.gen[name] ** e
-            out = out + term
-        return out
-    return ring_.const(Fraction(v))
-
-
-def layer_tables(layer, ring_: Ring) -> Tables:
-    """One layer's heads as Tables (W_O left empty)."""
-    t = Tables([len(layer)])
-    for hi, head in enumerate(layer):
-        t.qk[(0, hi)] = {key: as_poly(ring_, v) for key, v in head.W_QK.table.items()}
-        t.v[(0, hi)] = {key: as_poly(ring_, v) for key, v in head.W_V.table.items()}
-    return t
-
-
-def spaces(sym: SymbolicModel) -> tuple[Space, Space, Space]:
-    def space(lay):
-        return Space(tuple(Family(f, s) for f, s in lay.families.items()))
-
-    return space(sym.stream), space(sym.positions), space(sym.classes)
-
-
-def tables(sym: SymbolicModel, ring_: Ring) -> Tables:
-    """Every weight matrix as its table {(row family, col family, pattern): polynomial}."""
-    def tab(M):
-        return {key: as_poly(ring_, v) for key, v in M.table.items()}
-
-    from depthcert.constructions.indexed import Repeat
-
-    if any(isinstance(layer, Repeat) for layer in sym.layers):
-        raise NotSymbolic("the model repeats a layer a symbolic number of times: not a fixed stack of layers")
-    t = Tables([len(layer) for layer in sym.layers])
-    for li, layer in enumerate(sym.layers):
-        for hi, head in enumerate(layer):
-            t.qk[(li, hi)] = tab(head.W_QK)
-            t.v[(li, hi)] = tab(head.W_V)
-    t.o = tab(sym.W_O)
-    return t
-
-
-def set_sizes(sym: SymbolicModel, ring_: Ring) -> dict:
-    """Every set of the stream, positions and classes with its size polynomial."""
-    out = {}
-    for lay in (sym.stream, sym.positions, sym.classes):
-        for name, size in lay.sets.items():
-            out[name] = as_poly(ring_, size)
+def as_poly(ring_: Ring, p: tuple, names: tuple):
+    """A value's polynomial (sorted (exponents, Fraction) terms over `names`) in the proof's ring.
+    A parameter the ring does not have (a repeat count such as the hops) must not occur."""
+    have = [q.name for q in ring_.params]
+    out = ring_.zero
+    for mono, c in p:
+        term = ring_.const(c)
+        for name, e in zip(names, mono):
+            if not e:
+                continue
+            if name not in have:
+                raise NotClosed(f"a weight depends on {name}: the proof is symbolic in {', '.join(have)} only")
+            term = term * ring_.gen[name] ** e
+        out = out + term
     return out
 
 
-def concrete_view(sym: SymbolicModel, task, values: dict) -> View:
-    """The families of every concrete row, position and class at these sizes (the instantiation map)."""
-    rows, cols, classes = spaces(sym)
+def names_of(value: ClosedModel) -> tuple:
+    return tuple(p.name for p in value.params)
+
+
+def _table(t, ring_: Ring, names: tuple) -> dict:
+    return {key: as_poly(ring_, p, names) for key, p in t.entries}
+
+
+def layer_tables(layer, ring_: Ring, names: tuple) -> Tables:
+    """One layer's heads (every head, both matrices) as Tables (W_O left empty)."""
+    t = Tables([len(layer.heads)])
+    for hi, head in enumerate(layer.heads):
+        t.qk[(0, hi)] = _table(head.W_QK, ring_, names)
+        t.v[(0, hi)] = _table(head.W_V, ring_, names)
+    return t
+
+
+def constant_repeat(layer, names: tuple) -> int | None:
+    """The layer's repeat count when it is a constant non-negative integer, else None."""
+    zero = (0,) * len(names)
+    if any(m != zero for m, _ in layer.repeat):
+        return None
+    c = dict(layer.repeat).get(zero, Fraction(0))
+    return int(c) if c.denominator == 1 and c >= 0 else None
+
+
+def read(value: ClosedModel, ring_: Ring) -> Tables:
+    """Every weight of a fixed stack of layers as tables: a layer repeated a constant number of times
+    is that many layers; a symbolic repeat count is refused here (not a fixed stack)."""
+    validate(value)
+    names = names_of(value)
+    heads, qk, v = [], {}, {}
+    for li, layer in enumerate(value.layers):
+        times = constant_repeat(layer, names)
+        if times is None:
+            raise NotClosed(f"layer {li + 1} is repeated a symbolic number of times: not a fixed stack of layers "
+                            "(only multi-hop linear's hop layer, repeated hops times, is proven that way)")
+        one = layer_tables(layer, ring_, names)
+        for _ in range(times):
+            at = len(heads)
+            heads.append(len(layer.heads))
+            for hi in range(len(layer.heads)):
+                qk[(at, hi)] = one.qk[(0, hi)]
+                v[(at, hi)] = one.v[(0, hi)]
+    t = Tables(heads, qk, v)
+    t.o = _table(value.W_O, ring_, names)
+    return t
+
+
+def spaces(value: ClosedModel) -> tuple[Space, Space, Space]:
+    def space(segs):
+        return Space(tuple(Family(f, s.over) for s in segs for f in s.families))
+
+    return space(value.stream), space(value.positions), space(value.classes)
+
+
+def set_sizes(value: ClosedModel, ring_: Ring) -> dict:
+    """Every set with its size polynomial."""
+    return {name: as_poly(ring_, p, names_of(value)) for name, p in value.sets}
+
+
+def set_sizes_at(value: ClosedModel, values: dict) -> dict:
+    return {name: int(poly_at(p, names_of(value), values)) for name, p in value.sets}
+
+
+def concrete_view(value: ClosedModel, task, values: dict) -> View:
+    """The families of every concrete row, position and class at these sizes (the instantiation map:
+    the same writer layouts closed.instantiate fills)."""
+    rows, cols, classes = spaces(value)
+    sym = writer_model(value)
 
     def of(space, lay):
         return tuple((space.index(f), e) for f, e in lay.rows(values))

@@ -13,8 +13,10 @@ from depthcert.proofs.all_sizes import CONFIRM_MAX_POINTS, Report, _size_text, p
 
 
 def load_family(spec: str):
-    """MODULE:FUNCTION or path/to/file.py:FUNCTION -> the builder function (task, as_printed) ->
-    Construction; BadInput naming what is wrong."""
+    """MODULE:FUNCTION or path/to/file.py:FUNCTION -> the family function: called once with the
+    task's symbols only (constructions/indexed.SymbolicTask), it returns a closed value
+    (constructions/closed.py; or a model written with constructions/indexed.py, closed here);
+    BadInput naming what is wrong."""
     import importlib
     import importlib.util
     import os
@@ -41,6 +43,33 @@ def load_family(spec: str):
     return fn
 
 
+def family_construction(spec: str, task):
+    """The finite Construction of a --family at the task's sizes: its closed value instantiated (the
+    only route); one line (BadInput) when the function makes no closed value."""
+    from depthcert.constructions.closed import NotClosed, instantiate
+    from depthcert.constructions.construction import Construction
+    from depthcert.proofs.all_sizes import family_symbols, family_value
+
+    fn = load_family(spec)
+    _, sizes = family_symbols(task)
+    try:
+        value = family_value(fn, task)
+    except NotClosed as exc:
+        raise BadInput(f"--family {spec}: not a closed value: {exc}") from None
+    model = instantiate(value, sizes, task)
+    return Construction(task.name, f"family {spec}", "user family (closed value)", model, False,
+                        f"the closed value {content_hash_of(value)} instantiated", symbolic=value)
+
+
+def content_hash_of(value) -> str:
+    from depthcert.constructions.closed import content_hash
+
+    return content_hash(value)
+
+
+READOUT_OF = {"tm": "lemma3"}  # the read-out a proof for every size is about, when not the paper's own
+
+
 SIZE_NAMES = {"icqa": {"k": "k", "n_questions": "n_q", "n_answers": "n_a"}, "sc": {"length": "L", "alphabet": "M"},
               "multihop": {"n_entities": "N"}, "parity": {"n": "n"}, "mod-count": {"n": "n"}, "tm": {"alphabet": "m"}, "ictm": {"alphabet": "m", "n_answers": "n_a"}}
 
@@ -58,15 +87,24 @@ def verify_all_sizes(args, task) -> int:
     family = getattr(args, "family", None)
     construct = None
     if family:
-        user = load_family(family)
-        construct = lambda t: user(t, args.as_printed)  # noqa: E731
+        if args.as_printed or args.variant:
+            raise BadInput("--family builds your closed value from symbols; it takes no --as-printed or --variant")
+        construct = load_family(family)  # called once with the task's symbols only
+    proven_readout = "family's own" if family else READOUT_OF.get(task.name, "paper")
+    readout = getattr(args, "readout", "auto")
+    if readout not in ("auto", proven_readout) and not (family and readout == "paper"):
+        raise BadInput(f"--all-sizes proves the construction's own read-out ({proven_readout}); --readout {readout} "
+                       + ("fits a read-out per size, which no proof for every size covers"
+                          if readout == "max-margin" else "is not this construction's read-out"))
     rep = prove(task, args.variant, args.as_printed, construct)
+    rep.readout = proven_readout
     if family:
         rep.variant = f"family {family}"
-        rep.theorem = "user family (constructions/indexed.py)"
+        rep.theorem = "user family (closed value, constructions/closed.py)"
         if rep.rests_on:
-            rep.rests_on = (f"the family's builder {family}, evaluated with symbolic sizes (the finite check builds "
-                            "with the same function)",) + tuple(rep.rests_on[1:])
+            rep.rests_on = (f"the closed value {rep.content_hash} made by {family} from symbols only, and "
+                            "closed.instantiate (the finite check `--family` builds by the same instantiation)",) + tuple(
+                rep.rests_on[1:])
     if args.as_printed:
         rep.theorem += " [as printed]"
     rep.instance = _instance(rep, task, args, construct)
@@ -92,15 +130,32 @@ def _instance(rep: Report, task, args, construct=None) -> str:
         sym = symbolic_margin(rep, values)
     text = _size_text(values) + ": built, "
     try:
-        c = construct(task) if construct is not None else constructions.build(task, args.variant, args.as_printed)
-        model = c.model
+        value = rep.value
+        at = {**values, **({"hops": task.hops} if task.name == "multihop" else {})}
+        if value is not None and value.range.contains({n: at.get(n, 0) for n in value.range.names}):
+            from depthcert.constructions.closed import instantiate
+
+            model = instantiate(value, at, task)  # the value proven, at these sizes
+            text = _size_text(values) + ": the proven value instantiated, "
+        elif construct is not None:
+            return text.replace("built, ", "") + "outside the value's range: not built"
+        else:
+            model = constructions.build(task, args.variant, args.as_printed).model
         pp = plan_points(model, task, "auto")
         if pp.n_eval > CONFIRM_MAX_POINTS:
+            if rep.status in ("proven", "partial"):
+                rep.status = "not-proven"
+                rep.reason = (f"the sizes given ({_size_text(values)}) are too large to check here ({pp.n_eval} points "
+                              f"to evaluate, limit {CONFIRM_MAX_POINTS}): the instance is not verified, so no verdict "
+                              "is given for it; run without sizes for the proof, or with smaller sizes")
             return text + f"verify not run ({pp.n_eval} points to evaluate, limit {CONFIRM_MAX_POINTS})" + (
                 "" if sym is None else f"; the proof's margin there {format_rational(sym)}")
         v = verify(model, task, plan=pp, progress=False)
         rep.eval_seconds += v.seconds
     except BadInput as exc:
+        if rep.status in ("proven", "partial"):
+            rep.status = "not-proven"
+            rep.reason = f"the instance at {_size_text(values)} could not be checked ({exc}): no verdict is given for it"
         return text + f"verify not run ({exc})"
     got = "none (a single class)" if v.min_margin is None else str(format_rational(v.min_margin))
     text += (f"verify {v.verdict} on {v.points_total} point{'' if v.points_total == 1 else 's'} "
@@ -128,6 +183,15 @@ def _instance(rep: Report, task, args, construct=None) -> str:
     return text
 
 
+def _readout_text(rep) -> str:
+    if rep.readout == "lemma3":
+        return ("Lemma 3's classifier (the construction's own, proven here); the default finite check fits a "
+                "max-margin read-out instead: `--readout lemma3` checks the one proven")
+    if rep.readout == "paper":
+        return "the construction's own W_O (the default finite check uses the same)"
+    return "the family's own W_O (the finite check `--family` uses the same)"
+
+
 def _sampled(task) -> bool:
     """An sc task of --n-points sequences out of M^L (its margin is at least the full dataset's)."""
     return task.name == "sc" and task.params.get("n_points") != task.params["alphabet"] ** task.params["length"]
@@ -140,6 +204,10 @@ STATUS_TEXT = {"proven": "PROVEN FOR ALL SIZES", "partial": "PROVEN FOR ALL SIZE
 def print_report(rep: Report) -> None:
     print(f"verify-construction {rep.task} --all-sizes")
     rows = [("theorem", rep.theorem), ("variant", rep.variant), ("method", rep.method)]
+    if rep.content_hash:
+        rows.append(("value", rep.content_hash))
+    if getattr(rep, "readout", None) and rep.status in ("proven", "partial"):
+        rows.append(("read-out", _readout_text(rep)))
     if rep.claim and rep.status in ("proven", "partial"):
         rows.append(("claim", rep.claim))
     for p, why in rep.finite:

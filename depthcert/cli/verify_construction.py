@@ -180,12 +180,14 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         guard_classifier_size(task, args.max_weights)
         phase(args, f"building the {task.name} construction")
         if args.family:
-            from depthcert.cli.all_sizes import load_family
-
             if args.readout == "lemma3":
                 raise BadInput("--readout lemma3: --family builds your construction with its own read-out "
                                "(or --readout max-margin)")
-            c = load_family(args.family)(task, args.as_printed)
+            if args.as_printed:
+                raise BadInput("--family builds your closed value from symbols; it takes no --as-printed")
+            from depthcert.cli.all_sizes import family_construction
+
+            c = family_construction(args.family, task)  # its closed value instantiated (constructions/closed.py)
         else:
             lemma3_builder = constructions.fits_readout(constructions.builder_of(task, args.variant))
             if args.readout == "lemma3" and not lemma3_builder:
@@ -265,6 +267,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         "symmetry": v.notes[0] if v.notes else "",
         "notes": list(notes),
     }
+    if args.export:
+        info["wrote"] = [args.export]
     if not model.is_plain:
         info["model_class"] = model.kinds()
     if len(v.notes) > 1:
@@ -363,6 +367,8 @@ def _print_human(info: dict, task, v, description: str) -> None:
         _print_robustness(info["robustness"])
     for note in info["notes"] + info.get("run_notes", []):
         print(f"  note        {note}")
+    for path in info.get("wrote", []):
+        print(f"  wrote       {path} (the model's exact weights, JSON)")
     ce = v.counterexample
     if ce is not None:
         print("counterexample:")
@@ -478,6 +484,8 @@ def _print_point(args, task, theorem, p, results) -> int:
             "verdict": "wrong" if wrong else ("undecided" if undecided else "correct")}
     if undecided and not wrong:
         info["correct"] = None
+    if args.export:
+        info["wrote"] = [args.export]
     if last_only:
         r = results[0]
         info.update({k: r[k] for k in r if k not in ("position", "correct", "expected")})
@@ -502,6 +510,8 @@ def _print_point(args, task, theorem, p, results) -> int:
                 print(f"  expected   {r['expected']}")
                 print(f"  predicted  {r['predicted']}  ({state}, margin {'None' if r['margin'] is None else r['margin']['exact']})")
                 print("  logits     " + "  ".join(f"{c}={v}" for c, v in r["logits"].items()))
+        for path in info.get("wrote", []):
+            print(f"  wrote      {path} (the model's exact weights, JSON)")
     if wrong:
         return 1
     return EXIT_UNDECIDED if undecided else 0
