@@ -713,7 +713,7 @@ def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, famil
                        "fixed": plan.fixed,
                        "params": [{"name": p.name, "base": p.base, "after": p.after} for p in plan.params],
                        "claim": rep.claim, "margin": closed, "points": cert_points,
-                       **({"content_hash": rep.content_hash} if rep.content_hash else {})}
+                       **({"content_hash": rep.content_hash, "value": _value_tables(rep.value)} if rep.content_hash else {})}
     if failures:
         failures.sort(key=lambda f: f[0])
         _, bad, rkey, other, poly = failures[0]
@@ -975,6 +975,14 @@ def _cert_point(rkey, lm: LumpedModel, pv: PointView, tree: dict, ring_: Ring, m
         "tree": node(tree),
         **({"model_sets": model_sets} if model_sets else {}),
     }
+
+
+def _value_tables(value) -> dict | None:
+    """The closed value's canonical tables (what its content hash hashes), written into the certificate so
+    that proofs/check_all_sizes.py re-hashes them and compares every point's tables with them."""
+    from depthcert.constructions.closed import canonical_tables
+
+    return None if value is None else canonical_tables(value)
 
 
 def _terms(p) -> list:
@@ -1284,7 +1292,7 @@ def _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, cl
                        "kind": "every-hops", "every": {"name": "hops", "base": 1}, "fixed": {"k": k},
                        "params": [{"name": "N", "base": k, "after": None}], "claim": rep.claim, "margin": rep.margin,
                        "points": [c["cert"] for c in cert_points],
-                       **({"content_hash": rep.content_hash} if rep.content_hash else {})}
+                       **({"content_hash": rep.content_hash, "value": _value_tables(rep.value)} if rep.content_hash else {})}
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -1452,6 +1460,7 @@ def prove_sc(as_printed: bool = False, construct=None, variant: str | None = Non
         "params": [{"name": "h", "base": 0}, {"name": "L", "base": 1, "after": "h"}, {"name": "M", "base": 1}],
         "rules": {name: poly_terms(v) for name, v in der.rules.items()},
         "claim": rep.claim, "margin": rep.margin, "content_hash": rep.content_hash,
+        "value": _value_tables(rep.value),
     }
     rep.status = "proven"
     rep.seconds = time.perf_counter() - t0
