@@ -150,7 +150,46 @@ class ClosedHeadFamily:
         return f"ClosedHeadFamily({self.name!r}, {content_hash(self)})"
 
 
+@dataclass(frozen=True)
+class ClosedKeyCase:
+    """The key rules of both count layers for the keys j of one residue case (j = 0; j = p q + s, q >=
+    qbase), as polynomials in (q, t) with n = j + 1 + t."""
+
+    text: str
+    s: int | None
+    qbase: int
+    key1: ClosedRuleHead
+    key2: ClosedRuleHead
+
+
+@dataclass(frozen=True)
+class ClosedCount:
+    """Parity / mod-count `count` for every n at one p as data: per layer the number of keys and the
+    rules not tied to a key (polynomials in n), per residue case of the key j its rules, the read-out
+    (entry rules, polynomials in n).  Stream [token (2); position (n); count (1); residue (p)]."""
+
+    name: str
+    p: int
+    vocab: tuple
+    params: tuple  # SizeParam n >= 1
+    count1: tuple
+    count2: tuple
+    layer1: ClosedRuleHead
+    layer2: ClosedRuleHead
+    readout: tuple  # ClosedRule, kind "entry"
+    cases: tuple  # ClosedKeyCase
+
+    @property
+    def range(self) -> SizeRange:
+        return SizeRange(tuple(self.params))
+
+    def __repr__(self):
+        return f"ClosedCount({self.name!r}, p={self.p}, {content_hash(self)})"
+
+
 _FIELDS = {
+    ClosedCount: ("name", "p", "vocab", "params", "count1", "count2", "layer1", "layer2", "readout", "cases"),
+    ClosedKeyCase: ("text", "s", "qbase", "key1", "key2"),
     ClosedHeadFamily: ("name", "params", "d", "n", "dim", "count", "copy", "last", "read_count", "read_offset",
                        "read_weight"),
     ClosedRuleHead: ("qk", "v"),
@@ -405,14 +444,56 @@ def validate_family(value) -> None:
                 raise NotClosed(f"last head {i}: a rule depends on the head index h")
 
 
+def count_cases(p: int) -> list:
+    """(text, residue s or None for j = 0, base of q): j = 0; j = p q + s (s = 1..p-1, q >= 0); j = p q
+    (q >= 1): every key 0 <= j of every n is in exactly one."""
+    out = [("j = 0", None, 0)]
+    out += [(f"j = {p} q + {s}, q >= 0", s, 0) for s in range(1, p)]
+    out.append((f"j = {p} q, q >= 1", 0, 1))
+    return out
+
+
+def validate_count(value) -> None:
+    """Every field of a ClosedCount is one the count derivation reads; else NotClosed."""
+    _exact(value, ClosedCount, "the value")
+    _check_str(value.name, "name")
+    if type(value.p) is not int or value.p < 2:
+        raise NotClosed("p: not an int >= 2")
+    if type(value.vocab) is not tuple or any(type(v) is not str for v in value.vocab):
+        raise NotClosed("vocab: not a tuple of tokens")
+    if type(value.params) is not tuple or len(value.params) != 1 or value.params[0] != SizeParam("n", 1):
+        raise NotClosed("params: a count value is over n >= 1")
+    _exact(value.params[0], SizeParam, "param n")
+    for f in ("count1", "count2"):
+        _check_poly(getattr(value, f), 1, f)
+    _check_rule_head(value.layer1, 1, "layer 1 (rules not tied to a key)")
+    _check_rule_head(value.layer2, 1, "layer 2 (rules not tied to a key)")
+    if type(value.readout) is not tuple:
+        raise NotClosed("readout: not a tuple of rules")
+    _check_rule_head(ClosedRuleHead(value.readout, ()), 1, "read-out")
+    if any(r.kind != "entry" for r in value.readout):
+        raise NotClosed("read-out: only entry rules")
+    want = count_cases(value.p)
+    if type(value.cases) is not tuple or len(value.cases) != len(want):
+        raise NotClosed(f"cases: not the {len(want)} residue cases of the key at p = {value.p}")
+    for c, (text, s, qbase) in zip(value.cases, want):
+        _exact(c, ClosedKeyCase, f"case {text}")
+        if (c.text, c.s, c.qbase) != (text, s, qbase):
+            raise NotClosed(f"case {c.text!r}: not the case {text}")
+        _check_rule_head(c.key1, 2, f"{text} layer 1 key")
+        _check_rule_head(c.key2, 2, f"{text} layer 2 key")
+
+
 def check(value) -> None:
-    """validate or validate_family by the value's kind; NotClosed for anything else."""
+    """validate, validate_family or validate_count by the value's kind; NotClosed for anything else."""
     if type(value) is ClosedModel:
         validate(value)
     elif type(value) is ClosedHeadFamily:
         validate_family(value)
+    elif type(value) is ClosedCount:
+        validate_count(value)
     else:
-        raise NotClosed(f"a {type(value).__name__} is not a closed value (ClosedModel or ClosedHeadFamily)")
+        raise NotClosed(f"a {type(value).__name__} is not a closed value (ClosedModel, ClosedHeadFamily, ClosedCount)")
 
 
 # ----------------------------------------------------------------------------- closing a builder's output
@@ -541,6 +622,58 @@ def close_family(spec, sym_task: SymbolicTask) -> ClosedHeadFamily:
         _poly_of(spec.readout.count, names, rng, "read-out count"), _poly_of(off, names, rng, "read-out offset"),
         _poly_of(w, names, rng, "read-out weight"))
     validate_family(value)
+    return value
+
+
+def close_count(fn, name: str, p: int) -> ClosedCount:
+    """The closed value of a count builder: fn called with symbols only, once with n (the rules not
+    tied to a key) and once per residue case with (q, t), the key j = p q + s and n = j + 1 + t (the
+    rules of key j).  NotClosed when a call fails or returns no count object."""
+    from depthcert.constructions.head_family import HeadRules
+
+    vocab = ("0", "1")
+
+    def spec_of(sym_task):
+        try:
+            out = fn(sym_task)
+        except SizeBranch as exc:
+            raise NotClosed(f"the builder branches on a size at {exc.where} ({exc.what})") from None
+        except NotClosed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure on symbols: named, never a value
+            raise NotClosed(f"the builder does not run with symbolic sizes: {type(exc).__name__}: {exc} at "
+                            f"{_frame(exc)}") from None
+        spec = getattr(out, "symbolic", out)
+        if type(spec).__name__ != "CountSpec" or spec.p != p or tuple(spec.vocab) != vocab:
+            raise NotClosed("the builder returned no count object for this p and vocabulary")
+        return spec
+
+    rng = SizeRange.of(("n", 1))
+    top = spec_of(SymbolicTask(name, rng, fixed={"p": p, "vocab": vocab}))
+    names = ("n",)
+
+    def head(qk, v, names_, rng_, where):
+        return _rule_head(HeadRules(tuple(qk), tuple(v)), names_, rng_, where)
+
+    cases = []
+    for text, s, qbase in count_cases(p):
+        crng = SizeRange.of(("q", qbase), ("t", 0))
+        jf = (lambda z: 0 * z["q"]) if s is None else (lambda z, s=s: p * z["q"] + s)
+        ct = SymbolicTask(name, crng, derived={"j": jf, "n": lambda z, jf=jf: jf(z) + 1 + z["t"]},
+                          fixed={"p": p, "vocab": vocab})
+        spec = spec_of(ct)
+        try:
+            k1, k2 = spec.layer1.key(ct.j), spec.layer2.key(ct.j)
+        except SizeBranch as exc:
+            raise NotClosed(f"the builder branches on a size at {exc.where} ({exc.what}; in the case {text})") from None
+        cases.append(ClosedKeyCase(text, s, qbase, _rule_head(k1, ("q", "t"), crng, f"{text} layer 1 key j"),
+                                   _rule_head(k2, ("q", "t"), crng, f"{text} layer 2 key j")))
+    value = ClosedCount(
+        name, p, vocab, tuple(rng.params), _poly_of(top.layer1.count, names, rng, "layer 1 keys"),
+        _poly_of(top.layer2.count, names, rng, "layer 2 keys"),
+        head(top.layer1.qk, top.layer1.v, names, rng, "layer 1"), head(top.layer2.qk, top.layer2.v, names, rng, "layer 2"),
+        tuple(_rule(r, names, rng, "read-out") for r in top.readout), tuple(cases))
+    validate_count(value)
     return value
 
 
@@ -686,6 +819,8 @@ def instantiate(value: ClosedModel, sizes: dict, task=None):
     classes; the value's positions and class rows must match it."""
     if type(value) is ClosedHeadFamily:
         return _instantiate_family(value, sizes, task)
+    if type(value) is ClosedCount:
+        return _instantiate_count(value, sizes, task)
     validate(value)
     names = tuple(p.name for p in value.params)
     missing = [n for n in names if n not in sizes]
@@ -743,6 +878,61 @@ def _instantiate_family(value: ClosedHeadFamily, sizes: dict, task):
     return spec.instantiate(task)
 
 
+def _evaluated_rule(r: ClosedRule, names: tuple, values: dict, what: str):
+    from depthcert.constructions.head_family import Copy, Entry, Scaled
+
+    def integer(p, f):
+        v = poly_at(p, names, values)
+        if v.denominator != 1:
+            raise BadInput(f"{what}: the {f} {v} is not an integer")
+        return int(v)
+
+    if r.kind == "entry":
+        return Entry(r.src, integer(r.row, "row"), r.col_block, integer(r.col, "column"), poly_at(r.value, names, values))
+    if r.kind == "copy":
+        return Copy(integer(r.row, "copy row"), r.src, poly_at(r.value, names, values))
+    return Scaled(r.src, poly_at(r.value, names, values))
+
+
+def _instantiate_count(value: ClosedCount, sizes: dict, task):
+    """The count model at n: key j's rules from its residue case at q, t = n - 1 - j, the other rules
+    at n, filled by group_tree.CountSpec.instantiate."""
+    from depthcert.constructions.group_tree import CountSpec, KeyRules
+    from depthcert.constructions.head_family import HeadRules
+
+    validate_count(value)
+    if task is None:
+        raise BadInput("instantiate needs the task whose tokens and classes the model reads")
+    n = int(sizes["n"])
+    if n < 1:
+        raise BadInput(f"n = {n} is outside the construction's range n >= 1")
+    at_n = {"n": n}
+
+    def count(p, what):
+        v = poly_at(p, ("n",), at_n)
+        if v.denominator != 1 or v < 0:
+            raise BadInput(f"the count value's {what} is {v} at n = {n}")
+        return int(v)
+
+    def rules(rs, names, vals, what):
+        return tuple(_evaluated_rule(r, names, vals, what) for r in rs)
+
+    def key(layer: int, j: int) -> HeadRules:
+        p = value.p
+        c = value.cases[0] if j == 0 else value.cases[1 + (j % p) - 1] if j % p else value.cases[-1]
+        q = 0 if j == 0 else (j - (c.s or 0)) // p
+        vals = {"q": q, "t": n - 1 - j}
+        hr = c.key1 if layer == 1 else c.key2
+        return HeadRules(rules(hr.qk, ("q", "t"), vals, f"key {j}"), rules(hr.v, ("q", "t"), vals, f"key {j}"))
+
+    l1 = KeyRules(count(value.count1, "layer 1 keys"), lambda j: key(1, j),
+                  rules(value.layer1.qk, ("n",), at_n, "layer 1"), rules(value.layer1.v, ("n",), at_n, "layer 1"))
+    l2 = KeyRules(count(value.count2, "layer 2 keys"), lambda j: key(2, j),
+                  rules(value.layer2.qk, ("n",), at_n, "layer 2"), rules(value.layer2.v, ("n",), at_n, "layer 2"))
+    spec = CountSpec(n, value.p, value.vocab, l1, l2, rules(value.readout, ("n",), at_n, "read-out"))
+    return spec.instantiate(task, f"{value.name}-count")
+
+
 # ----------------------------------------------------------------------------- canonical form, hash
 
 
@@ -753,6 +943,21 @@ def _terms(p: tuple) -> list:
 def canonical_tables(value: ClosedModel) -> dict:
     """The value as plain JSON data (every field, in a fixed order): what `content_hash` hashes and a
     re-checker compares with a certificate's tables."""
+    if type(value) is ClosedCount:
+        validate_count(value)
+
+        def crules(rs):
+            return [[r.kind, r.src, r.col_block, _terms(r.row), _terms(r.col), _terms(r.value)] for r in rs]
+
+        def chead(hr):
+            return {"W_QK": crules(hr.qk), "W_V": crules(hr.v)}
+
+        return {"format": FORMAT, "version": VERSION, "kind": "count", "name": value.name, "p": value.p,
+                "vocab": list(value.vocab), "params": [[q.name, q.base, q.after] for q in value.params],
+                "count1": _terms(value.count1), "count2": _terms(value.count2), "layer1": chead(value.layer1),
+                "layer2": chead(value.layer2), "readout": crules(value.readout),
+                "cases": [{"text": c.text, "s": c.s, "qbase": c.qbase, "key1": chead(c.key1), "key2": chead(c.key2)}
+                          for c in value.cases]}
     if type(value) is ClosedHeadFamily:
         validate_family(value)
 

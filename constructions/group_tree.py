@@ -450,12 +450,34 @@ def build_count(task, as_printed: bool = False, rules=count_rules) -> Constructi
     task = _check(task)
     if task.name not in ("parity", "mod-count"):
         raise BadInput(f"the count construction is for parity and mod-count, not {task.name}")
-    s = count_spec(task, rules)
-    model = s.instantiate(task, f"{task.name}-count")
+    from depthcert.constructions.closed import instantiate
+
     p = task.group.order
+    value = closed_count_value(task.name, p, rules)  # the builder run with symbols only, once per (p, rules)
+    model = instantiate(value, {"n": task.n}, task)
     return Construction(task.name, "count", "constant depth: counting (2 layers)", model, as_printed,
                         f"count the 1s, then the piecewise-linear one-hot of the count mod {p}: 2 layers",
-                        _printed_note(as_printed), symbolic=s)
+                        _printed_note(as_printed), symbolic=value)
+
+
+_COUNT_VALUES: dict = {}
+
+
+def closed_count_value(name: str, p: int, rules=count_rules):
+    """The count construction's closed value at p (constructions/closed.ClosedCount): build_count run
+    with symbols only (n; and (q, t) per residue case of the key)."""
+    from depthcert.constructions.closed import NotClosed, close_count
+
+    key = (name, p, rules)
+    if key not in _COUNT_VALUES:
+        try:
+            _COUNT_VALUES[key] = close_count(lambda t: build_count(t, False, rules), name, p)
+        except NotClosed as exc:
+            _COUNT_VALUES[key] = exc
+    out = _COUNT_VALUES[key]
+    if isinstance(out, NotClosed):
+        raise out
+    return out
 
 
 BUILDERS = {

@@ -203,15 +203,23 @@ def family_symbols(task):
         from depthcert.constructions.parsing_copying_matching import symbolic_task
 
         return symbolic_task(task.k, task.l), {"m": task.m, "n_a": task.n_a}
-    raise BadInput(f"--family: task {name} has no closed value of the set-indexed kind (icqa, multihop, tm, ictm)")
+    if name == "sc":
+        from depthcert.constructions.memorization import symbolic_task
+
+        return symbolic_task(), {"L": task.length - 1, "M": len(task.vocab) - 1}
+    if name in ("parity", "mod-count"):
+        return None, {"n": task.n}  # closed.close_count makes the symbols (n; q, t per residue case)
+    raise BadInput(f"--family: task {name} has no closed value (icqa, multihop, tm, ictm, sc, parity, mod-count)")
 
 
 def family_value(fn, task):
     """The closed value of a user family: fn called once with the task's symbols (NotClosed if it
     makes none)."""
-    from depthcert.constructions.closed import value_of
+    from depthcert.constructions.closed import close_count, value_of
 
     sym_task, _ = family_symbols(task)
+    if sym_task is None:
+        return close_count(fn, task.name, task.group.order)
     return value_of(fn, sym_task)
 
 
@@ -1575,7 +1583,25 @@ def _prove(task, variant: str | None, as_printed: bool, construct=None) -> Repor
     from depthcert import constructions
 
     c = constructions.build(task, variant, as_printed)
-    return Report(task.name, variant, c.theorem, "not-proven", "", "none", reason=f"not covered: {why}")
+    return Report(task.name, variant, c.theorem, "not-proven", "", "none", reason=f"not covered: {why}",
+                  finite=((finite_params(task.name, variant), "not covered (reason)"),))
+
+
+def finite_params(name: str, variant: str) -> str:
+    """The size parameters a not-covered construction's reason names (the JSON's finite_only)."""
+    if name == "composition":
+        return "N, L"
+    if name in ("parity", "mod-count", "word-problem"):
+        return "n"
+    if name == "reachability":
+        return "V"
+    if name == "multihop":
+        return "N, hops, k"
+    if name == "tm":
+        return "m, l"
+    from depthcert.checkers.tasks import make_task  # noqa: F401 - every other task: all its sizes
+
+    return "all"
 
 
 # ----------------------------------------------------------------------------- parity / mod-count count
@@ -1593,14 +1619,25 @@ def prove_count(task, as_printed: bool = False, construct=None) -> Report:
     """Parity / mod-count `count` for every n >= 1 at the task's p: the builder run with symbolic n and
     a generic key j split by its residue mod p (proofs/all_sizes_count.py)."""
     from depthcert.checkers.exhaustive import verify
-    from depthcert.proofs.all_sizes_count import VOCAB, case_task, cases, cert_rules, derive_case
+    from depthcert.constructions.closed import NotClosed, close_count, content_hash, instantiate
+    from depthcert.constructions.group_tree import closed_count_value
+    from depthcert.proofs.all_sizes_count import VOCAB, cert_rules, derive_value
 
     t0 = time.perf_counter()
     name, p = task.name, task.group.order
-    construct = construct or _registry_construct(name, "count", as_printed)
     rep = Report(name, "count", "constant depth: counting (2 layers)", "not-proven", count_claim(name, p),
-                 f"the builder run with symbolic n and a generic key j (j = 0, j = {p} q + s for each residue s); "
+                 f"the closed value (made from symbolic n, and a generic key j = 0, j = {p} q + s for each residue s); "
                  "the last column's logits derived for every count c (telescoping sum)")
+    value, why = None, ""
+    try:
+        value = close_count(construct, name, p) if construct is not None else closed_count_value(name, p)
+    except NotClosed as exc:
+        why = str(exc)
+
+    def construct_model(t):
+        if value is not None:
+            return instantiate(value, {"n": t.n}, t)
+        return _registry_construct(name, "count", as_printed)(t).model
     rep.params = ("n >= 1",)
     rep.finite = () if name == "parity" else (("p", "the derivation splits the key j by its residue mod p, one "
                                                "case per residue; run it per p"),)
@@ -1610,7 +1647,7 @@ def prove_count(task, as_printed: bool = False, construct=None) -> Report:
 
     def base(n):
         t = _task(name, opts(n))
-        v = verify(construct(t).model, t, progress=False)
+        v = verify(construct_model(t), t, progress=False)
         _EVAL[0] += v.seconds
         row = {"size": {"n": n}, "points": v.points_total, "evaluated": v.points_checked, "verdict": v.verdict,
                "min_margin": None if v.min_margin is None else format_rational(v.min_margin), "_margin": v.min_margin}
@@ -1639,43 +1676,40 @@ def prove_count(task, as_printed: bool = False, construct=None) -> Report:
     if tuple(probe.vocab) != VOCAB or tuple(probe.classes) != tuple(str(r) for r in range(p)):
         return _not_proven(rep, f"the task's tokens {probe.vocab} / classes {probe.classes} are not the ones the "
                                 "derivation reads (\"0\", \"1\"; class r = count mod p)", t0)
+    if value is None and construct is not None:
+        rep.finite = (("n", "not a closed value (reason)"),)
+        return _not_proven(rep, f"not proven: not a closed value: {why}", t0)
     done = refute(COUNT_BASE_N[-1], "base case refuted by verify")
     if done is not None:
         return done
-    derived, consts, where = [], {}, "the finite builds"
+    if value is None:
+        rep.finite = (("n", "not a closed value (reason)"),)
+        return _not_proven(rep, f"not proven: not a closed value: {why}", t0)
     try:
-        for text, s, qbase in cases(p):
-            where = f"the case {text} (n = j + 1 + t, t >= 0)"
-            st = case_task(name, p, s, qbase)
-            spec = getattr(construct(st), "symbolic", None)
-            if spec is None or not hasattr(spec, "layer2"):
-                return _not_proven(rep, "the builder returned no count object for every n (Construction.symbolic)", t0)
-            cr = derive_case(spec, st, text, s, p)
-            derived.append(cr)
+        derived = derive_value(value)
+        consts: dict = {}
+        for cr in derived:
             for k in ("a1", "s1", "beta", "u", "b"):
                 v = cr.rules[k]
                 consts.setdefault(k, v)
                 if str(v) != str(consts[k]):
-                    return _not_proven(rep, f"the builder's {k} differs between the cases j = 0 and {text}", t0)
-        where = "the finite builds"
-        for row in rep.base_cases:  # the finite build against the symbolic object held at that n
-            n = row["size"]["n"]
-            finite = _task(name, opts(n))
-            held = construct(case_task(name, p, None, 0, {"q": 0, "t": n - 1})).symbolic
-            if held.instantiate(finite, f"{name}-count") != construct(finite).model:
-                return _not_proven(rep, f"the finite build at n={n} is not the symbolic object held at n={n} and "
-                                        "instantiated (the builder does not go through one object)", t0)
+                    return _not_proven(rep, f"the value's {k} differs between the cases j = 0 and {cr.text}", t0)
+    except NotClosed as exc:
+        return _not_proven(rep, f"not proven: {exc}", t0)
     except SizeBranchError as exc:
-        rep.finite = (("n", "the builder's output is not one construction for every n (reason)"),)
-        return _not_proven(rep, f"the builder branches on a size at {exc.where} ({exc.what}; in {where})", t0)
+        return _not_proven(rep, f"a rule is not decided: {exc.what}", t0)
     except NotAFamily as exc:
-        return _not_proven(rep, f"the builder's rules are not the count derivation's shape: {exc} (in {where})", t0)
+        return _not_proven(rep, f"the value's rules are not the count derivation's shape: {exc}", t0)
+    rep.content_hash, rep.value = content_hash(value), value
     bad = [(cr.text, c) for cr in derived for c in cr.conditions if c.decided() is not True]
     rep.steps.append(Step("family", (
-        "the builder the finite check calls, run with symbolic n and a generic key j in "
-        f"{len(derived)} cases covering every 0 <= j <= n - 1 of every n >= 1: " + "; ".join(cr.text for cr in derived)
-        + " (n = j + 1 + t, t >= 0); every size comparison it makes is decided in each case",
-        f"the finite builds at the {len(rep.base_cases)} base sizes equal that object held at their n and instantiated")))
+        f"the closed value {rep.content_hash}, made by "
+        f"{_builder_of(name, 'count') if construct is None else 'the family function'} from symbols only: n for the "
+        f"rules not tied to a key, and a generic key j in {len(derived)} cases covering every 0 <= j <= n - 1 of every "
+        "n >= 1: " + "; ".join(cr.text for cr in derived) + " (n = j + 1 + t, t >= 0); read whole: both layers' key "
+        "counts and rules, every case's key rules, the read-out",
+        f"every model checked here (the {len(rep.base_cases)} base sizes) is the value instantiated (closed.instantiate: "
+        "key j's rules from its residue case)")))
     if bad:
         done = refute(COUNT_SEARCH_N, f"{bad[0][1].text} does not hold ({bad[0][0]})")
         if done is not None:
@@ -1710,16 +1744,17 @@ def prove_count(task, as_printed: bool = False, construct=None) -> Report:
     rep.margin = str(format_rational(mu))
     rep.margin_note = "the exact margin of every point of every n >= 1: every class but the label scores mu less"
     rep.rests_on = (
-        f"the builder the finite check calls (constructions.build -> {_builder_of(name, 'count')}), evaluated with "
-        "symbolic n and a generic key j; its rules become the model in group_tree.CountSpec.instantiate (two layers "
-        "of one head each; stream [token; position; count; residue])",
+        f"the closed value {rep.content_hash} and closed.instantiate, the one route from it to the model the finite "
+        "check verifies (group_tree.CountSpec.instantiate: two layers of one head each; stream [token; position; "
+        "count; residue])",
         "the kernel's semantics as the derivation uses them (relu attention summed over keys, one head per layer, "
         "residual, one-hot token and position embedding, read-out at the last column)")
     rep.certificate = {
         "format": "depthcert.all-sizes", "version": 1, "task": name, "variant": "count", "kind": "count", "p": p,
         "params": [{"name": "n", "base": 1}],
         "cases": [{"case": cr.text, "rules": cert_rules(cr.rules)} for cr in derived],
-        "claim": rep.claim, "margin": rep.margin,
+        "claim": rep.claim, "margin": rep.margin, "content_hash": rep.content_hash,
+        "value": _value_tables(rep.value),
     }
     if name == "mod-count":
         rep.certificate["fixed"] = {"p": p}

@@ -167,3 +167,63 @@ def derive_case(spec, task: SymbolicTask, text: str, s, p: int) -> CaseRules:
 
 def cert_rules(rules: dict) -> dict:
     return {k: ([poly_terms(x, 2) for x in v] if isinstance(v, list) else poly_terms(v, 2)) for k, v in rules.items()}
+
+
+def case_spec(value, case, task: SymbolicTask):
+    """The closed count value read in one residue case as derive_case reads a CountSpec: its rules not
+    tied to a key with n := j + 1 + t, key j's rules the case's, every number a Size over (q, t)."""
+    from depthcert.constructions.group_tree import CountSpec, KeyRules
+    from depthcert.constructions.head_family import Copy, Entry, HeadRules, Scaled
+
+    sym = task.range.symbols()
+    n = task.n
+
+    def plain(v):
+        return v.constant() if isinstance(v, Size) and v.constant() is not None else v
+
+    def at_n(p):
+        out = Fraction(0)
+        for (e,), c in p:
+            out = out + c * n ** e
+        return plain(out)
+
+    def at_qt(p):
+        out = Fraction(0)
+        for (eq, et), c in p:
+            out = out + c * sym["q"] ** eq * sym["t"] ** et
+        return plain(out)
+
+    def rule(r, f):
+        if r.kind == "entry":
+            return Entry(r.src, f(r.row), r.col_block, f(r.col), f(r.value))
+        if r.kind == "copy":
+            return Copy(f(r.row), r.src, f(r.value))
+        return Scaled(r.src, f(r.value))
+
+    def rules(rs, f):
+        return tuple(rule(r, f) for r in rs)
+
+    def key(hr):
+        def at(j):
+            if j is not task.j and (not isinstance(j, Size) or (j - task.j).terms):
+                raise NotAFamily("a key rule asked at another key than the case's generic j")
+            return HeadRules(rules(hr.qk, at_qt), rules(hr.v, at_qt))
+        return at
+
+    l1 = KeyRules(at_n(value.count1), key(case.key1), rules(value.layer1.qk, at_n), rules(value.layer1.v, at_n))
+    l2 = KeyRules(at_n(value.count2), key(case.key2), rules(value.layer2.qk, at_n), rules(value.layer2.v, at_n))
+    return CountSpec(n, value.p, value.vocab, l1, l2, rules(value.readout, at_n))
+
+
+def derive_value(value) -> list:
+    """derive_case for every residue case of a closed count value (constructions/closed.ClosedCount):
+    every field read (both layers' key counts, their rules not tied to a key, every case's key rules,
+    the read-out)."""
+    from depthcert.constructions.closed import validate_count
+
+    validate_count(value)
+    out = []
+    for case in value.cases:
+        st = case_task(value.name, value.p, case.s, case.qbase)
+        out.append(derive_case(case_spec(value, case, st), st, case.text, case.s, value.p))
+    return out
