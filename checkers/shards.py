@@ -12,7 +12,8 @@ the first failing one may have been computed; they are ignored.
 A chunk's margins are numerators over one denominator that the model alone fixes (every
 process builds the same Evaluator), so numerators from different processes compare exactly.
 
-Runners (where a chunk runs) are pluggable: `ProcessRunner` (this machine, forked processes;
+Runners (where a chunk runs) are pluggable: `ProcessRunner` (this machine, forked processes, or a
+forkserver's next to JAX;
 a worker that dies, e.g. killed for memory, ends the run with one clear line, never a hang) and
 any object with the same `run(jobs)` method (depthcert/cli/cluster.py: Dask).  A journal
 (checkers/journal.py) records finished chunks, so a re-run after a crash skips them.
@@ -208,24 +209,49 @@ class InProcessRunner:
         return ""
 
 
+def start_method() -> str:
+    """How worker processes start: "fork" (no start-up cost) unless JAX is imported in this process
+    (verify-tracr), whose threads make os.fork() unsafe (JAX warns that a fork may deadlock):
+    then "forkserver", whose server process is started fresh and never had JAX's threads."""
+    import multiprocessing as mp
+    import sys
+
+    if "jax" in sys.modules or "fork" not in mp.get_all_start_methods():
+        return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    return "fork"
+
+
+def _no_results() -> Iterator[ChunkResult]:
+    yield from ()  # a generator (callers close() it), empty
+
+
 class ProcessRunner:
-    """Chunks on `workers` forked processes of this machine, results yielded in job order."""
+    """Chunks on `workers` processes of this machine (start_method()), results yielded in job order."""
 
     def __init__(self, workers: int):
         self.workers = workers
-        self.used = None  # processes of the last run: never more than its chunks
+        self.used = None  # processes of the last run: never more than its chunks, 0 when none ran
 
     def describe(self) -> str:
+        if self.used == 0:
+            return "no worker process: every chunk from the journal"
         n = self.workers if self.used is None else self.used
         return f"{n} process{'es' if n != 1 else ''}"
 
     def run(self, spec: Spec, jobs: list[Job]) -> Iterator[ChunkResult]:
+        # not a generator itself: the count of processes is known once run() is called, even when
+        # every chunk came from a journal and nothing is ever asked of the iterator
+        self.used = min(self.workers, len(jobs))  # a pool starts all its processes at once
+        return self._results(spec, jobs) if jobs else _no_results()
+
+    def _results(self, spec: Spec, jobs: list[Job]) -> Iterator[ChunkResult]:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
 
-        ctx = mp.get_context("fork")
-        self.used = max(1, min(self.workers, len(jobs)))  # a fork pool starts all its processes at once
+        ctx = mp.get_context(start_method())
+        if ctx.get_start_method() == "forkserver":  # the server imports these once; its workers fork with them
+            ctx.set_forkserver_preload(["numpy", "depthcert.checkers.exhaustive", "depthcert.checkers.shards"])
         with ProcessPoolExecutor(self.used, mp_context=ctx, initializer=_init, initargs=(spec,)) as pool:
             futures = [pool.submit(_run_local, job) for job in jobs]
             try:

@@ -101,3 +101,102 @@ def test_an_alias_runs_as_its_task():
 def test_help_lists_the_aliases(command):
     text = re.sub(r"\s+", " ", run(command, "--help").stdout).replace("- ", "-")
     assert "template, template-matching = tm" in text and "ic-qa, qa = icqa" in text
+
+
+# ---- every file a command writes is named on stdout
+
+def test_export_names_the_file_it_wrote(tmp_path):
+    out = tmp_path / "w.json"
+    r = run("verify-construction", "icqa", "--k", "2", "--export", str(out))
+    assert r.returncode == 0 and out.is_file()
+    assert r.stdout.rstrip().endswith(f"wrote       {out} (the model's exact weights, JSON)"), r.stdout
+    r = run("verify-construction", "icqa", "--k", "2", "--export", str(out), "--point", "3")
+    assert r.stdout.rstrip().endswith(f"wrote      {out} (the model's exact weights, JSON)"), r.stdout
+    r = run("verify-construction", "icqa", "--k", "2", "--export", str(out), "--json")
+    assert json.loads(r.stdout)["wrote"] == [str(out)]
+
+
+def test_reproduce_names_every_file_it_wrote(tmp_path, monkeypatch, capsys):
+    """reproduce --out DIR: one `wrote FILE` line per file of this run (the experiment is replaced by
+    one that writes two files; an older file in DIR is not named)."""
+    pytest.importorskip("torch")
+    from depthcert.cli import train
+    from depthcert.training import reproduce
+
+    def fake_run(what, out, doc, **_):
+        (tmp_path / "out" / f"{what}.json").write_text("{}")
+        with open(doc, "w") as fh:
+            fh.write("# report\n")
+        return {what: {}}
+
+    (tmp_path / "out").mkdir()
+    old = tmp_path / "out" / "older.png"
+    old.write_text("x")
+    os.utime(old, (1e9, 1e9))
+    monkeypatch.setattr(reproduce, "run", fake_run)
+    assert train.reproduce_main(["reference", "--out", str(tmp_path / "out")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"wrote {tmp_path / 'out' / 'experiments.md'}", f"wrote {tmp_path / 'out' / 'reference.json'}"]
+
+
+# ---- a resumed run counts the processes it started
+
+def test_a_run_resumed_wholly_from_its_journal_starts_no_process(tmp_path):
+    journal = tmp_path / "run.jsonl"
+    argv = ["verify-construction", "tm", "--l", "4", "--alphabet", "4", "--variant", "heads", "--symmetry", "off",
+            "--workers", "2", "--journal", str(journal), "--chunk-points", "64"]
+    first = run(*argv)
+    assert first.returncode == 0 and "; 2 processes)" in first.stdout, first.stdout
+    again = run(*argv)
+    assert again.returncode == 0, again.stderr
+    assert "; no worker process: every chunk from the journal)" in again.stdout, again.stdout
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join(lines[:-1]) + "\n")  # one chunk left to run: one process, not two
+    third = run(*argv)
+    assert "; 1 process)" in third.stdout, third.stdout
+
+
+# ---- worker processes start safely next to JAX
+
+JAX_SCRIPT = '''
+import sys, warnings
+
+if __name__ == "__main__":
+    warnings.simplefilter("always")
+    with warnings.catch_warnings(record=True) as seen:
+        import jax
+        jax.numpy.zeros(2).block_until_ready()  # JAX's threads run (as after a verify-tracr run)
+        from depthcert import constructions
+        from depthcert.checkers import shards
+        from depthcert.checkers.exhaustive import verify
+        from depthcert.checkers.tasks import make_task
+        if sys.argv[1] == "fork":  # the control: what the runner did before
+            shards.start_method = lambda: "fork"
+        task = make_task("tm", l=4, alphabet=4)
+        model = constructions.build(task, "heads").model
+        v = verify(model, task, progress=False, symmetry="off", runner=shards.ProcessRunner(2), chunk_points=64)
+        print(v.verified, v.points_checked, shards.start_method())
+    print(sum("fork" in str(w.message) for w in seen))
+'''
+
+
+def test_worker_processes_start_with_forkserver_next_to_jax(tmp_path):
+    pytest.importorskip("jax")
+    script = tmp_path / "jax_workers.py"
+    script.write_text(JAX_SCRIPT)
+    out = {}
+    for how in ("default", "fork"):
+        r = subprocess.run([sys.executable, str(script), how], capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        out[how] = r.stdout.split()
+    assert out["default"] == ["True", "256", "forkserver", "0"]  # no warning that a fork may deadlock
+    assert out["fork"][:3] == ["True", "256", "fork"] and int(out["fork"][3]) > 0  # the test can fail
+
+
+def test_worker_processes_fork_without_jax(monkeypatch):
+    from depthcert.checkers import shards
+
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    assert shards.start_method() == "fork"  # no start-up cost where nothing forbids it
+    monkeypatch.setitem(sys.modules, "jax", object())
+    assert shards.start_method() == "forkserver"

@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import sys
+import time
 
 from depthcert.checkers.errors import BadInput
 from depthcert.cli.common import _Parser as _CommonParser
@@ -337,6 +338,14 @@ def reproduce_main(argv=None) -> int:
     return run_main(_reproduce, argv)
 
 
+def _written_since(started: float, out: str, doc: str) -> list[str]:
+    """The files of the folder `out` and the report `doc` written since `started` (time.time())."""
+    import os
+
+    paths = sorted(os.path.join(out, name) for name in os.listdir(out))
+    return [p for p in dict.fromkeys(paths + [doc]) if os.path.isfile(p) and os.path.getmtime(p) >= started]
+
+
 def _reproduce(argv) -> int:
     try:
         args = reproduce_parser().parse_args(argv)
@@ -347,11 +356,16 @@ def _reproduce(argv) -> int:
         from depthcert.training import reproduce
 
         out, doc = reproduce_paths(args.out, args.doc)
+        started = time.time() - 1  # file times may be rounded down to the second
         summary = reproduce.run(args.what, out=out, doc=doc, steps=args.steps, seeds=args.seeds,
                                 tasks=args.tasks, progress=not args.json, jobs=args.jobs)
+        wrote = _written_since(started, out, doc)
         if args.json:
             print(json.dumps({"command": "reproduce", "verdict": "observed", "experiments": _clean(summary),
-                              "out": out, "doc": doc}))
+                              "out": out, "doc": doc, "wrote": wrote}))
+        else:
+            for path in wrote:
+                print(f"wrote {path}")
         return 0
     except BadInput as exc:
         return _die(str(exc))
