@@ -250,10 +250,21 @@ def test_find_dependence_bounds_and_fittable(argv, capsys):
     assert code == 0 and doc["verdict"] in ("fittable", "not_fittable")
 
 
+def test_export_transformerlens_json(tmp_path, capsys):
+    from depthcert.cli.export_transformerlens import _main as export_transformerlens
+
+    out = str(tmp_path / "m.safetensors")
+    code = run_main(export_transformerlens, ["docs/examples/prev-token-softmax-20.json", out, "--json"])
+    text = capsys.readouterr().out
+    doc = json.loads(text)
+    assert code == 0 and text.count("\n") == 1 and os.path.isfile(out)
+    validate(doc)
+    assert doc["wrote"] == [out] and doc["config"]["n_layers"] == 1
+
+
 def test_every_command_with_json_is_in_the_schema_and_tested_here():
-    """Each console script of pyproject.toml that has --json is a `command` value of the schema
-    (train's `copy` subcommand too), and this file runs each one; export-transformerlens (no
-    --json: it writes a checkpoint and one line) is the only script without."""
+    """Each console script of pyproject.toml has --json, is a `command` value of the schema
+    (train's `copy` subcommand too), and this file runs each one."""
     import re
     import tomllib
 
@@ -293,9 +304,10 @@ def test_every_command_with_json_is_in_the_schema_and_tested_here():
                   "check-certificate": "run_json(\"check-certificate\"", "reproduce-paper": "run_json(\"reproduce-paper\"",
                   "show-construction": "_show_construction, [", "verify-tracr": "verify_tracr import _main",
                   "verify-model": "verify_model import _main", "train": "train_main([\"icqa\"",
-                  "reproduce": "reproduce_main([\"reference\""}[script]
+                  "reproduce": "reproduce_main([\"reference\"",
+                  "export-transformerlens": "run_main(export_transformerlens, ["}[script]
         assert tested in text, script
-    assert without == ["export-transformerlens"], without
+    assert without == [], without
     assert "train copy" in names and 'train_main(["copy"' in text
     assert re.search(r'"verify-construction", argv \+ \["--all-sizes"\]', text)
 
