@@ -209,7 +209,7 @@ class PointDecider:
                 correct += int(ok.sum())
                 wrong.extend(int(i) for i in batch.index[status == 0])
                 by_tables += int((status >= 0).sum())
-                if ok.any():
+                if ok.any() and len(self.model.classes) > 1:  # a single class has no margin
                     j = int(np.argmin(mhat[ok]))
                     low, at = float(mhat[ok][j]), int(batch.index[ok][j])
                     # low -/+ tau rounded outward (one rounding, then one float further out)
@@ -229,7 +229,7 @@ class PointDecider:
                 correct += int(ok.sum())
                 wrong.extend(int(i) for i in batch.index[status == -1])
                 by_tables += int((status != 0).sum())
-                if ok.any():
+                if ok.any() and len(self.model.classes) > 1:  # a single class has no margin (NaN ends)
                     a, b = int(np.argmin(lo_m[ok])), int(np.argmin(hi_m[ok]))
                     least.add(Fraction(float(lo_m[ok][a])), Fraction(float(hi_m[ok][b])), int(batch.index[ok][a]),
                               int(batch.index[ok][b]))

@@ -24,8 +24,11 @@ Bound (Higham, Accuracy and Stability, ch. 3; u = 2^-53, gamma_k = k u / (1 - k 
     |logit^_c - logit_c| <= gamma_{n+T+12} L + 2 (n + 2) n H eta OVmax + T 2^-1074 + 4 eta =: eps,
 with T = H n + 1 terms, L = Dmax + H OVmax (so |D| + sum A |OV| <= L), eta = 2^-995 >= e^-690
 (every E^_j is within 3u E_j + eta of E_j).  The computed margin m^ = logit^_y - logit^_c is within 2 eps + 4 u (L + eps) =: tau of the true one (one more
-rounding).  A point is certified correct when m^ > tau for every c != y, certified wrong when
-m^ < -tau for some c, and otherwise left to the caller (arb).  tau is computed in exact
+rounding).  The bound holds only when no operation overflowed: an overflowed partial sum is inf
+(or NaN) from then on, whatever the true value.  So a point is decided here only when every
+logit^ is finite and |m^| < 2^1020 (then m^ -+ tau rounded outward stay finite; a table whose tau
+is not below 2^1020 is refused).  Such a point is certified correct when m^ > tau for every
+c != y, certified wrong when m^ < -tau for some c; every other point is left to the caller (arb).  tau is computed in exact
 rationals and rounded up.  No float decides a point that lies within tau of a tie.
 """
 from __future__ import annotations
@@ -40,6 +43,8 @@ U = Fraction(1, 2**53)
 ETA = Fraction(1, 2**1000)  # eta = 32 ETA = 2^-995 below
 EXP_LIMIT = 690  # |c (S - S_self)| beyond this: flushed to 0 (below) or refused (above)
 TABLE_PRECISION = 128
+MARGIN_LIMIT = 2.0 ** 1020  # a margin or tau at or above this (or inf/NaN) decides nothing here: with
+# both below it, m^ -+ tau and one float further out stay finite (below 2^1021 < float64's max)
 
 
 def reason_not_applicable(model: Model) -> str | None:
@@ -155,6 +160,8 @@ class OneLayerTables:
         eta = 32 * ETA
         eps = _gamma(n + T + 12) * L + 2 * (n + 2) * n * H * eta * ov_max + T * Fraction(1, 2**1074) + 4 * eta
         tau = 2 * eps + 4 * U * (L + eps)
+        if not tau < MARGIN_LIMIT:  # the bound itself is beyond float64's range: arb decides every point
+            raise OverflowError("certified table error bound beyond float64's range")
         self.tau = _float_up(tau)
         self.tau_exact = tau
         self.heads = H
@@ -177,17 +184,27 @@ class OneLayerTables:
 
     def decide(self, ids: np.ndarray, label_rows: np.ndarray):
         """(status (B,) int8: 1 certified correct, 0 certified wrong, -1 not decided here;
-        margin^ (B,) float64: logit^_label - max other logit^, within tau of the true margin)."""
-        logits = self.forward(ids)
+        margin^ (B,) float64: logit^_label - max other logit^, within tau of the true margin of
+        every decided point; NaN for a single-class model, which has no margin)."""
         B = len(label_rows)
-        rows = np.arange(B)
-        lab = logits[rows, label_rows].copy()
-        logits[rows, label_rows] = -np.inf
-        best = logits.max(axis=1) if logits.shape[1] > 1 else np.full(B, -np.inf)
-        margin = lab - best
+        if len(self.model.classes) == 1:  # nothing to compare: every point correct, no margin
+            return np.ones(B, dtype=np.int8), np.full(B, np.nan)
+        with np.errstate(all="ignore"):  # an overflow leaves the point to arb; numpy need not warn
+            logits = self.forward(ids)
+            rows = np.arange(B)
+            # the error bound assumes no operation overflowed: a logit that did (inf, or NaN from
+            # inf - inf) may be any real number, even after later terms brought it back (they
+            # cannot: inf stays inf), so every logit of a decided point must be finite, and so
+            # must its margin and the margin's enclosure m^ -+ tau (the caller rounds those ends)
+            finite = np.isfinite(logits).all(axis=1)
+            lab = logits[rows, label_rows].copy()
+            logits[rows, label_rows] = -np.inf
+            best = logits.max(axis=1)
+            margin = lab - best
+            finite &= np.abs(margin) < MARGIN_LIMIT
         status = np.full(B, -1, dtype=np.int8)
-        status[margin > self.tau] = 1
-        status[margin < -self.tau] = 0
+        status[finite & (margin > self.tau)] = 1
+        status[finite & (margin < -self.tau)] = 0
         return status, margin
 
 

@@ -277,7 +277,8 @@ class _Exceeded(Exception):
 
 
 def _limit(Xa) -> None:
-    if Xa is not None and Xa.size and float(Xa.max()) >= FLOAT_EXACT_LIMIT:
+    # `not <`: a NaN maximum (an inf * 0 somewhere) must not pass as small
+    if Xa is not None and Xa.size and not float(Xa.max()) < FLOAT_EXACT_LIMIT:
         raise _Exceeded
 
 

@@ -6,7 +6,8 @@ float64 numbers that contain every exact logit difference (label minus class) of
 from its first softmax layer on, given the exact rational stream entering that layer.  A point
 is `correct` when every difference at every labelled position has lo > 0, `wrong` when some
 difference has hi < 0, and `unsure` otherwise (overlap, a hardmax argmax the intervals cannot
-settle, any inf/NaN, an exponent outside exp's checked range): unsure points go to arb balls
+settle, any inf/NaN in a value, a radius or an enclosure end, an exponent outside exp's checked
+range): unsure points go to arb balls
 (checkers/softmax_balls.py), and so do wrong ones (for their certified details).
 
 How every operation is bounded (u = 2^-53, eta = 2^-1074, gamma_k = k u / (1 - k u)):
@@ -178,10 +179,11 @@ class ExactMatrix:
         as_i >= sum_j A_ij)."""
         g = _float_up(gamma(self.shape[1]))
         absm = np.abs(self.m)
-        C = _up1(self.r + _up1(g * absm))
-        A = _up1(absm + self.r)
-        cs = _bound(C.sum(axis=1), self.shape[1])  # a sum of k non-negative floats (products by 1)
-        as_ = _bound(A.sum(axis=1), self.shape[1])
+        with np.errstate(over="ignore", invalid="ignore"):  # inf bounds make every point unsure; no warning
+            C = _up1(self.r + _up1(g * absm))
+            A = _up1(absm + self.r)
+            cs = _bound(C.sum(axis=1), self.shape[1])  # a sum of k non-negative floats (products by 1)
+            as_ = _bound(A.sum(axis=1), self.shape[1])
         return np.ascontiguousarray(self.m.T), np.ascontiguousarray(A.T), cs, as_
 
 
@@ -528,6 +530,10 @@ class IntervalForward:
         if C == 1:
             status[ok] = 1
             return status, lo_out, hi_out, pos_out
+        d_lo, d_hi = D.bounds()
+        # the reported ends must be finite too (m + r can overflow where m and r do not): a point
+        # whose enclosure reaches inf at a labelled position decides nothing here (the balls do)
+        ok &= np.where(use[..., None], np.isfinite(d_lo) & np.isfinite(d_hi), True).all(axis=(1, 2))
         # x > 0 surely iff m - r > 0 iff m > r, and x < 0 surely iff m < -r: exact float comparisons
         pos_correct = np.where(own, True, D.m > D.r).all(axis=-1)
         pos_wrong = np.where(own, False, D.m < -D.r).any(axis=-1)
@@ -535,7 +541,6 @@ class IntervalForward:
         wrong = ok & np.where(use, pos_wrong, False).any(axis=1)
         status[correct] = 1
         status[wrong & ~correct] = -1
-        d_lo, d_hi = D.bounds()
         p_lo = np.where(own, INF, d_lo).min(axis=-1)
         p_hi = np.where(own, INF, d_hi).min(axis=-1)
         lo_all = np.where(use, p_lo, INF)

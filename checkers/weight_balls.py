@@ -385,7 +385,10 @@ def _upper(x) -> Fraction:
 
 
 def _exact(x, down: bool) -> Fraction:
-    """The arb x (an exact point after lower()/upper()) as a Fraction, rounded outward if needed."""
+    """The arb x (an exact point after lower()/upper()) as a Fraction, rounded outward if needed.
+    An infinite or NaN end (an overflowed ball) bounds nothing: NotCertified, never a number."""
+    if not x.is_finite():
+        raise NotCertified
     m, e = x.mid().man_exp()
     q = Fraction(int(m)) * (Fraction(2) ** int(e))
     rad = x.rad()
