@@ -562,6 +562,12 @@ class BallRun:
             for i in rest:
                 d = decider.decide(Hnum[i], den, _ball_labels(batch.labels[i], class_rows, n))
                 index = int(batch.index[i])
+                if status[i] == -1 and d.status == "correct":  # both certified: they must agree
+                    from depthcert.checkers.softmax_balls import PathsDisagree
+
+                    raise PathsDisagree(f"point {index}", "float64 intervals", "wrong", "arb balls",
+                                        f"correct (margin in [{float(d.margin[0]):.6g}, {float(d.margin[1]):.6g}])"
+                                        if d.margin is not None else "correct")
                 if ordered:
                     summary.add(index, d)
                 else:
@@ -577,7 +583,8 @@ class BallRun:
                 if len(model.classes) > 1:  # enclosures wider than 2^-10 of the margin: re-decided in balls
                     loose = (hi[fast] - lo[fast]) > np.abs(lo[fast]) * LOOSE_ENCLOSURE
                     for j in fast[loose]:
-                        d = _refined(decider, Hnum[j], den, _ball_labels(batch.labels[j], class_rows, n), lo[j], hi[j])
+                        d = _refined(decider, Hnum[j], den, _ball_labels(batch.labels[j], class_rows, n), lo[j], hi[j],
+                                     int(batch.index[j]))
                         if ordered:
                             summary.add(int(batch.index[j]), d)
                         else:
@@ -776,15 +783,23 @@ LOOSE_ENCLOSURE = 2.0 ** -10  # a float64-interval margin enclosure wider than t
 # margin is re-decided in balls (tight enclosures for tiny margins; per point, so independent of batching)
 
 
-def _refined(decider, H, den, labels, lo: float, hi: float):
+def _refined(decider, H, den, labels, lo: float, hi: float, index: int = -1):
     """A point the float64 intervals certified correct, re-decided in balls for a tighter margin
-    enclosure (the intersection of both; not counted as a ball-decided point)."""
-    from depthcert.checkers.softmax_balls import PointDecision
+    enclosure (the intersection of both; not counted as a ball-decided point).  Both paths are
+    certified: balls that call the point wrong, or a margin enclosure disjoint from the
+    intervals', is an internal error (PathsDisagree), never resolved silently."""
+    from depthcert.checkers.softmax_balls import PathsDisagree, PointDecision
 
     used = dict(decider.precisions_used)
     d = decider.decide(H, den, labels)
     decider.precisions_used = used
     lo_q, hi_q = Fraction(float(lo)), Fraction(float(hi))
+    said = f"correct (margin in [{float(lo):.6g}, {float(hi):.6g}])"
+    if d.status == "wrong":
+        raise PathsDisagree(f"point {index}", "float64 intervals", said, "arb balls", "wrong")
+    if d.status == "correct" and d.margin is not None and (d.margin[0] > hi_q or d.margin[1] < lo_q):
+        raise PathsDisagree(f"point {index}", "float64 intervals", said, "arb balls",
+                            f"correct (margin in [{float(d.margin[0]):.6g}, {float(d.margin[1]):.6g}])")
     if d.status != "correct" or d.margin is None:  # balls that do not separate add nothing
         return PointDecision("correct", (lo_q, hi_q), d.position, -1, (), 53)
     return PointDecision("correct", (max(lo_q, d.margin[0]), min(hi_q, d.margin[1])), d.position, d.other, (),

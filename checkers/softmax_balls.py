@@ -61,6 +61,16 @@ class PointDecision:
     # exact decision's model shapes); decided: "" ("proven tie" notes come with tie=True)
 
 
+class PathsDisagree(RuntimeError):
+    """Two certified paths decided one point differently (say the float64 intervals correct and
+    the balls wrong): one of them is wrong, so nothing may be reported -- an internal error
+    (exit 4), never resolved silently."""
+
+    def __init__(self, point: str, first: str, said_first: str, second: str, said_second: str):
+        super().__init__(f"certified paths disagree at {point}: {first} says {said_first}, "
+                         f"{second} says {said_second}")
+
+
 class Undecidable(Exception):
     """Raised inside one attempt when a hardmax argmax cannot be settled at this precision."""
 

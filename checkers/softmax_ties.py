@@ -39,7 +39,36 @@ SECONDS_LIMIT = 10.0  # per point; above: undecided ("time limit")
 
 
 class Outside(Exception):
-    """The point's forward pass leaves the normal form (or a limit is reached): stays undecided."""
+    """The point's forward pass leaves the normal form: stays undecided."""
+
+
+class LimitReached(Outside):
+    """The time or term limit was reached (inside the arithmetic): stays undecided."""
+
+
+class Limits:
+    """The per-point limits, enforced inside the arithmetic: every product of exponential
+    polynomials counts its collected terms as it generates them and reads the clock once per
+    row of the expansion, every arb evaluation reads it once per term, and every new
+    polynomial reads it too -- so no point runs much past `seconds` (one row of a product: at
+    most `terms` multiply-adds of Fractions) and no polynomial grows past `terms`."""
+
+    def __init__(self, seconds: float | None = None, terms: int | None = None):
+        self.seconds = SECONDS_LIMIT if seconds is None else seconds
+        self.terms = TERM_LIMIT if terms is None else terms
+        self.deadline = time.monotonic() + self.seconds
+
+    def check_terms(self, count: int) -> None:
+        if count > self.terms:
+            raise LimitReached(f"term limit ({self.terms:,} exponential terms)")
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise LimitReached(f"time limit ({self.seconds:g} s per point)")
+
+
+_UNLIMITED = Limits(float("inf"), 10**18)
+_limits = _UNLIMITED  # the point being decided sets its own (TieDecider.decide); one point at a time
 
 
 class Capped(Exception):
@@ -78,8 +107,8 @@ class Poly:
     __slots__ = ("terms",)
 
     def __init__(self, terms: dict):
-        if len(terms) > TERM_LIMIT:
-            raise Outside(f"term limit ({TERM_LIMIT} exponential terms)")
+        _limits.check_terms(len(terms))
+        _limits.check_time()
         self.terms = terms
 
     def __add__(self, other: "Poly") -> "Poly":
@@ -101,12 +130,17 @@ class Poly:
         if other is ONE:
             return self
         out: dict = {}
+        limits = _limits
+        cap = limits.terms
         for k1, v1 in self.terms.items():
+            limits.check_time()  # once per row: a row is at most `terms` multiply-adds
             for k2, v2 in other.terms.items():
                 k = _norm_key(_add_keys(k1, k2))
                 s = out.get(k, 0) + v1 * v2
                 if s:
                     out[k] = s
+                    if len(out) > cap:  # counted as the terms are generated, not after the product
+                        limits.check_terms(len(out))
                 else:
                     out.pop(k)
         return Poly(out)
@@ -173,10 +207,33 @@ class Val:
         return not self.num.terms
 
     def constant(self) -> Fraction | None:
+        """The value when it is a rational number, else None.  Exact and complete: num / den = q
+        with q rational iff num - q den collects to 0, iff (Lindemann-Weierstrass: distinct
+        exponents are independent) num's collected terms are q times den's, term by term."""
         if self.den is ONE:
             return self.num.constant()
         c, d = self.num.constant(), self.den.constant()
-        return None if c is None or d is None else c / d
+        if c is not None and d is not None:
+            return c / d
+        return _ratio(self.num, self.den)
+
+
+def _ratio(num: Poly, den: Poly) -> Fraction | None:
+    """q when num = q den as collected exponential polynomials (same exponents, coefficients in
+    one ratio), else None."""
+    if len(num.terms) != len(den.terms) or not den.terms:
+        return None
+    q = None
+    for k, v in den.terms.items():
+        a = num.terms.get(k)
+        if a is None:
+            return None
+        r = a / v
+        if q is None:
+            q = r
+        elif r != q:
+            return None
+    return q
 
 
 def _same_den(a: Poly, b: Poly) -> bool:
@@ -218,8 +275,9 @@ def _simplify(v: Val) -> Val:
         d = v.den.constant()
         if d is not None:
             return Val(v.num.scaled(1 / d))
-        if v.num.terms == v.den.terms:
-            return Val.rational(1)
+        q = _ratio(v.num, v.den)  # an exactly rational quotient (e.g. equal values averaged by softmax)
+        if q is not None:
+            return Val.rational(q)
     return v
 
 
@@ -230,7 +288,6 @@ class Signs:
     def __init__(self, basis: Basis, cap: int, start: int = 64):
         self.basis, self.cap, self.start = basis, cap, start
         self.used = start
-        self.deadline = time.monotonic() + SECONDS_LIMIT
 
     def ball(self, p: Poly, prec: int):
         flint = _flint()
@@ -240,6 +297,7 @@ class Signs:
             roots = [flint.arb(R).sqrt() for R in self.basis.reps]
             total = flint.arb(0)
             for k, a in p.terms.items():
+                _limits.check_time()  # one exp per term, at up to the cap's precision
                 e = flint.arb(0)
                 for x, r in zip(k, roots):
                     if x:
@@ -266,8 +324,7 @@ class Signs:
             return (c > 0) - (c < 0)
         prec = self.start
         while True:
-            if time.monotonic() > self.deadline:
-                raise Outside(f"time limit ({SECONDS_LIMIT:g} s per point)")
+            _limits.check_time()
             b = self.ball(v.num, prec)
             if b > 0 or b < 0:
                 self.used = max(self.used, prec)
@@ -280,8 +337,9 @@ class Signs:
 class TieDecider:
     """decide(H, den, labels) -> PointDecision, or an undecided one naming the limit reached."""
 
-    def __init__(self, model: Model, first: int, cap: int):
+    def __init__(self, model: Model, first: int, cap: int, seconds: float | None = None, terms: int | None = None):
         self.model, self.first, self.cap = model, first, cap
+        self.seconds, self.terms = seconds, terms  # None: SECONDS_LIMIT, TERM_LIMIT (read per point)
         self.basis = Basis()
         self.layers = []
         for layer in model.layers[first:]:
@@ -300,15 +358,22 @@ class TieDecider:
     def decide(self, Hnum: np.ndarray, den: int, labels, logits: bool = False):
         from depthcert.checkers.softmax_balls import PointDecision
 
+        global _limits
         signs = Signs(self.basis, self.cap)
+        _limits = Limits(self.seconds, self.terms)
         try:
             cols = self._forward(Hnum, den, labels, signs)
             return self._decide(cols, labels, signs, logits)
+        except LimitReached as e:
+            return PointDecision("undecided", None, labels[0][0], -1, (), self.cap,
+                                 limit=f"exact tie decision stopped at its {e}")
         except Outside as e:
             return PointDecision("undecided", None, labels[0][0], -1, (), self.cap,
                                  limit=f"exact tie decision not applicable: {e}")
         except Capped:
             return None  # the balls' own undecided decision (with its enclosure) stands
+        finally:
+            _limits = _UNLIMITED
 
     def _forward(self, Hnum, den, labels, signs):
         n, d = Hnum.shape
