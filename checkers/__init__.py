@@ -36,6 +36,7 @@ tests/test_kernel_boundary.py):
     tasks/logdepth.py        the parity, mod-count, word-problem and reachability enumerators
     tasks/composition.py     the function-composition enumerator
     tasks/max_of_k.py        the Max-of-K enumerator (Gross et al.)
+    tasks/modular_addition.py  the modular-addition enumerator (Nanda et al.)
     tasks/dataset_file.py    a user's dataset file as a task (a verdict is about that dataset)
 
 Everything else calls in from above: searches and proofs (proofs/), constructions

@@ -163,7 +163,7 @@ TASK_OPTIONS = (
     ("hops", "number of hops (multihop)"),
     ("n_entities", "entity tokens (multihop)"),
     ("n", "sequence length (parity, mod-count, word-problem)"),
-    ("modulus", "the modulus p (mod-count); --p is the same"),
+    ("modulus", "the modulus p (mod-count, modular-addition); --p is the same"),
     ("group", "the finite group (word-problem), e.g. a5, s5, c3"),
     ("vertices", "number of vertices (reachability)"),
     ("n_functions", "number of composed functions L (composition); --L is the same"),
