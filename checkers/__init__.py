@@ -37,6 +37,7 @@ tests/test_kernel_boundary.py):
     tasks/composition.py     the function-composition enumerator
     tasks/max_of_k.py        the Max-of-K enumerator (Gross et al.)
     tasks/modular_addition.py  the modular-addition enumerator (Nanda et al.)
+    tasks/induction.py       the induction enumerator (Olsson et al.)
     tasks/dataset_file.py    a user's dataset file as a task (a verdict is about that dataset)
 
 Everything else calls in from above: searches and proofs (proofs/), constructions

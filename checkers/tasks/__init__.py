@@ -9,6 +9,7 @@
     composition.py     function composition (composition)
     max_of_k.py        Max-of-K, the largest of K tokens (max-of-k; Gross et al.)
     modular_addition.py  a + b mod p on "a b =" (modular-addition; Nanda et al.)
+    induction.py       the token after the last token's earlier occurrence (induction; Olsson et al.)
     dataset_file.py    a user's dataset file (format, reader, writer) as a task
 
 This module holds the task names (aliases included) and `make_task`, which builds a task by name
@@ -17,7 +18,7 @@ through plain imports of the family modules.
 from __future__ import annotations
 
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.tasks import composition, logdepth, max_of_k, modular_addition, multihop, template
+from depthcert.checkers.tasks import composition, induction, logdepth, max_of_k, modular_addition, multihop, template
 from depthcert.checkers.tasks.base import CLS, RESPONSE, UNLABELLED, Batch, Point, Task
 from depthcert.checkers.tasks.classification import SequenceClassification
 from depthcert.checkers.tasks.icqa import ICQA
@@ -55,6 +56,7 @@ TASK_ALIASES = {
     "modular-addition": "modular-addition",
     "modadd": "modular-addition",
     "mod-add": "modular-addition",
+    "induction": "induction",
 }
 def canonical_task(name: str) -> str:
     key = str(name).strip().lower()
@@ -91,4 +93,6 @@ def make_task(name: str, **options) -> Task:
         return max_of_k.make(key, take)
     if key == "modular-addition":
         return modular_addition.make(key, take)
+    if key == "induction":
+        return induction.make(key, take)
     raise BadInput(f"unknown task {name!r}")

@@ -162,13 +162,13 @@ TASK_OPTIONS = (
     ("n_points", "sample this many sequences (sc)"),
     ("hops", "number of hops (multihop)"),
     ("n_entities", "entity tokens (multihop)"),
-    ("n", "sequence length (parity, mod-count, word-problem)"),
+    ("n", "sequence length (parity, mod-count, word-problem, induction)"),
     ("modulus", "the modulus p (mod-count, modular-addition); --p is the same"),
     ("group", "the finite group (word-problem), e.g. a5, s5, c3"),
     ("vertices", "number of vertices (reachability)"),
     ("n_functions", "number of composed functions L (composition); --L is the same"),
     ("domain", "domain size N of each function (composition); --N is the same"),
-    ("vocab", "vocabulary size (max-of-k)"),
+    ("vocab", "vocabulary size (max-of-k, induction)"),
     ("query", "ictm: the query's substitution: any (default; its context question's included) or new"),
 )
 # extra flag spellings and non-integer options of TASK_OPTIONS
