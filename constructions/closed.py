@@ -666,6 +666,9 @@ def close_count(fn, name: str, p: int) -> ClosedCount:
             k1, k2 = spec.layer1.key(ct.j), spec.layer2.key(ct.j)
         except SizeBranch as exc:
             raise NotClosed(f"the builder branches on a size at {exc.where} ({exc.what}; in the case {text})") from None
+        except Exception as exc:  # noqa: BLE001 - the builder's key function on symbols: named, never a value
+            raise NotClosed(f"the builder's key rules do not run with symbolic sizes: {type(exc).__name__}: {exc} at "
+                            f"{_frame(exc)} (in the case {text})") from None
         cases.append(ClosedKeyCase(text, s, qbase, _rule_head(k1, ("q", "t"), crng, f"{text} layer 1 key j"),
                                    _rule_head(k2, ("q", "t"), crng, f"{text} layer 2 key j")))
     value = ClosedCount(
@@ -733,8 +736,9 @@ def cached(key, fn, make_sym):
         try:
             if type(sym_task) is not SymbolicTask or sym_task.range.point is not None:
                 raise NotClosed("a closed value is made from symbols only (a SymbolicTask over the whole range)")
-            try:
+            try:  # closing calls the builder's functions too (a head family's head(h), a template's at(h))
                 out = fn(sym_task)
+                _CACHE[key] = (out, as_value(out, sym_task))
             except SizeBranch as exc:
                 raise NotClosed(f"the builder branches on a size at {exc.where} ({exc.what})") from None
             except NotClosed:
@@ -742,7 +746,6 @@ def cached(key, fn, make_sym):
             except Exception as exc:  # noqa: BLE001 - any failure on symbols: named, never a value
                 raise NotClosed(f"the builder does not run with symbolic sizes: {type(exc).__name__}: {exc} at "
                                 f"{_frame(exc)}") from None
-            _CACHE[key] = (out, as_value(out, sym_task))
         except NotClosed as exc:
             _CACHE[key] = exc
     out = _CACHE[key]

@@ -450,11 +450,14 @@ def build_count(task, as_printed: bool = False, rules=count_rules) -> Constructi
     task = _check(task)
     if task.name not in ("parity", "mod-count"):
         raise BadInput(f"the count construction is for parity and mod-count, not {task.name}")
-    from depthcert.constructions.closed import instantiate
+    from depthcert.constructions.closed import NotClosed, instantiate
 
     p = task.group.order
-    value = closed_count_value(task.name, p, rules)  # the builder run with symbols only, once per (p, rules)
-    model = instantiate(value, {"n": task.n}, task)
+    try:
+        value = closed_count_value(task.name, p, rules)  # the builder run with symbols only, once per (p, rules)
+        model = instantiate(value, {"n": task.n}, task)
+    except NotClosed:  # rules that make no closed value: built at the task's n, finite only
+        value, model = None, count_spec(task, rules).instantiate(task, f"{task.name}-count")
     return Construction(task.name, "count", "constant depth: counting (2 layers)", model, as_printed,
                         f"count the 1s, then the piecewise-linear one-hot of the count mod {p}: 2 layers",
                         _printed_note(as_printed), symbolic=value)

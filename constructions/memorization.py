@@ -146,8 +146,13 @@ def build(task: SequenceClassification, as_printed: bool = False, rules=lemma4_r
 
         from depthcert.constructions.closed import instantiate
 
+        from depthcert.constructions.closed import NotClosed
+
         _check_dataset_shape(task)
-        value = closed_value(rules, read)
+        try:
+            value = closed_value(rules, read)
+        except NotClosed:  # rules that are no closed value: built at the task's sizes, finite only
+            return replace(_construction(as_printed, None), model=spec(task, True, rules, read).instantiate(task))
         model = instantiate(value, {"L": task.length - 1, "M": len(task.vocab) - 1}, task)
         return replace(_construction(as_printed, value), model=model)
     return _construction(as_printed, spec(task, True, rules, read))

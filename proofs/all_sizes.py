@@ -245,8 +245,11 @@ def _registry_value(task, variant: str, as_printed: bool):
     return None
 
 
-def _value_route(task, variant, as_printed, construct):
-    """(value maker, finite build task -> Model for sizes outside the value's range, maker name)."""
+def _value_route(task, variant, as_printed, construct, builder=None):
+    """(value maker, finite build task -> Model for sizes outside the value's range, maker name).
+    builder (task -> Model, no closed value): the evidence-only reading of tables at sample sizes."""
+    if builder is not None:
+        return None, builder, ""
     if construct is not None:
         return (lambda: family_value(construct, task)), None, "the family's function"
     return (_registry_value(task, variant, as_printed), (lambda t: _registry_construct(task.name, variant, as_printed)(t).model),
@@ -333,7 +336,7 @@ def multihop_plan(task, variant: str, as_printed: bool, builder=None, construct=
 
     from depthcert.constructions.multihop import THEOREM
 
-    value, finite, maker = _value_route(task, variant, as_printed, construct)
+    value, finite, maker = _value_route(task, variant, as_printed, construct, builder)
     return LumpedPlan(
         "multihop", variant, THEOREM, params, {"hops": h, "k": k},
         (("k", "the number of orbits (functional graphs, k^k * k) grows with k: no finite lumping"),
@@ -370,7 +373,7 @@ def tm_plan(task, variant: str, as_printed: bool, builder=None, construct=None) 
 
     from depthcert.constructions.parsing_mapping import THEOREM
 
-    value, finite, maker = _value_route(task, variant, as_printed, construct)
+    value, finite, maker = _value_route(task, variant, as_printed, construct, builder)
     return LumpedPlan(
         "tm", variant, THEOREM, params, {"l": l},
         (("l", "the template count Bell(l) and the ternary weights 3^(l-1-i) grow with l, and the Lemma 3 "
@@ -408,7 +411,7 @@ def ictm_plan(task, variant: str, as_printed: bool, builder=None, construct=None
 
     from depthcert.constructions.parsing_copying_matching import THEOREM
 
-    value, finite, maker = _value_route(task, variant, as_printed, construct)
+    value, finite, maker = _value_route(task, variant, as_printed, construct, builder)
     return LumpedPlan(
         "ictm", variant, THEOREM, params, {"k": k, "l": l},
         (("k", "the number of orbits (template tuples and question patterns) grows with k"),
@@ -626,7 +629,7 @@ def _builder_of(task: str, variant: str) -> str:
 
 
 def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, family_sizes: dict, t0: float,
-                  value=None) -> Report:
+                  closed_value=None) -> Report:
     rows, cols, classes = spaces
     # 3. representatives: H0 read at every size where they occur
     reps: dict = {}
@@ -730,7 +733,7 @@ def _after_family(plan: LumpedPlan, rep: Report, ring_: Ring, fam, spaces, famil
         rep.failure = {"size": {**plan.fixed, **bad}, "how": "symbolic margin <= 0",
                        "representative": str(rkey), "competitor": other, "margin_formula": poly_text(poly),
                        "margin": format_rational(value)}
-        rep.failure.update(_confirm(plan, bad, value))
+        rep.failure.update(_confirm(plan, bad, closed_value))
         rep.seconds = time.perf_counter() - t0
         return rep
     if plan.value is None:
@@ -1079,8 +1082,40 @@ def prove_multihop_linear(task, as_printed: bool = False, builder=None, construc
             return out
         copy_f, hop_f, spaces = out
         rows, cols, classes = spaces
-    return _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, classes, t0,
-                                 symbolic=builder is None)
+    out = _multihop_linear_rest(task, rep, ring_, built, copy_f, hop_f, rows, cols, classes, t0,
+                                symbolic=builder is None)
+    if out.status == "not-proven" and out.reason.startswith("a sign is not decided"):
+        _search_small_failure(out, k, build)  # undecided for every N: look for the smallest failing size
+    return out
+
+
+SEARCH_HOPS, SEARCH_N = 4, 8  # an undecided multi-hop proof looks for a failure at hops <= 4, N <= k + 8
+
+
+def _search_small_failure(rep: Report, k: int, build) -> None:
+    """verify the value instantiated at hops <= SEARCH_HOPS, N <= k + SEARCH_N (by N, then hops); the
+    first failure makes the report `fails` at that size (exit 1); none found leaves it not proven."""
+    from depthcert.checkers.exhaustive import plan_points, verify
+
+    for N in range(k, k + SEARCH_N + 1):
+        for h in range(1, SEARCH_HOPS + 1):
+            t = _task("multihop", {"hops": h, "k": k, "n_entities": N})
+            model = build(t)
+            pp = plan_points(model, t, "auto")
+            if pp.n_eval > CONFIRM_MAX_POINTS:
+                continue
+            v = verify(model, t, plan=pp, progress=False)
+            _EVAL[0] += v.seconds
+            if not v.verified:
+                ce = v.counterexample
+                rep.status = "fails"
+                rep.failure = {"size": {"k": k, "hops": h, "N": N},
+                               "how": "refuted by verify (the smallest size found where the undecided sign goes wrong)"}
+                if ce is not None:
+                    rep.failure["counterexample"] = {"point": ce.index, "input": t.render(ce.tokens),
+                                                     "expected": ce.expected, "predicted": ce.predicted}
+                return
+    rep.reason += f"; verify finds no failure at hops <= {SEARCH_HOPS}, N <= {k + SEARCH_N}"
 
 
 def _same_size(a, b) -> bool:
@@ -1097,6 +1132,7 @@ def _multihop_linear_symbolic(task, value, build, rep, ring_, built, t0):
     """The closed value of multi-hop linear read whole: layers = (copy layer, one hop layer repeated
     hops times), every head of both, W_O; no weight may depend on the hops."""
     from depthcert.constructions.closed import NotClosed, content_hash
+    from depthcert.constructions.closed import poly_text as closed_poly_text
     from depthcert.proofs import all_sizes_symbolic as S
 
     k = task.k
@@ -1108,7 +1144,7 @@ def _multihop_linear_symbolic(task, value, build, rep, ring_, built, t0):
             raise NotClosed("the model is not (copy layer, one hop layer repeated hops times)")
         hops_poly = (((1, 0), Fraction(1)),)
         if value.layers[1].repeat != hops_poly:
-            raise NotClosed(f"the hop layer is repeated {S.poly_text(value.layers[1].repeat, names)} times, not hops "
+            raise NotClosed(f"the hop layer is repeated {closed_poly_text(value.layers[1].repeat, names)} times, not hops "
                             "times: the model is not (copy layer, one hop layer repeated hops times)")
         copy_f = S.layer_tables(value.layers[0], ring_, names)
         hop_f = S.layer_tables(value.layers[1], ring_, names)

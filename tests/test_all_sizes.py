@@ -67,22 +67,26 @@ def test_icqa_proven_for_all_sizes_margin_3(capsys, tmp_path):
     rc, rout, rerr = recheck(tmp_path, info)
     assert rc == 0, rerr
     assert rout == ("icqa copy-matching: valid; 1 representative, 1 leaf region, every ReLU sign and every "
-                    "margin re-decided; orbit identity, set sizes and claim re-derived; every margin > 0 for all "
-                    "k >= 1, n_q >= k, n_a >= k; minimum margin 3\n")
+                    "margin re-decided; orbit identity, set sizes and claim re-derived; labels by the task's rule, "
+                    "representatives in pairwise different orbits (first-occurrence forms), fixed members = members "
+                    f"used; every table is the closed value {info['content_hash']} (re-hashed) split by the point's "
+                    "parts; every margin > 0 for all k >= 1, n_q >= k, n_a >= k; minimum margin 3 (normalized 3: "
+                    "margin / largest |W_O entry|)\n")
     family = " ".join(info["steps"][0]["lines"])
-    assert "run once with symbolic k, n_q, n_a" in family and "read at" not in family
+    assert "made once by depthcert.constructions.copy_matching.build from symbolic k, n_q, n_a" in family and "read at" not in family
+    assert info["content_hash"].startswith("sha256:") and "read whole" in family
     assert any("evaluated with symbolic sizes" in r for r in info["rests_on"])
 
 
 def test_icqa_instance_is_built_and_verified(capsys):
     code, out, _ = run(["icqa", "--k", "4", "--n-questions", "9", "--all-sizes"], capsys)
-    assert code == 0 and ("instance    k=4, n_q=9, n_a=6: built, verify verified on 4354560 points (4 evaluated), "
+    assert code == 0 and ("instance    k=4, n_q=9, n_a=6: the proven value instantiated, verify verified on 4354560 points (4 evaluated), "
                           "margin 3 = the proof's margin there") in out
     assert "PROVEN FOR ALL SIZES" in out
     code, out, _ = run(["icqa", "--k", "7", "--all-sizes"], capsys)
-    assert code == 0 and "instance    k=7, n_q=9, n_a=9: built, verify verified" in out
+    assert code == 0 and "instance    k=7, n_q=9, n_a=9: the proven value instantiated, verify verified" in out
     code, out, _ = run(["icqa", "--k", "1", "--n-answers", "1", "--all-sizes"], capsys)
-    assert code == 0 and ("instance    k=1, n_q=3, n_a=1: built, verify verified on 3 points (1 evaluated), margin "
+    assert code == 0 and ("instance    k=1, n_q=3, n_a=1: the proven value instantiated, verify verified on 3 points (1 evaluated), margin "
                           "none (a single class) = the proof's margin there") in out
 
 
@@ -148,17 +152,17 @@ def test_sc_proven_for_every_size_margin_1(capsys):
     info = json.loads(out)
     assert code == 0 and info["verdict"] == "proven" and info["margin"] == {"exact": "1", "decimal": "1"}, (out, err)
     assert info["finite_only"] == [] and info["all_sizes"] == ["L >= 1", "M >= 1"]
-    assert "memorization.build" in info["rests_on"][0]
+    assert "the closed value sha256:" in info["rests_on"][0] and "closed.instantiate" in info["rests_on"][0]
     derivation = info["steps"][1]["lines"]
     assert sum(line.endswith(": holds") for line in derivation) == 12 and not any("FAILS" in x for x in derivation)
     assert all(r["verdict"] == "verified" for r in info["base_cases"])
-    assert "equal that object held at their sizes" in info["steps"][0]["lines"][-1]
+    assert "memorization.build" in info["steps"][0]["lines"][0] and "the value instantiated" in info["steps"][0]["lines"][-1]
 
 
 def test_sc_instance_is_built_and_verified(capsys):
     code, out, _ = run(["sc", "--length", "3", "--alphabet", "4", "--all-sizes"], capsys)
     assert code == 0
-    assert "instance    L=3, M=4: built, verify verified on 64 points (64 evaluated), margin 1 = the proof's margin" in out
+    assert "instance    L=3, M=4: the proven value instantiated, verify verified on 64 points (64 evaluated), margin 1 = the proof's margin" in out
 
 
 def test_sc_instance_of_a_sample_has_at_least_the_proofs_margin(capsys):
@@ -449,25 +453,25 @@ from depthcert.constructions import copy_matching
 
 def build(task, as_printed=False):
     c = copy_matching.build(task, as_printed)
-    if isinstance(task.k, int) and task.k >= 7:  # a concrete task only: the symbolic run never sees it
+    if isinstance(task.k, int) and task.k >= 7:  # a concrete task only: a family never gets one
         return replace(c, model=replace(c.model, W_O=-c.model.W_O))
     return c
 """
 
 
-def test_a_family_that_tells_concrete_from_symbolic_sizes_is_caught_by_the_instance(capsys, tmp_path):
-    """Our own tamper: a family that changes only its concrete builds (isinstance(task.k, int)) and
-    makes no size comparison the symbolic run could refuse. The proof is about the builder run with
-    symbolic sizes (what `rests on` says); the instance line builds the family at the given sizes and
-    its verify run contradicts the proof there: FAILS, exit 1."""
+def test_a_family_cannot_tell_concrete_from_symbolic_sizes(capsys, tmp_path):
+    """A family that would change only its concrete builds (isinstance(task.k, int)) never sees one: it
+    is called once with symbols, and both the proof and the finite check (`--family` without
+    --all-sizes) get its closed value instantiated, so the sniffing branch is dead code and k = 7
+    verifies with the proof's margin."""
     path = tmp_path / "sniff.py"
     path.write_text(SNIFFING_FAMILY)
     code, out, _ = run(["icqa", "--family", f"{path}:build", "--all-sizes", "--k", "7", "--n-questions", "7",
                         "--n-answers", "7"], capsys)
-    assert code == 1 and "verify refuted on 177811200 points" in out and "DISAGREES" in out, out
-    assert "verdict     FAILS" in out and "PROVEN" not in out
-    code, out, _ = run(["icqa", "--family", f"{path}:build", "--all-sizes", "--k", "6"], capsys)
-    assert code == 0 and "margin 3 = the proof's margin there" in out
+    assert code == 0 and "verify verified on 177811200 points" in out and "= the proof's margin there" in out, out
+    code, out, _ = run(["icqa", "--family", f"{path}:build", "--k", "7", "--n-questions", "7", "--n-answers", "7",
+                        "--json"], capsys)
+    assert code == 0 and json.loads(out)["verdict"] == "verified"
 
 
 def tampered(e=Fraction(1, 10), d=Fraction(1, 20)):
@@ -564,7 +568,7 @@ def test_multihop_proven_from_its_builder_in_the_sizes_it_reaches(capsys):
     info = json.loads(out)
     assert code == 3 and info["verdict"] == "partial" and info["all_sizes"] == ["hops >= 1", "N >= 2"]
     assert [f["parameter"] for f in info["finite_only"]] == ["k"] and info["margin"] == {"exact": "1", "decimal": "1"}
-    assert "run once with symbolic hops and N" in " ".join(info["steps"][0]["lines"])
+    assert "from symbolic hops and N" in " ".join(info["steps"][0]["lines"])
     rep = prove(make_task("multihop", k=2, hops=3), "doubling")
     assert rep.status == "partial" and rep.margin == "1"
     for N in (2, 3, 6):
@@ -669,15 +673,16 @@ def test_ictm_proven_from_its_builder_in_m_and_n_a():
 
 
 def test_a_per_member_entry_is_refused_for_every_size():
-    """The printed stray block of Theorem 6 (one entry per member) is allowed in a finite build and
-    refused, naming the line, in a run for every size."""
+    """The printed stray block of Theorem 6 (one entry per member) is allowed in a finite-only build and
+    is no closed value: refused, naming the line, when made from symbols."""
     from depthcert.constructions import parsing_copying_matching as pcm
-    from depthcert.proofs.all_sizes_symbolic import NotSymbolic, run_symbolic
+    from depthcert.constructions.closed import NotClosed, value_of
 
-    with pytest.raises(NotSymbolic, match="branches on a size at constructions/parsing_copying_matching.py:[0-9]+"):
-        run_symbolic(lambda t: pcm.build(t, as_printed=True), pcm.symbolic_task(2, 2))
+    with pytest.raises(NotClosed, match="branches on a size at constructions/parsing_copying_matching.py:[0-9]+"):
+        value_of(lambda t: pcm.build(t, as_printed=True), pcm.symbolic_task(2, 2))
     task = make_task("ictm", k=2, l=2)
-    assert pcm.build(task, as_printed=True).model is not None
+    c = pcm.build(task, as_printed=True)
+    assert c.model is not None and c.symbolic is None  # finite only: no closed value rides along
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -936,8 +941,8 @@ def test_user_family_proven_for_every_size_from_the_command_line(capsys, tmp_pat
     code, out, err = run(["icqa", "--family", f"{path}:build", "--all-sizes", "--k", "2", "--json"], capsys)
     info = json.loads(out)
     assert code == 0 and info["verdict"] == "proven" and info["margin"] == {"exact": "2", "decimal": "2"}, err
-    assert info["variant"] == f"family {path}:build" and "family's builder" in info["rests_on"][0]
-    assert info["instance"].startswith("k=2, n_q=4, n_a=4: built, verify verified") and "= the proof's margin" in info["instance"]
+    assert info["variant"] == f"family {path}:build" and f"made by {path}:build from symbols only" in info["rests_on"][0]
+    assert info["instance"].startswith("k=2, n_q=4, n_a=4: the proven value instantiated, verify verified") and "= the proof's margin" in info["instance"]
     code, out, err = run(["icqa", "--family", f"{path}:branchy", "--all-sizes"], capsys)
     assert code == 3 and "branches on a size" in out and "if task.n_a > 6:" in out
     code, out, err = run(["icqa", "--family", f"{path}:build", "--k", "2"], capsys)
@@ -975,7 +980,7 @@ def test_user_sc_family_proven_from_the_command_line(capsys, tmp_path):
                           "--json"], capsys)
     info = json.loads(out)
     assert code == 0 and info["verdict"] == "proven" and info["margin"] == {"exact": "3", "decimal": "3"}, err
-    assert info["instance"] == "L=2, M=3: built, verify verified on 9 points (9 evaluated), margin 3 = the proof's margin"
+    assert info["instance"] == "L=2, M=3: the proven value instantiated, verify verified on 9 points (9 evaluated), margin 3 = the proof's margin"
 
 
 def test_head_rules_fill_the_matrices_and_refuse_rows_outside_the_stream():
@@ -998,7 +1003,8 @@ def test_rechecker_accepts_the_sc_certificate(capsys, tmp_path):
     assert code == 0 and rc == 0, err
     assert stdout.strip() == ("sc heads: valid; every condition of the Lemma 4 derivation re-decided from the builder's "
                               "rules (coefficient test); claim and margin re-derived; every margin > 0 for all L >= 1, "
-                              "M >= 1; minimum margin 1")
+                              "M >= 1; minimum margin 1 (normalized 1: margin / |read-out weight|); closed value "
+                              f"{json.loads(out)['content_hash']} (its tables re-hashed)")
 
 
 @pytest.mark.parametrize("path,value,rc_want,needle", [
@@ -1042,7 +1048,10 @@ def test_rechecker_rederives_multihop_linear_for_every_hops(capsys, tmp_path):
     assert rout.strip() == (
         "multihop linear at {'k': 2}: valid; 8 representatives, 8 leaf regions, every ReLU sign and every margin "
         "re-decided (10 (stream, label) pairs, hop after hop until each repeats); orbit identity, set sizes and claim "
-        "re-derived; every margin > 0 for all hops >= 1, N >= 2; minimum margin 1")
+        "re-derived; labels by the task's rule, representatives in pairwise different orbits (first-occurrence "
+        f"forms), fixed members = members used; every table is the closed value {info['content_hash']} (re-hashed) "
+        "split by the point's parts; every margin > 0 for all hops >= 1, N >= 2; minimum margin 1 (normalized 1: "
+        "margin / largest |W_O entry|)")
     with open(os.path.join(ROOT, "docs", "all-sizes.md")) as fh:
         assert "    " + rout.strip() + "\n" in fh.read()
     points = info["certificate"]["points"]

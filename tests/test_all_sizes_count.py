@@ -49,7 +49,7 @@ def test_count_proven_for_every_n_margin_is_verify_s(argv, code_want, verdict, p
 
 def test_count_instance_line_builds_and_checks(capsys):
     code, out, _ = run(["mod-count", "--p", "3", "--n", "10", "--variant", "count", "--all-sizes"], capsys)
-    assert code == 3 and "instance    n=10: built, verify verified on 1024 points" in out
+    assert code == 3 and "instance    n=10: the proven value instantiated, verify verified on 1024 points" in out
     assert "margin 1 = the proof's margin" in out
 
 
