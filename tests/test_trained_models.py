@@ -104,9 +104,14 @@ def test_mlp_models_are_read_and_decided():
 
 
 @pytest.mark.parametrize("change, msg", [
-    ({"normalization_type": "LN"}, "normalization_type 'LN' is not supported"),
-    ({"normalization_type": "LNPre"}, "LayerNorm"),
-    ({"attn_only": False, "d_mlp": 4, "act_fn": "gelu"}, "act_fn 'gelu' is not supported"),
+    ({"normalization_type": "BatchNorm"}, "normalization_type 'BatchNorm' is not supported"),
+    ({"normalization_type": "LN", "eps": 0.0}, "eps must be a positive finite number"),
+    ({"normalization_type": "RMS", "eps": float("inf")}, "eps must be a positive finite number"),
+    ({"normalization_type": "LN", "eps": True}, "eps must be a positive finite number"),
+    ({"attn_only": False, "d_mlp": 4, "act_fn": "solu_ln"}, "act_fn 'solu_ln' is not supported"),
+    ({"attn_only": False, "d_mlp": 4, "act_fn": "relu2"}, "act_fn 'relu2' is not supported"),
+    ({"normalization_type": "RMS", "original_architecture": "Olmo2ForCausalLM"}, "post-norm"),
+    ({"use_qk_norm": True}, "QK normalization"),
     ({"positional_embedding_type": "rotary"}, "rotary"),
     ({"n_key_value_heads": 1}, "grouped-query"),
     ({"attn_scale": 3.0}, "attn_scale"),
@@ -131,7 +136,7 @@ def test_state_dict_problems_are_refused():
         tl.model_from_state_dict(cfg, {k: v for k, v in sd.items() if k != "blocks.0.attn.W_Q"})
     with pytest.raises(BadInput, match="has shape"):
         tl.model_from_state_dict(cfg, {**sd, "unembed.b_U": np.zeros(7)})
-    with pytest.raises(BadInput, match="LayerNorm weights"):
+    with pytest.raises(BadInput, match="normalization weights .* that normalization_type None does not have"):
         tl.model_from_state_dict(cfg, {**sd, "blocks.0.ln1.w": np.ones(8)})
     bad = sd["embed.W_E"].copy()
     bad[0, 0] = np.nan
@@ -238,7 +243,7 @@ def test_bad_input_is_one_line_exit_2(argv, msg, capsys):
     assert code == 2 and out == "" and msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_layernorm_checkpoint_is_refused_in_one_line(tmp_path, capsys):
+def test_layernorm_checkpoint_is_decided_and_its_weights_are_checked(tmp_path, capsys):
     cfg = tiny_config(normalization_type="LN")
     sd = {k: v.float().numpy() for k, v in random_tl(tiny_config(), 0).state_dict().items()}
     sd.update({"blocks.0.ln1.w": np.ones(8, np.float32), "blocks.0.ln1.b": np.zeros(8, np.float32),
@@ -246,8 +251,15 @@ def test_layernorm_checkpoint_is_refused_in_one_line(tmp_path, capsys):
     path = str(tmp_path / "ln.safetensors")
     tl.write_checkpoint(path, cfg, sd)
     code, out, err = run([path, "--task", "max-of-k", "--vocab", "6", "--k", "3"], capsys)
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "normalization_type 'LN' is not supported" in err
+    assert code == 0 and "layernorm" in out and "/216" in out, err
+    del sd["ln_final.b"]  # a missing normalization parameter, and one the config does not have
+    tl.write_checkpoint(path, cfg, sd)
+    code, out, err = run([path, "--task", "max-of-k", "--vocab", "6", "--k", "3"], capsys)
+    assert code == 2 and out == "" and "lacks ln_final.b" in err and len(err.strip().splitlines()) == 1
+    sd["ln_final.b"] = np.zeros(8, np.float32)
+    tl.write_checkpoint(path, tiny_config(normalization_type="RMS"), sd)
+    code, out, err = run([path, "--task", "max-of-k", "--vocab", "6", "--k", "3"], capsys)
+    assert code == 2 and out == "" and "(blocks.0.ln1.b)" in err and len(err.strip().splitlines()) == 1
 
 
 def test_pt_checkpoint_with_separate_config(tmp_path, capsys):
@@ -277,10 +289,10 @@ def test_pt_checkpoint_with_the_config_as_transformer_lens_writes_it(tmp_path, c
     assert json.loads(out)["correct"] == v.correct
 
 
-def test_transformer_lens_checkpoints_with_layernorm_or_gelu_are_refused_in_one_line(tmp_path, capsys):
+def test_transformer_lens_checkpoints_with_layernorm_or_gelu_are_decided(tmp_path, capsys):
     """HookedTransformers made by transformer-lens and saved as its users save them (.pt with the
     config, safetensors with the config in the metadata): LayerNorm, the LNPre that fold_ln leaves,
-    and GELU are refused with one line; the same model without them is decided."""
+    RMSNorm and GELU are decided, as the same model without them is; solu is refused in one line."""
     pytest.importorskip("transformer_lens")
     from depthcert.interop.checkpoint_files import write_safetensors
 
@@ -295,9 +307,10 @@ def test_transformer_lens_checkpoints_with_layernorm_or_gelu_are_refused_in_one_
 
         folded = make(normalization_type="LN")
         folded.process_weights_(fold_ln=True)
-        cases = [(make(normalization_type="LN"), "normalization_type 'LN' is not supported"),
-                 (folded, "normalization_type 'LNPre' is not supported"),
-                 (make(attn_only=False, d_mlp=4, act_fn="gelu"), "act_fn 'gelu' is not supported"),
+        cases = [(make(normalization_type="LN"), None), (folded, None), (make(normalization_type="RMS"), None),
+                 (make(attn_only=False, d_mlp=4, act_fn="gelu"), None),
+                 (make(attn_only=False, d_mlp=4, act_fn="gelu_new", normalization_type="LN"), None),
+                 (make(attn_only=False, d_mlp=4, act_fn="solu_ln"), "act_fn 'solu_ln' is not supported"),
                  (make(attn_only=False, d_mlp=4, act_fn="relu"), None)]
     argv = ["--task", "max-of-k", "--vocab", "5", "--k", "3"]
     for i, (ht, msg) in enumerate(cases):

@@ -1,15 +1,22 @@
 """TransformerLens checkpoints in: a HookedTransformer's config and state dict as an exact depthcert
 `Model` (docs/trained-models.md).  Needs numpy and python-flint only (torch for `.pt` files).
 
-Every float32 / float16 / bfloat16 parameter is read as the dyadic rational it is.  TransformerLens
-computes, for tokens t_0..t_{n-1} (no LayerNorm, standard positional embedding):
+Every float32 / float16 / bfloat16 parameter is read as the dyadic rational it is, and the config's
+eps as the float64 it is.  TransformerLens computes, for tokens t_0..t_{n-1} (standard positional
+embedding):
 
     x_k = W_E[t_k] + W_pos[k]
-    per layer:  q = x W_Q[h] + b_Q[h],  k = x W_K[h] + b_K[h],  v = x W_V[h] + b_V[h]
+    per layer:  y = ln1(x)   (identity without normalization)
+                q = y W_Q[h] + b_Q[h],  k = y W_K[h] + b_K[h],  v = y W_V[h] + b_V[h]
                 A[h] = softmax over visible keys of (q . k) / sqrt(d_head)   (causal: keys <= query)
                 x <- x + sum_h (A[h] v) W_O[h] + b_O
-                x <- x + relu(x W_in + b_in) W_out + b_out                   (when not attn_only)
-    logits = x W_U + b_U
+                x <- x + act(ln2(x) W_in + b_in) W_out + b_out               (when not attn_only)
+    logits = ln_final(x) W_U + b_U
+
+with LN(x) = w * (x - mean x) / sqrt(mean((x - mean x)^2) + eps) + b (LNPre: w = 1, b = 0, what
+fold_ln leaves), RMS(x) = w * x / sqrt(mean(x^2) + eps) (RMSPre: w = 1), act relu, gelu (erf),
+gelu_new / gelu_pytorch_tanh / gelu_fast (tanh; TransformerLens's constants sqrt(2/pi), 0.7978845608
+and 0.044715 taken as the real numbers they name) or silu.
 
 depthcert's residual stream keeps its one-hot input and carries the TransformerLens stream in a
 block of its own: rows [token (d_vocab) | position (n_ctx) | one (1) | resid (d_model)], so
@@ -21,13 +28,18 @@ biases sit on the constant row).  Then, exactly:
     MLP     W1 = W_in^T E, b1 = b_in, W2 = R W_out^T, b2 = R b_out
     W_O     = W_U^T E + b_U e_one^T
 
+A normalization is depthcert's Norm (checkers/model.py) of x = E h: its output G has the
+normalized vector in the resid block and 1 at the constant row, and the gain and bias fold into
+the matrices reading it: E is replaced by E_y with E_y[i, resid i] = w_i and E_y[i, one] = b_i.
+
 R writes into the resid block.  depthcert averages the heads of a layer (1/n_heads), hence the
 factor n_heads; b_O rides on head 0's value of the constant row, which adds exactly b_O because
 the attention weights of a query add up to exactly 1.  The exact model's scale is the real number
 1/sqrt(d_head), of which TransformerLens divides by a float64 rounding.
 
-Refused, with one line each: LayerNorm / RMSNorm of any kind (a square root of the stream),
-activations other than ReLU, gated or parallel MLPs, rotary / shortformer / ALiBi positions,
+Refused, with one line each: activations other than the above (solu, relu2, xielu), gated or
+parallel MLPs, post-norm architectures, a normalization inside attention (use_qk_norm) or after the
+embedding or around each sublayer, rotary / shortformer / ALiBi positions,
 grouped-query heads, local attention, soft caps, a custom attention scale, and state dict
 entries this reader does not know.
 """
@@ -43,7 +55,7 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.layout import Layout
-from depthcert.checkers.model import MLP, Head, Layer, Model
+from depthcert.checkers.model import MLP, Head, Layer, Model, Norm
 
 MAX_SIZE = 4096  # d_vocab + n_ctx + 1 + d_model must fit checkers.layout.MAX_DIM
 MAX_HIDDEN = 1 << 14  # d_head, d_mlp
@@ -63,15 +75,39 @@ class TLConfig:
     d_mlp: int | None  # None: attention-only
     causal: bool
     scaled: bool  # scores divided by sqrt(d_head) (use_attn_scale)
+    normalization: str | None = None  # None | "LN" | "LNPre" | "RMS" | "RMSPre"
+    eps: float = 1e-5  # read as the exact float64 it is
+    act_fn: str = "relu"  # MLP activation (when d_mlp)
+    final_rms: bool = False  # the final normalization is RMS (RMSPre under LNPre)
 
     def to_dict(self) -> dict:
         """A HookedTransformerConfig dict that TransformerLens reads back (from_dict / HookedTransformer(cfg))."""
         return {"n_layers": self.n_layers, "d_model": self.d_model, "n_heads": self.n_heads, "d_head": self.d_head,
                 "d_vocab": self.d_vocab, "d_vocab_out": self.d_vocab_out, "n_ctx": self.n_ctx,
-                "d_mlp": self.d_mlp, "act_fn": "relu" if self.d_mlp else None, "attn_only": self.d_mlp is None,
-                "normalization_type": None, "positional_embedding_type": "standard",
+                "d_mlp": self.d_mlp, "act_fn": self.act_fn if self.d_mlp else None, "attn_only": self.d_mlp is None,
+                "normalization_type": self.normalization, "eps": self.eps, "final_rms": self.final_rms,
+                "positional_embedding_type": "standard",
                 "attention_dir": "causal" if self.causal else "bidirectional", "use_attn_scale": self.scaled,
                 "default_prepend_bos": False}
+
+
+NORMALIZATIONS = (None, "LN", "LNPre", "RMS", "RMSPre")
+# TransformerLens act_fn -> depthcert's MLP activation (gelu_pytorch_tanh is gelu_new's function)
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
+               "gelu_fast": "gelu_fast", "silu": "silu"}
+POST_NORM = ("Olmo2ForCausalLM", "Olmo3ForCausalLM")  # TransformerLens's POST_NORM_ARCHITECTURES
+
+
+def _norm_params(kind: str | None) -> tuple[str, ...]:
+    """The state dict parameters of one normalization module."""
+    return {"LN": ("w", "b"), "RMS": ("w",)}.get(kind, ())
+
+
+def final_norm(c: "TLConfig") -> str | None:
+    """ln_final's kind: RMS (RMSPre under LNPre) when final_rms, else the blocks' kind."""
+    if c.normalization in ("LN", "LNPre") and c.final_rms:
+        return "RMS" if c.normalization == "LN" else "RMSPre"
+    return c.normalization
 
 
 def _int(cfg: dict, key: str, default=None, low: int = 1, high: int = MAX_SIZE) -> int:
@@ -98,9 +134,23 @@ def config_from_dict(cfg) -> TLConfig:
     if missing:
         raise BadInput(f"TransformerLens config lacks {', '.join(missing)} (HookedTransformerConfig.to_dict() has them)")
     norm = cfg.get("normalization_type")
-    if norm not in (None, "None"):
-        raise BadInput(f"TransformerLens config: normalization_type {norm!r} is not supported: LayerNorm/RMSNorm "
-                       "divide by a square root of the stream; depthcert decides models with normalization_type None")
+    if norm == "None":
+        norm = None
+    if norm not in NORMALIZATIONS:
+        raise BadInput(f"TransformerLens config: normalization_type {norm!r} is not supported (None, LN, LNPre, RMS "
+                       "or RMSPre)")
+    eps = cfg.get("eps", 1e-5)
+    if norm is not None:
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+            raise BadInput(f"TransformerLens config: eps must be a positive finite number, got {eps!r} (a "
+                           "zero-variance stream divides by sqrt(eps))")
+    final_rms = cfg.get("final_rms", False)
+    if not isinstance(final_rms, bool):
+        raise BadInput(f"TransformerLens config: final_rms must be true or false, got {final_rms!r}")
+    arch = cfg.get("original_architecture")
+    if arch in POST_NORM:
+        raise BadInput(f"TransformerLens config: original_architecture {arch!r} is post-norm (the norm after each "
+                       "sublayer), which is not supported")
     pos = cfg.get("positional_embedding_type", "standard")
     if pos != "standard":
         raise BadInput(f"TransformerLens config: positional_embedding_type {pos!r} is not supported (only \"standard\")")
@@ -108,16 +158,17 @@ def config_from_dict(cfg) -> TLConfig:
     if not isinstance(attn_only, bool):
         raise BadInput(f"TransformerLens config: attn_only must be true or false, got {attn_only!r}")
     d_mlp = None
+    act = "relu"
     if not attn_only:
         act = cfg.get("act_fn")
-        if act != "relu":
-            raise BadInput(f"TransformerLens config: act_fn {act!r} is not supported: only relu is exactly "
-                           "representable (or set attn_only)")
+        if act not in ACTIVATIONS:
+            raise BadInput(f"TransformerLens config: act_fn {act!r} is not supported (relu, gelu, gelu_new, "
+                           "gelu_pytorch_tanh, gelu_fast or silu; or set attn_only)")
+        act = ACTIVATIONS[act]
         d_mlp = _int(cfg, "d_mlp", high=MAX_HIDDEN)
         _falsy(cfg, "gated_mlp", "a gated MLP")
     _falsy(cfg, "parallel_attn_mlp", "parallel attention and MLP")
     _falsy(cfg, "n_key_value_heads", "grouped-query attention")
-    _falsy(cfg, "final_rms", "a final RMSNorm")
     _falsy(cfg, "use_qk_norm", "QK normalization")
     _falsy(cfg, "post_embedding_ln", "a post-embedding LayerNorm")
     _falsy(cfg, "use_normalization_before_and_after", "normalization before and after")
@@ -154,7 +205,8 @@ def config_from_dict(cfg) -> TLConfig:
         raise BadInput(f"TransformerLens config: d_vocab + n_ctx + 1 + d_model = {d_vocab + n_ctx + 1 + d_model} "
                        f"exceeds depthcert's residual limit {MAX_SIZE}")
     return TLConfig(_int(cfg, "n_layers", high=256), d_model, _int(cfg, "n_heads", high=256), d_head, d_vocab,
-                    d_vocab_out, n_ctx, d_mlp, direction == "causal", scaled)
+                    d_vocab_out, n_ctx, d_mlp, direction == "causal", scaled, norm,
+                    float(eps) if norm is not None else 1e-5, act, final_rms and norm is not None)
 
 
 def expected_shapes(c: TLConfig) -> dict[str, tuple[int, ...]]:
@@ -172,6 +224,9 @@ def expected_shapes(c: TLConfig) -> dict[str, tuple[int, ...]]:
         if c.d_mlp is not None:
             shapes.update({p + "mlp.W_in": (c.d_model, c.d_mlp), p + "mlp.b_in": (c.d_mlp,),
                            p + "mlp.W_out": (c.d_mlp, c.d_model), p + "mlp.b_out": (c.d_model,)})
+        for ln in ("ln1", "ln2") if c.d_mlp is not None else ("ln1",):
+            shapes.update({f"{p}{ln}.{w}": (c.d_model,) for w in _norm_params(c.normalization)})
+    shapes.update({f"ln_final.{w}": (c.d_model,) for w in _norm_params(final_norm(c))})
     return shapes
 
 
@@ -191,8 +246,8 @@ def check_state_dict(c: TLConfig, sd: dict) -> dict[str, np.ndarray]:
         if key.endswith(_BUFFERS) and not key.endswith((".rotary_sin", ".rotary_cos")):
             continue
         if ".ln" in key or key.startswith("ln_final"):
-            raise BadInput(f"TransformerLens state dict has LayerNorm weights ({key}): LayerNorm divides by a "
-                           "square root of the stream and is not supported")
+            raise BadInput(f"TransformerLens state dict has normalization weights ({key}) that normalization_type "
+                           f"{c.normalization!r} does not have")
         raise BadInput(f"TransformerLens state dict: unexpected entry {key!r} for this config")
     for key, shape in shapes.items():
         if key not in sd:
@@ -266,23 +321,40 @@ def model_from_state_dict(cfg, sd: dict, vocab=None, classes=None, name: str = "
     for i in range(dm):
         R[r0 + i, i] = 1
 
-    def affine(W, b):
-        """(W^T E + b e_one^T): rows = outputs."""
-        M = _fmpq_mat(W).transpose() * E
+    def affine(W, b, Ein=E):
+        """(W^T Ein + b e_one^T): rows = outputs."""
+        M = _fmpq_mat(W).transpose() * Ein
         bq = _fmpq_mat(np.asarray(b).reshape(1, -1))
         for i in range(M.nrows()):
             M[i, one] += bq[0, i]
         return M
 
+    eps = Fraction(c.eps)  # the float64 in the config, exactly
+    P_norm = _fractions(E)
+
+    def norm(kind: str | None, prefix: str):
+        """(Norm of x = E h, E_y: the map from its output G to TransformerLens's ln(x)) or (None, E)."""
+        if kind is None:
+            return None, E
+        w = p.get(prefix + "w", np.ones(dm))
+        b = p.get(prefix + "b", np.zeros(dm))
+        wq, bq = _fmpq_mat(w.reshape(1, -1)), _fmpq_mat(b.reshape(1, -1))
+        Ey = flint.fmpq_mat(dm, d)
+        for i in range(dm):
+            Ey[i, r0 + i] = wq[0, i]
+            Ey[i, one] = bq[0, i]
+        return Norm("layernorm" if kind.startswith("LN") else "rmsnorm", P_norm, eps, r0), Ey
+
     m = c.n_heads
     layers = []
     for li in range(c.n_layers):
         pre = f"blocks.{li}.attn."
+        norm_attn, Ea = norm(c.normalization, f"blocks.{li}.ln1.")
         heads = []
         for h in range(m):
-            Q = affine(p[pre + "W_Q"][h], p[pre + "b_Q"][h])
-            K = affine(p[pre + "W_K"][h], p[pre + "b_K"][h])
-            Vm = affine(p[pre + "W_V"][h], p[pre + "b_V"][h])
+            Q = affine(p[pre + "W_Q"][h], p[pre + "b_Q"][h], Ea)
+            K = affine(p[pre + "W_K"][h], p[pre + "b_K"][h], Ea)
+            Vm = affine(p[pre + "W_V"][h], p[pre + "b_V"][h], Ea)
             OV = (R * _fmpq_mat(p[pre + "W_O"][h]).transpose() * Vm) * m
             if h == 0:
                 bO = _fmpq_mat(p[pre + "b_O"].reshape(1, -1))
@@ -290,17 +362,21 @@ def model_from_state_dict(cfg, sd: dict, vocab=None, classes=None, name: str = "
                     OV[r0 + i, one] += bO[0, i] * m
             heads.append(Head(_fractions(K.transpose() * Q), _fractions(OV), attention="softmax",
                               scale=Fraction(1), scale_sqrt_divisor=Fraction(c.d_head if c.scaled else 1)))
-        mlp = None
+        mlp, norm_mlp = None, None
         if c.d_mlp is not None:
             pm = f"blocks.{li}.mlp."
-            W1 = _fmpq_mat(p[pm + "W_in"]).transpose() * E
+            norm_mlp, Em = norm(c.normalization, f"blocks.{li}.ln2.")
+            W1 = _fmpq_mat(p[pm + "W_in"]).transpose() * Em  # Em's constant column carries W_in^T b
             W2 = R * _fmpq_mat(p[pm + "W_out"]).transpose()
             b2 = R * _fmpq_mat(p[pm + "b_out"].reshape(-1, 1))
-            mlp = MLP(_fractions(W1), _vector(_fmpq_mat(p[pm + "b_in"].reshape(-1, 1))), _fractions(W2), _vector(b2))
-        layers.append(Layer(tuple(heads), causal=c.causal, mlp=mlp))
-    W_O = affine(p["unembed.W_U"], p["unembed.b_U"])
+            mlp = MLP(_fractions(W1), _vector(_fmpq_mat(p[pm + "b_in"].reshape(-1, 1))), _fractions(W2), _vector(b2),
+                      activation=c.act_fn)
+        layers.append(Layer(tuple(heads), causal=c.causal, mlp=mlp, norm_attn=norm_attn, norm_mlp=norm_mlp))
+    norm_final, Ef = norm(final_norm(c), "ln_final.")
+    W_O = affine(p["unembed.W_U"], p["unembed.b_U"], Ef)
     return Model(vocab, n, classes, layout, tuple(layers), _fractions(W_O), name=name,
-                 notes={"source": "transformerlens", "tl_config": c.to_dict()}, constant_row=True, outputs=outputs)
+                 notes={"source": "transformerlens", "tl_config": c.to_dict()}, constant_row=True, outputs=outputs,
+                 norm_final=norm_final)
 
 
 def _numpy(x):
@@ -422,6 +498,9 @@ def export_state_dict(model: Model, dtype=np.float32) -> tuple[dict, dict[str, n
     get zero heads, layers without an MLP a zero MLP (both add exactly 0).  The weights are rounded
     to `dtype` (round to nearest): the exported model is a float approximation of the exact one.
     Refused (one line): relu or hardmax attention, causal and non-causal layers mixed."""
+    if model.has_norm_or_smooth:
+        raise BadInput("cannot export to TransformerLens: exporting LayerNorm/RMSNorm or gelu/silu models is not "
+                       "supported (read them from their own TransformerLens checkpoint)")
     kinds = {h.attention for L in model.layers for h in L}
     if kinds - {"softmax"}:
         bad = sorted(kinds - {"softmax"})[0]
