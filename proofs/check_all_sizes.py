@@ -696,6 +696,429 @@ def _text(p: Poly, ctx: Ctx) -> str:
     return " + ".join(parts) or "0"
 
 
+# ----------------------------------------------------------------------------- the task side, re-derived
+
+# The variants each task's certificates may name (a name outside these is refused; which variant a
+# certificate's tables are is bound by its content hash, recomputed by `check-certificate FILE --rebuild`).
+VARIANTS = {"icqa": {"copy-matching"}, "multihop": {"linear", "doubling", "paper"}, "tm": {"ternary"},
+            "ictm": {"parsing-copying-matching"}, "sc": {"heads"}, "parity": {"count"}, "mod-count": {"count"}}
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _template(tokens) -> tuple:
+    seen = {}
+    return tuple(seen.setdefault(t, len(seen)) for t in tokens)
+
+
+def _template_name(pattern) -> str:
+    if len(pattern) and max(pattern) < len(LETTERS):
+        return "".join(LETTERS[v] for v in pattern)
+    return ".".join(str(v) for v in pattern)
+
+
+def _power(f: dict, start, hops: int):
+    """f^hops(start): walk until an entity repeats, then reduce hops modulo the cycle."""
+    path, where = [start], {start: 0}
+    while len(path) <= hops:
+        nxt = f[path[-1]]
+        if nxt in where:
+            mu = where[nxt]
+            return path[mu + (hops - mu) % (len(path) - mu)]
+        where[nxt] = len(path)
+        path.append(nxt)
+    return path[hops]
+
+
+def _columns(pt: dict, nv: int) -> list:
+    """H0 read as the one-hot embedding it must be: per column family (name, sort, token row (name,
+    sort), position row (name, sort)); every entry the constant 1, one token row ("tok:...") and one
+    position row ("pos...") per column, a row indexed by a set only on a column of that set at the
+    same member, distinct position rows."""
+    rows, cols = pt["rows"], pt["cols"]
+    one = Poly.const(1, nv)
+    tok, pos = {}, {}
+    for r, c, p, v in pt["H0"]:
+        if not (0 <= r < len(rows) and 0 <= c < len(cols)):
+            raise Invalid("H0 index out of range")
+        rname, rsort = rows[r]
+        cname, csort = cols[c]
+        if Poly.parse(v, nv) != one:
+            raise Invalid(f"H0 at ({rname}, {cname}) is not 1: not the one-hot embedding")
+        if rsort is not None and (rsort != csort or p != "eq"):
+            raise Invalid(f"H0 at ({rname}, {cname}, {p!r}): a row of set {rsort} on a column that is not its member")
+        if rsort is None and p not in ("",) and not (csort is not None and p in ("eq", "ne")):
+            raise Invalid(f"H0 pattern {p!r} at ({rname}, {cname})")
+        if rsort is None and csort is not None and p == "ne":
+            raise Invalid(f"H0 at ({rname}, {cname}, 'ne'): not one-hot")
+        kind = tok if rname.startswith("tok:") else pos if rname.startswith("pos") else None
+        if kind is None:
+            raise Invalid(f"H0 writes row {rname}: the embedding has token and position rows only")
+        if c in kind:
+            raise Invalid(f"column {cname} has two {'token' if kind is tok else 'position'} rows in H0")
+        kind[c] = (rname, rsort)
+    out = []
+    for c, (cname, csort) in enumerate(cols):
+        if c not in tok or c not in pos:
+            raise Invalid(f"column {cname} has no {'token' if c not in tok else 'position'} row in H0")
+        if csort is not None and pos[c][1] != csort:
+            raise Invalid(f"column {cname} of set {csort}: its members share one position row")
+        out.append((cname, csort, tok[c], pos[c]))
+    if len({p for _, _, _, p in out}) != len(out):
+        raise Invalid("two columns have one position row in H0")
+    if pt["last"] not in [c for c, _, _, _ in out]:
+        raise Invalid("the last column is not a column")
+    return out
+
+
+def _parts(pt: dict) -> dict:
+    """model set -> (fixed part names, sort part names), from the point's model_sets."""
+    out = {}
+    for S, entry in pt["model_sets"].items():
+        fixed = [n for k, n in entry["parts"] if k == "fixed"]
+        sorts = [n for k, n in entry["parts"] if k == "sort"]
+        if len(set(fixed)) != len(fixed):
+            raise Invalid(f"set {S}: a fixed part named twice")
+        out[S] = (fixed, sorts)
+    return out
+
+
+def _vocab_sequence(pt: dict, nv: int, length: int, groups: tuple, literals: tuple) -> list:
+    """The representative's tokens in position order: (set, fixed part) for a token of a task set,
+    the literal otherwise; positions pos0 .. pos{length-1}, each once, the last the read column."""
+    cols = _columns(pt, nv)
+    by_pos = {}
+    for cname, csort, (tname, tsort), (pname, psort) in cols:
+        if csort is not None or tsort is not None or psort is not None:
+            raise Invalid(f"column {cname}: a position indexed by a set (this task's positions are single)")
+        by_pos[pname] = (cname, tname)
+    want = [f"pos{j}" for j in range(length)]
+    if sorted(by_pos) != sorted(want):
+        raise Invalid(f"the positions in H0 are {sorted(by_pos)}, not pos0 .. pos{length - 1}")
+    if by_pos[want[-1]][0] != pt["last"]:
+        raise Invalid("the read column is not the last position")
+    parts = _parts(pt)
+    seq = []
+    for p in want:
+        name = by_pos[p][1][len("tok:"):]
+        if "@" in name and name.split("@", 1)[0] in groups:
+            S, part = name.split("@", 1)
+            if part not in parts.get(S, ((), ()))[0]:
+                raise Invalid(f"token {name} is not a fixed member of set {S}")
+            seq.append((S, part))
+        elif name in literals:
+            seq.append(name)
+        else:
+            raise Invalid(f"token {name} is not a token of the task")
+    return seq
+
+
+def _need(ok: bool, pt: dict, why: str) -> None:
+    if not ok:
+        raise Invalid(f"representative {pt['representative']} is not a point of the task: {why}")
+
+
+def _stabilizer_is_free(pt: dict, used: dict) -> None:
+    """The fixed parts of each set are exactly the members the point uses and the rest is one part
+    (its stabilizer is the symmetric group of the unused members, as the orbit identity assumes)."""
+    for S, (fixed, sorts) in _parts(pt).items():
+        if sorted(fixed) != sorted(used.get(S, ())):
+            raise Invalid(f"representative {pt['representative']}: set {S} fixes {sorted(fixed)}, the point uses "
+                          f"{sorted(used.get(S, ()))}: its orbit size is not |G| / |Stab|")
+        if len(sorts) != 1:
+            raise Invalid(f"representative {pt['representative']}: set {S} has {len(sorts)} parts of unused members, not one")
+
+
+def task_side(cert: dict, nv: int) -> tuple[str, int]:
+    """Each representative read from its H0, its label computed by the task's rule and compared with
+    the certificate's (label, or start and next for every hops), its fixed members the ones it uses,
+    and the representatives' first-occurrence forms pairwise different.  Returns (what was checked,
+    number of representatives)."""
+    task, fixed = cert.get("task"), cert.get("fixed") or {}
+    forms = {}
+    for pt in cert["points"]:
+        unsorted = {c[0] for c in pt["classes"] if c[1] is None}
+        if task == "icqa":
+            form, label = _icqa_point(pt, nv)
+        elif task in ("tm", "multihop", "ictm"):
+            if task == "tm":
+                l = fixed["l"]
+                seq = _vocab_sequence(pt, nv, l + 1, ("m",), ("<cls>",))
+                _need(all(isinstance(t, tuple) for t in seq[:l]) and seq[l] == "<cls>", pt, "not l tokens then <cls>")
+                label = "cls:" + _template_name(_template(seq[:l]))
+            elif task == "multihop":
+                k = fixed["k"]
+                seq = _vocab_sequence(pt, nv, 3 * k + 2, ("N",), (">",))
+                _need(all(seq[3 * i + 1] == ">" for i in range(k)) and seq[3 * k + 1] == ">", pt, "a > is missing")
+                f = {seq[3 * i]: seq[3 * i + 2] for i in range(k)}
+                _need(len(f) == k and all(isinstance(x, tuple) for x in f), pt, "the k sources are not distinct entities")
+                _need(all(y in f for y in f.values()), pt, "a target is not a source")
+                s = seq[3 * k]
+                _need(s in f, pt, "the query is not a source")
+                cls = lambda e: "cls:N@" + e[1]  # noqa: E731
+                if "start" in pt:
+                    reached, x = [], f[s]
+                    while x not in reached:
+                        reached.append(x)
+                        x = f[x]
+                    want_next = {cls(x): cls(f[x]) for x in reached}
+                    if pt["start"] != cls(f[s]) or pt["next"] != want_next:
+                        raise Invalid(f"representative {pt['representative']}: the label rule is start "
+                                      f"{pt['start']} next {pt['next']}; the task's (f on the sources) is start "
+                                      f"{cls(f[s])} next {want_next}")
+                    label = None
+                else:
+                    label = cls(_power(f, s, fixed["hops"]))
+            else:
+                k, l = fixed["k"], fixed["l"]
+                b = l + 2
+                seq = _vocab_sequence(pt, nv, k * b + l + 1, ("m", "n_a"), ("=",))
+                ctx = [tuple(seq[i * b: i * b + l]) for i in range(k)]
+                outs = [seq[i * b + l + 1] for i in range(k)]
+                q = tuple(seq[k * b: k * b + l])
+                _need(all(seq[i * b + l] == "=" for i in range(k)) and seq[-1] == "=", pt, "an = is missing")
+                _need(all(isinstance(t, tuple) and t[0] == "m" for x in ctx + [q] for t in x), pt,
+                      "a question token outside the alphabet")
+                _need(all(isinstance(a, tuple) and a[0] == "n_a" for a in outs) and len(set(outs)) == k, pt,
+                      "the answers are not k distinct answer tokens")
+                temps = [_template(x) for x in ctx]
+                _need(len(set(temps)) == k, pt, "two context questions share a template")
+                hits = [i for i in range(k) if temps[i] == _template(q)]
+                _need(len(hits) == 1, pt, "the query's template is not a context template")
+                _need(fixed.get("query", "any") != "new" or q != ctx[hits[0]], pt, "the query repeats its question")
+                label = "cls:n_a@" + outs[hits[0]][1]
+            used = {}
+            for t in seq:
+                if isinstance(t, tuple) and t[1] not in used.setdefault(t[0], []):
+                    used[t[0]].append(t[1])
+            _stabilizer_is_free(pt, used)
+            # the label is a function of the sequence (the rule), so the sequence's form is the orbit's
+            renamed, seen = [], {}
+            for t in seq:
+                if isinstance(t, tuple):
+                    group = seen.setdefault(t[0], {})
+                    renamed.append((t[0], group.setdefault(t[1], len(group))))
+                else:
+                    renamed.append(t)
+            form = tuple(renamed)
+        else:
+            raise Invalid(f"no label rule for task {task!r} here")
+        if label is not None:
+            if label not in unsorted:
+                raise Invalid(f"representative {pt['representative']}: its label by the task's rule, {label}, is not "
+                              "one of its single class families")
+            if pt.get("label") != label:
+                raise Invalid(f"representative {pt['representative']}: the certificate's label is {pt.get('label')}, "
+                              f"the task's rule gives {label}")
+        if form in forms:
+            raise Invalid(f"representatives {forms[form]} and {pt['representative']} are in one orbit "
+                          "(equal first-occurrence forms): a duplicate representative")
+        forms[form] = pt["representative"]
+    return ("labels by the task's rule, representatives in pairwise different orbits (first-occurrence forms), "
+            "fixed members = members used"), len(forms)
+
+
+def _icqa_point(pt: dict, nv: int):
+    """ICQA's representative: triples indexed by the parts of T (one fixed triple, one set of the others),
+    each (question, =, answer) with the triple's own member of Q and A, then (query, =); the label is the
+    answer of the triple whose question is the query."""
+    cols = _columns(pt, nv)
+    parts = _parts(pt)
+    if set(parts) != {"Q", "A", "T"}:
+        raise Invalid("an icqa point splits the sets Q, A, T")
+    tfixed, tsorts = parts["T"]
+    slots = {}
+    for cname, csort, (tname, tsort), (pname, psort) in cols:
+        if pname in ("posF0", "posF1"):
+            _need(csort is None and tsort is None, pt, f"{pname} is one position")
+            slots[pname] = tname
+            continue
+        r, _, part = pname.partition("@")
+        _need(r in ("pos0", "pos1", "pos2") and (part in tfixed or part in tsorts), pt, f"position row {pname}")
+        _need((psort is None) == (part in tfixed) and (psort is None or psort == part), pt, f"position row {pname}")
+        slots[(int(r[3]), part)] = (tname, tsort)
+    want = {(r, p) for r in range(3) for p in tfixed + tsorts} | {"posF0", "posF1"}
+    _need(set(slots) == want, pt, "the columns are not 3 per triple part and the query's 2")
+    used = {"Q": [], "A": [], "T": list(tfixed)}
+    questions = {}
+    for part in tfixed + tsorts:
+        for r, S in ((0, "Q"), (2, "A")):
+            tname, tsort = slots[(r, part)]
+            _need(tname.startswith(f"tok:{S}@"), pt, f"slot {r} of triple {part} holds {tname}")
+            member = tname.split("@", 1)[1]
+            if part in tfixed:
+                _need(tsort is None and member in parts[S][0], pt, f"triple {part}: {tname} is not a fixed member")
+                used[S].append(member)
+            else:
+                _need(tsort == part and member == part and part in parts[S][1], pt,
+                      f"triple set {part}: {tname} is not its own member of {S}")
+            if r == 0:
+                questions[part] = (tname, tsort)
+        _need(slots[(1, part)] == ("tok:=", None), pt, f"triple {part}: the middle token is not =")
+    _need(slots["posF1"] == "tok:=", pt, "the sequence does not end with =")
+    hits = [p for p, (tname, tsort) in questions.items() if tsort is None and tname == slots["posF0"]]
+    _need(len(hits) == 1, pt, "the query is not exactly one context question")
+    label = "cls:A@" + slots[(2, hits[0])][0].split("@", 1)[1]
+    for S in ("Q", "A"):
+        if len(set(used[S])) != len(used[S]):
+            raise Invalid(f"representative {pt['representative']}: a member of {S} in two triples")
+    # the stabilizer Sym(the other triples) x Sym(unused questions) x Sym(unused answers): the parts of
+    # Q and A are the fixed members used, the other triples' set and one set of unused members
+    for S in ("Q", "A"):
+        fixed, sorts = parts[S]
+        _need(sorted(fixed) == sorted(used[S]) and len(sorts) == 2 and set(tsorts) <= set(sorts), pt,
+              f"the parts of {S} are not the members used, the other triples' and the unused ones")
+    if len(tfixed) != 1 or len(tsorts) != 1:
+        raise Invalid(f"representative {pt['representative']}: T is not one query triple and the others")
+    return ("icqa",), label  # every icqa point is in one orbit of Sym(Q) x Sym(A) x Sym(T)
+
+
+# ----------------------------------------------------------------------------- binding to the closed value
+
+
+def _sha256_of(value) -> str:
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def check_hash(cert: dict) -> str:
+    """The certificate's `value` (the closed value's canonical tables) hashes to its content_hash."""
+    value, h = cert.get("value"), cert.get("content_hash")
+    if not isinstance(value, dict) or not isinstance(h, str):
+        raise Invalid("no closed value and content hash in the certificate: it is bound to no construction")
+    if _sha256_of(value) != h:
+        raise Invalid(f"the certificate's value hashes to {_sha256_of(value)}, not its content_hash {h}")
+    return h
+
+
+def check_binding(cert: dict, ctx: Ctx) -> str:
+    """Every point's tables (every head of every layer, W_O) are the closed value's tables split by
+    the point's parts, and the value's layers are the point's (each once; every hops: the copy layer
+    once, then the hop layer repeated hops times).  Returns the content hash."""
+    h = check_hash(cert)
+    value = cert["value"]
+    vnames = [p[0] for p in value.get("params", [])]
+    every = bool(_every(cert))
+    for name, v in (cert.get("fixed") or {}).items():
+        if [name, v] not in value.get("fixed", []):
+            raise Invalid(f"the value holds {value.get('fixed')}, not the certificate's {name} = {v}")
+    extra = [n for n in vnames if n not in ctx.names and not (every and n == "hops")]
+    if extra:
+        raise Invalid(f"the value's parameters {vnames} are not the certificate's {ctx.names}")
+
+    def poly(terms, where):
+        out = {}
+        for mono, c in terms:
+            e = [0] * ctx.nv
+            for n, x in zip(vnames, mono):
+                if x and n not in ctx.names:
+                    raise Invalid(f"{where} depends on {n}")
+                if x:
+                    e[ctx.names.index(n)] = x
+            out[tuple(e)] = out.get(tuple(e), Fraction(0)) + _q(c)
+        return Poly(out, ctx.nv)
+
+    def families(key):
+        return {f: s for _, s, fams in value[key] for f in fams}
+
+    stream, positions, classes = families("stream"), families("positions"), families("classes")
+    layers = value["layers"]
+    if every:
+        rep = [poly(lay["repeat"], "a repeat count") if all(not m[vnames.index("hops")] for m, _ in lay["repeat"])
+               else None for lay in layers]
+        hop_ok = len(layers) == 2 and rep[0] == Poly.const(1, ctx.nv) and rep[1] is None and \
+            layers[1]["repeat"] == [[[1 if n == "hops" else 0 for n in vnames], "1"]]
+        if not hop_ok:
+            raise Invalid("the value's layers are not a copy layer once and a hop layer repeated hops times")
+    elif any(poly(lay["repeat"], "a repeat count") != Poly.const(1, ctx.nv) for lay in layers):
+        raise Invalid("a layer of the value is repeated: not the certificate's layers")
+
+    for pt in cert["points"]:
+        parts = _parts(pt)
+
+        def split(fams, point_fams, what):
+            out = {}
+            for name, sort in point_fams:
+                if name in fams and fams[name] is None:
+                    if sort is not None:
+                        raise Invalid(f"{what} family {name} is single in the value")
+                    out[name] = (name, None, None)
+                    continue
+                F, _, part = name.rpartition("@")
+                S = fams.get(F)
+                if not F or S is None or S not in parts:
+                    raise Invalid(f"{what} family {name} is not a family of the value split by a part")
+                fx, ss = parts[S]
+                if not ((part in fx and sort is None) or (part in ss and sort == part)):
+                    raise Invalid(f"{what} family {name}: {part} is not a part of {S}")
+                out[name] = (F, S, part)
+            want = {(F, p) for F, S in fams.items() for p in ([None] if S is None else parts[S][0] + parts[S][1])}
+            if {(F, part) for F, _, part in out.values()} != want or len(out) != len(point_fams):
+                raise Invalid(f"representative {pt['representative']}: its {what} families are not the value's "
+                              "split by the point's parts")
+            return out
+
+        rmap = split(stream, pt["rows"], "row")
+        split(positions, pt["cols"], "column")
+        kmap = split(classes, pt["classes"], "class")
+
+        def expected(entries, fr, fc, rm, cm):
+            val = {(a, b, p): poly(t, f"entry ({a}, {b})") for a, b, p, t in entries}
+            out = {}
+            for i, (rn, rs) in enumerate(fr):
+                for j, (cn, cs) in enumerate(fc):
+                    F, S, p = rm[rn]
+                    G, T, q = cm[cn]
+                    for pp in (("eq", "ne") if rs is not None and rs == cs else ("",)):
+                        if S is not None and S == T:
+                            vp = "eq" if p == q and (rs is None or pp == "eq") else "ne"
+                        else:
+                            vp = ""
+                        v = val.get((F, G, vp))
+                        if v is not None and not v.is_zero():
+                            out[(i, j, pp)] = v
+            return out
+
+        def got(entries):
+            return {(r, c, p): Poly.parse(v, ctx.nv) for r, c, p, v in entries}
+
+        rows, classes_ = [tuple(f) for f in pt["rows"]], [tuple(f) for f in pt["classes"]]
+        if len(pt["layers"]) != len(layers):
+            raise Invalid(f"representative {pt['representative']}: {len(pt['layers'])} layers, the value has {len(layers)}")
+        for li, (play, vlay) in enumerate(zip(pt["layers"], layers)):
+            if len(play) != len(vlay["heads"]):
+                raise Invalid(f"representative {pt['representative']}: layer {li + 1} has {len(play)} heads, the value's "
+                              f"{len(vlay['heads'])}")
+            for hi, (ph, vh) in enumerate(zip(play, vlay["heads"])):
+                for m in ("W_QK", "W_V"):
+                    if got(ph[m]) != expected(vh[m], rows, rows, rmap, rmap):
+                        raise Invalid(f"representative {pt['representative']}: layer {li + 1} head {hi} {m} is not the "
+                                      f"value's {m} split by the point's parts")
+        if got(pt["W_O"]) != expected(value["W_O"], classes_, rows, kmap, rmap):
+            raise Invalid(f"representative {pt['representative']}: W_O is not the value's W_O split by the point's parts")
+    return h
+
+
+def readout_scale(entries) -> Fraction | None:
+    """The largest |entry| of a read-out (None when an entry depends on the sizes)."""
+    best = Fraction(0)
+    for *_, terms in entries:
+        for mono, c in terms:
+            if any(mono):
+                return None
+            best = max(best, abs(_q(c)))
+    return best or None
+
+
+def normalized(margin: str | None, scale: Fraction | None) -> str:
+    """The margin per unit of read-out: margin / max |W_O entry| (a read-out scaled by c > 0 scales every
+    logit, hence the margin, by c: the normalized margin does not change)."""
+    if margin is None or scale is None:
+        return "none (a margin or a read-out entry depends on the sizes)"
+    return str(Fraction(margin) / scale)
+
+
 # ----------------------------------------------------------------------------- Theorem 1 (sc)
 
 SC_CLAIM = ("correct on every point for all L >= 1 (sequence length before CLS), M >= 1 (alphabet), every seed "
@@ -909,61 +1332,99 @@ def _main(argv) -> int:
     try:
         with open(argv[0]) as fh:
             data = json.load(fh)
-        cert = data.get("certificate", data) if isinstance(data, dict) else None
-        if not isinstance(cert, dict) or cert.get("format") != "depthcert.all-sizes" or cert.get("version") != 1:
-            raise Invalid("not a depthcert.all-sizes version 1 certificate")
-        if cert.get("kind") == "count":
-            failed, margin = check_count(cert, data)
-            head = f"{cert['task']} count" + (f" at p = {cert['p']}" if cert["task"] != "parity" else "")
-            if failed:
-                print(f"{head}: {_n(len(failed), 'condition')} of the count derivation fail: " + "; ".join(failed[:5]))
-                return 1
-            print(f"{head}: valid; every condition of the count derivation re-decided from the builder's rules in "
-                  f"{len(cert['cases'])} key cases (j = 0 and each residue of j mod p), the second differences and "
-                  f"the margin re-derived; claim re-derived; every margin > 0 for all n >= 1; minimum margin {margin}")
-            return 0
-        if cert.get("kind") == "lemma4":
-            failed, margin = check_lemma4(cert, data)
-            if failed:
-                print(f"sc {cert['variant']}: {_n(len(failed), 'condition')} of the Lemma 4 derivation fail: "
-                      + "; ".join(failed))
-                return 1
-            print(f"sc {cert['variant']}: valid; every condition of the Lemma 4 derivation re-decided from the "
-                  "builder's rules (coefficient test); claim and margin re-derived; every margin > 0 for all "
-                  f"L >= 1, M >= 1; minimum margin {margin}")
-            return 0
-        params = [(p["name"], int(p["base"]), p.get("after")) for p in cert["params"]]
-        ctx = Ctx(params)
-        leaves, failures, margins = [], [], []
-        rederive(cert, ctx, data)
-        for pt in cert["points"]:
-            failures += check_point(pt, ctx, leaves, margins)
-        if any(m is None for m in margins):
-            margin = None  # a margin that depends on the sizes: no single number re-derived
-        else:
-            margin = str(min(margins)) if margins else None
-        for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
-            if "margin" in obj and not failures and _margin_text(obj["margin"]) != margin:
-                raise Invalid(f"the {where}'s margin {obj['margin']!r} is not the one re-derived: "
-                              f"{margin if margin is not None else 'none (a margin depends on the sizes)'}")
-        want_status = "partial" if cert.get("fixed") else "proven"  # fixed structural sizes stay finite-only
-        if data is not cert and not failures and _verdict(data) not in (want_status, None):
-            raise Invalid(f"the report's verdict {_verdict(data)!r} does not match a valid proof")
+        code, line = check_data(data)
     except (OSError, ValueError, KeyError, TypeError, IndexError, Invalid) as exc:
         print(f"invalid: {exc}", file=sys.stderr)
         return 2
+    print(line)
+    return code
+
+
+def certificate_of(data):
+    """The certificate object of a report (its "certificate") or the certificate itself."""
+    cert = data.get("certificate", data) if isinstance(data, dict) else None
+    if not isinstance(cert, dict) or cert.get("format") != "depthcert.all-sizes" or cert.get("version") != 1:
+        raise Invalid("not a depthcert.all-sizes version 1 certificate")
+    return cert
+
+
+def _check_variant(cert: dict, data) -> None:
+    """The variant is one of the task's with a proof for every size, and the report's (a family's
+    certificate names the variant "family"; which tables it is, the content hash binds)."""
+    task = cert.get("task")
+    if cert.get("variant") not in VARIANTS.get(task, set()) | {"family"}:
+        raise Invalid(f"variant {cert.get('variant')!r} is not a variant of task {task!r} with a proof for every size "
+                      f"({', '.join(sorted(VARIANTS.get(task, ()))) or 'none'})")
+    if data is not cert and data.get("variant") not in (None, cert["variant"]) and not str(
+            data.get("variant")).startswith("family "):
+        raise Invalid(f"the report's variant {data.get('variant')!r} is not the certificate's {cert['variant']!r}")
+
+
+def check_data(data) -> tuple[int, str]:
+    """(exit code 0 valid / 1 a margin not > 0, the line to print) for a report or certificate;
+    raises Invalid (exit 2) when it is malformed, inconsistent or not re-derivable."""
+    cert = certificate_of(data)
+    if cert.get("kind") in ("count", "lemma4"):
+        _check_variant(cert, data)
+    if cert.get("kind") == "count":
+        failed, margin = check_count(cert, data)
+        head = f"{cert['task']} count" + (f" at p = {cert['p']}" if cert["task"] != "parity" else "")
+        if failed:
+            return 1, f"{head}: {_n(len(failed), 'condition')} of the count derivation fail: " + "; ".join(failed[:5])
+        scale = max([abs(_q(c)) for case in cert["cases"] for k in ("u", "b") for t in case["rules"][k] for _, c in t]
+                    or [Fraction(0)])
+        bound = (f"closed value {check_hash(cert)} (its tables re-hashed)" if "content_hash" in cert or "value" in cert
+                 else "bound to no closed value")
+        return 0, (f"{head}: valid; every condition of the count derivation re-decided from the builder's rules in "
+                   f"{len(cert['cases'])} key cases (j = 0 and each residue of j mod p), labels by the rule "
+                   "(the number of 1s mod p) in the second differences, the margin re-derived; claim re-derived; "
+                   f"every margin > 0 for all n >= 1; minimum margin {margin} (normalized "
+                   f"{normalized(margin, scale or None)}: margin / largest |read-out entry|); {bound}")
+    if cert.get("kind") == "lemma4":
+        h = check_hash(cert)
+        failed, margin = check_lemma4(cert, data)
+        if failed:
+            return 1, f"sc {cert['variant']}: {_n(len(failed), 'condition')} of the Lemma 4 derivation fail: " + "; ".join(failed)
+        w = Poly.parse(cert["rules"]["w"], 3)
+        scale = abs(w.const_term()) if not w.variables() else None
+        return 0, (f"sc {cert['variant']}: valid; every condition of the Lemma 4 derivation re-decided from the "
+                   "builder's rules (coefficient test); claim and margin re-derived; every margin > 0 for all "
+                   f"L >= 1, M >= 1; minimum margin {margin} (normalized {normalized(margin, scale)}: margin / "
+                   f"|read-out weight|); closed value {h} (its tables re-hashed)")
+    params = [(p["name"], int(p["base"]), p.get("after")) for p in cert["params"]]
+    ctx = Ctx(params)
+    leaves, failures, margins = [], [], []
+    rederive(cert, ctx, data)
+    _check_variant(cert, data)
+    for pt in cert["points"]:
+        failures += check_point(pt, ctx, leaves, margins)
+    if not failures:  # a failing margin is reported as such (exit 1) before the task side and the binding
+        side, _ = task_side(cert, ctx.nv)
+        h = check_binding(cert, ctx)
+    if any(m is None for m in margins):
+        margin = None  # a margin that depends on the sizes: no single number re-derived
+    else:
+        margin = str(min(margins)) if margins else None
+    for where, obj in (("certificate", cert), ("report", data if data is not cert else {})):
+        if "margin" in obj and not failures and _margin_text(obj["margin"]) != margin:
+            raise Invalid(f"the {where}'s margin {obj['margin']!r} is not the one re-derived: "
+                          f"{margin if margin is not None else 'none (a margin depends on the sizes)'}")
+    want_status = "partial" if cert.get("fixed") else "proven"  # fixed structural sizes stay finite-only
+    if data is not cert and not failures and _verdict(data) not in (want_status, None):
+        raise Invalid(f"the report's verdict {_verdict(data)!r} does not match a valid proof")
     head = f"{cert['task']} {cert['variant']}" + (f" at {cert['fixed']}" if cert.get("fixed") else "")
     if failures:
         rep, name, off, fr, text, s = failures[0]
-        print(f"{head}: {len(failures)} margin{'s' if len(failures) != 1 else ''} not > 0; first: representative {rep}, label - {name} = {text} "
-              f"({s}) on region offsets {off} free {fr}")
-        return 1
-    print(f"{head}: valid; {_n(len(cert['points']), 'representative')}, {_n(len(leaves), 'leaf region')}, every ReLU sign "
-          "and every margin re-decided" + (f" ({_n(sum(leaves), '(stream, label) pair')}, hop after hop until each repeats)"
-                                          if _every(cert) else "")
-          + "; orbit identity, set sizes and claim re-derived; every margin > 0 for all "
-          + ", ".join(_every(cert) + [_describe(*p) for p in params]) + f"; minimum margin {margin}")
-    return 0
+        return 1, (f"{head}: {len(failures)} margin{'s' if len(failures) != 1 else ''} not > 0; first: representative "
+                   f"{rep}, label - {name} = {text} ({s}) on region offsets {off} free {fr}")
+    scale = readout_scale(cert["value"]["W_O"])
+    return 0, (f"{head}: valid; {_n(len(cert['points']), 'representative')}, {_n(len(leaves), 'leaf region')}, every "
+               "ReLU sign and every margin re-decided"
+               + (f" ({_n(sum(leaves), '(stream, label) pair')}, hop after hop until each repeats)" if _every(cert) else "")
+               + f"; orbit identity, set sizes and claim re-derived; {side}; every table is the closed value {h} "
+               "(re-hashed) split by the point's parts; every margin > 0 for all "
+               + ", ".join(_every(cert) + [_describe(*p) for p in params]) + f"; minimum margin {margin} (normalized "
+               f"{normalized(margin, scale)}: margin / largest |W_O entry|)")
 
 
 if __name__ == "__main__":
