@@ -160,6 +160,7 @@ class ExactMatrix:
         flat = [v if type(v) is Fraction else Fraction(v) for v in M.ravel()]
         m = np.empty(len(flat))
         r = np.zeros(len(flat))
+        inexact = np.zeros(len(flat), dtype=bool)
         for i, v in enumerate(flat):
             try:
                 m[i] = v.numerator / v.denominator  # int / int: correctly rounded
@@ -168,7 +169,12 @@ class ExactMatrix:
                 continue
             d = v.denominator
             if d & (d - 1) or abs(v.numerator).bit_length() > 53 or d.bit_length() > 1000:
-                r[i] = _float_up(abs(v - Fraction(m[i]))) if np.isfinite(m[i]) else INF  # the exact error
+                inexact[i] = True
+        # a correctly rounded m errs by at most u |m| (at most eta/2 when subnormal): u |m| is exact
+        # unless subnormal, so u |m| + eta bounds the error (as for the stream, _stream); an
+        # infinite m (an overflow) keeps r = inf.  One vector operation instead of a Fraction per entry.
+        r[inexact] = np.abs(m[inexact]) * U + ETA
+        r[inexact & ~np.isfinite(m)] = INF
         self.m = m.reshape(M.shape)
         self.r = r.reshape(M.shape)
         self.finite = bool(np.isfinite(self.m).all() and np.isfinite(self.r).all())
