@@ -38,6 +38,18 @@ MAX_HALVINGS = 200
 BALL_SECONDS_PER_POINT = 0.01  # ball forward pass, d' ~ 20 (measured here: ~2-6 ms)
 
 
+def _bar(progress: bool, total: int | None, desc: str, unit: str = "pt"):
+    """A tqdm bar on stderr for one robustness pass (verify-model shows it on a terminal, never
+    under --json), or None."""
+    if not progress:
+        return None
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, leave=False, file=sys.stderr)
+
+
 def map_weights(model: Model, f) -> Model:
     """The model with f applied to every weight (heads, MLPs, W_O)."""
     def conv(M):
@@ -288,7 +300,7 @@ def _ceil_log2(q: Fraction) -> int:
     return e if Fraction(2) ** e >= q and Fraction(2) ** (e - 1) < q else (e + 1 if Fraction(2) ** e < q else e - 1)
 
 
-def model_min_fraction_bits(model: Model, task, verdict, opts: dict) -> dict:
+def model_min_fraction_bits(model: Model, task, verdict, opts: dict, progress: bool = False) -> dict:
     """The fewest fractional bits b such that the model with every weight rounded to a multiple of
     2^-b (ties to even) has exactly the same set of correct points as the model itself (every point
     decided by the certified path of verify-model, checkers/accuracy.py).  The scan starts where
@@ -302,9 +314,14 @@ def model_min_fraction_bits(model: Model, task, verdict, opts: dict) -> dict:
     exact_at = _dyadic_bits(model)
     cap = MAX_BITS if exact_at is None else max(exact_at, start)
     below = None
+    bar = _bar(progress, cap + 1 - start, "robustness: fractional bits", unit="b")
     for b in range(start, cap + 1):
         status, what = _same_set_check(decide_all(round_to_bits(model, b), task, **opts), ref_wrong)
+        if bar is not None:
+            bar.update(1)
         if status == "keeps":
+            if bar is not None:
+                bar.close()
             fails = ("-" if below is None else
                      f"{b - 1} bits: point {below[1]} decided differently" if below[0] == "changes" else
                      f"{b - 1} bits: {below[1]} points undecided (not shown to fail)")
@@ -312,6 +329,8 @@ def model_min_fraction_bits(model: Model, task, verdict, opts: dict) -> dict:
                     "fails": fails, "keeps": "the same set of correct points",
                     "checked": f"b = {start}..{b}, every point decided by the certified path"}
         below = (status, what)
+    if bar is not None:
+        bar.close()
     return {"bits": None, "fails": f"b = {start}..{cap}: none keeps the same set of correct points",
             "keeps": "the same set of correct points"}
 
@@ -344,7 +363,7 @@ def _all_points(model, task):
     return out
 
 
-def model_linf_radius(model: Model, task, verdict, opts: dict) -> dict:
+def model_linf_radius(model: Model, task, verdict, opts: dict, progress: bool = False) -> dict:
     """certified_lower: the largest eps = 2^-k such that a ball forward pass with every weight in
     [w - eps, w + eps] (checkers/weight_balls.py: WeightBallForward, arb exp for softmax) keeps
     every point's verdict (correct points correct, wrong points wrong); broken_upper: an explicit
@@ -361,7 +380,10 @@ def model_linf_radius(model: Model, task, verdict, opts: dict) -> dict:
     points = _all_points(model, task)
     wb0 = WeightBallForward(model)
     worst = None  # (lower margin, index, ids, position, label row, runner-up row)
+    bar = _bar(progress, len(points), "robustness: smallest margin")
     for index, ids, labels in points:
+        if bar is not None:
+            bar.update(1)
         if index in ref_wrong:
             continue
         try:
@@ -372,6 +394,8 @@ def model_linf_radius(model: Model, task, verdict, opts: dict) -> dict:
             for c, lo, _ in cs:
                 if worst is None or lo < worst[0]:
                     worst = (lo, index, ids, pos, y, c)
+    if bar is not None:
+        bar.close()
     upper, broken_at = None, None
     if worst is not None and worst[0] > 0:
         import flint
@@ -410,12 +434,17 @@ def model_linf_radius(model: Model, task, verdict, opts: dict) -> dict:
         eps = Fraction(1, 2**k)
         wb = WeightBallForward(model, eps)
         ok = True
+        bar = _bar(progress, len(hard) + len(points), f"robustness: radius 2^-{k}")
         for p in hard + points:
+            if bar is not None:
+                bar.update(1)
             if not _robust_point(wb, p[1], p[2], p[0] in ref_wrong):
                 if p not in hard:
                     hard.insert(0, p)
                 ok = False
                 break
+        if bar is not None:
+            bar.close()
         if ok:
             lower = eps
             break
@@ -434,9 +463,10 @@ def model_linf_radius(model: Model, task, verdict, opts: dict) -> dict:
     return out
 
 
-def model_robustness_report(model: Model, task, verdict, opts: dict) -> dict:
+def model_robustness_report(model: Model, task, verdict, opts: dict, progress: bool = False) -> dict:
     """--robustness for verify-model: any model class (relu, hardmax, softmax; any read-out
-    positions), 'keeps the verdict' meaning the same set of correct points."""
+    positions), 'keeps the verdict' meaning the same set of correct points.  `progress`: a tqdm
+    bar on stderr per pass (a terminal run is never silent for a minute)."""
     if task.size > MODEL_MAX_POINTS:
         raise BadInput(f"--robustness covers at most {MODEL_MAX_POINTS:,} points (ball passes); "
                        f"this task has {task.size:,}")
@@ -456,6 +486,6 @@ def model_robustness_report(model: Model, task, verdict, opts: dict) -> dict:
                "the format passes cover models read at the last position" if model.outputs != "last" else
                "the format passes cover models correct on every point")
         fm = {"available": False, "reason": why}
-    return {"linf_radius": model_linf_radius(model, task, verdict, opts),
-            "min_fraction_bits": model_min_fraction_bits(model, task, verdict, opts),
+    return {"linf_radius": model_linf_radius(model, task, verdict, opts, progress),
+            "min_fraction_bits": model_min_fraction_bits(model, task, verdict, opts, progress),
             "formats": fm}

@@ -200,3 +200,69 @@ def test_worker_processes_fork_without_jax(monkeypatch):
     assert shards.start_method() == "fork"  # no start-up cost where nothing forbids it
     monkeypatch.setitem(sys.modules, "jax", object())
     assert shards.start_method() == "forkserver"
+
+
+# ---- --as-printed and --readout name the same read-out
+
+def test_as_printed_theorem1_reads_out_with_lemma3_and_says_so():
+    base = ["verify-construction", "sc", "--length", "4", "--alphabet", "3"]
+    printed = run(*base, "--as-printed")
+    assert printed.returncode == 0 and "Lemma 3 classifier" in printed.stdout and "min margin  1/64" in printed.stdout
+    same = run(*base, "--as-printed", "--readout", "lemma3", "--json")
+    assert same.returncode == 0, same.stderr
+    doc = json.loads(same.stdout)
+    assert (doc["readout"], doc["min_margin"]["exact"]) == ("lemma3", "1/64")
+    paper = run(*base, "--as-printed", "--readout", "paper")
+    assert paper.returncode == 2 and "reads out with Lemma 3's classifier" in paper.stderr
+    ours = run(*base, "--readout", "lemma3")  # depthcert's version reads the one-hots: the hint names --as-printed
+    assert ours.returncode == 2 and "--as-printed" in ours.stderr and ours.stderr.count("\n") == 1
+    assert json.loads(run(*base, "--json").stdout)["readout"] == "paper"
+
+
+# ---- verify-model: the time line covers every phase; robustness shows progress on a terminal
+
+EXAMPLE = ["docs/examples/prev-token-softmax-1.json", "--dataset", "docs/examples/prev-token-data.json"]
+
+
+def test_verify_model_time_line_covers_robustness():
+    r = run("verify-model", *EXAMPLE, "--robustness")
+    last = r.stdout.rstrip().splitlines()[-1]
+    m = re.fullmatch(r"time {11}(\d+\.\d) s \(ran on this process\): (\d+\.\d) s reading the model and the task, "
+                     r"(\d+\.\d) s deciding every point, (\d+\.\d) s robustness", last)
+    assert m, r.stdout
+    total, *parts = map(float, m.groups())
+    assert sum(parts) <= total + 0.2 and float(m.group(4)) > 0  # the robustness phase is in the total
+    doc = json.loads(run("verify-model", *EXAMPLE, "--robustness", "--json").stdout)
+    assert doc["total_seconds"] >= doc["seconds"] + doc["robustness_seconds"] - 0.01
+
+
+def test_robustness_shows_progress_on_a_terminal_only(monkeypatch, capsys):
+    from depthcert.cli.common import run_main
+    from depthcert.cli.verify_model import _main as verify_model
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert run_main(verify_model, EXAMPLE + ["--robustness"]) == 0
+    err = capsys.readouterr().err
+    for bar in ("robustness: smallest margin", "robustness: radius 2^-", "robustness: fractional bits"):
+        assert bar in err, err[-500:]
+    assert run_main(verify_model, EXAMPLE + ["--robustness", "--json"]) == 0
+    assert capsys.readouterr().err == ""  # --json: quiet, even on a terminal
+
+
+# ---- the --wrong-out file is what docs/trained-models.md says
+
+def test_wrong_out_file_is_the_documented_example(tmp_path):
+    text = open(os.path.join(ROOT, "docs", "trained-models.md")).read()
+    section = text[text.index("## The `--wrong-out` file"):]
+    cmd = re.search(r"`(verify-model [^`]*--wrong-out wrong\.json)`", section).group(1)
+    example = re.search(r"<!-- wrong-out-example -->\n```json\n(.*?)\n```", section, re.S).group(1)
+    argv = cmd.split()
+    argv[argv.index("wrong.json")] = str(tmp_path / "wrong.json")
+    r = run(*argv)
+    assert r.returncode == 0 and f"wrote          {tmp_path / 'wrong.json'}" in r.stdout, r.stdout
+    got = json.load(open(tmp_path / "wrong.json"))
+    assert got == json.loads(example)
+    assert got["correct"] + len(got["wrong"]) + len(got["undecided"]) == got["points"]
+    for key in got:  # every key is named in the section's prose
+        assert f"`{key}`" in section, key

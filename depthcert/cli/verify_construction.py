@@ -190,15 +190,23 @@ def _verify_construction_guarded(args, t_start: float) -> int:
             c = family_construction(args.family, task)  # its closed value instantiated (constructions/closed.py)
         else:
             lemma3_builder = constructions.fits_readout(constructions.builder_of(task, args.variant))
-            if args.readout == "lemma3" and not lemma3_builder:
-                raise BadInput("--readout lemma3: this construction's read-out is the paper's own (not Lemma 3); "
-                               "use --readout paper or max-margin")
             if args.readout == "paper" and lemma3_builder:
                 raise BadInput("--readout paper: the paper gives this construction no read-out of its own "
                                "(Lemma 3 is an existence proof); use --readout lemma3 or max-margin")
             # --as-printed is the paper's construction as printed: its read-out stays Lemma 3 under auto
             want_fit = args.readout == "max-margin" or (args.readout == "auto" and lemma3_builder and not args.as_printed)
             c = constructions.build(task, args.variant, args.as_printed, lemma3=not want_fit)
+            # the read-out the construction has as built (as printed, Theorem 1's is Lemma 3's while
+            # depthcert's version reads the one-hots): --readout lemma3 / paper name exactly that one
+            if args.readout == "lemma3" and c.readout not in ("lemma3", "none"):
+                printed_lemma3 = not args.as_printed and constructions.build(task, args.variant, True).readout == "lemma3"
+                raise BadInput("--readout lemma3: this construction's read-out is the paper's own (not Lemma 3); "
+                               "use --readout paper or max-margin" + (
+                                   "; as printed (--as-printed) it reads out with Lemma 3's classifier"
+                                   if printed_lemma3 else ""))
+            if args.readout == "paper" and c.readout == "lemma3":
+                raise BadInput("--readout paper: as printed, this construction reads out with Lemma 3's classifier; "
+                               "use --readout lemma3 or max-margin")
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
         own = "lemma3" if c.readout == "none" else c.readout  # a W_O left for the fit replaces Lemma 3's
     check_compatible(model, task)

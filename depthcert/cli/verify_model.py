@@ -173,6 +173,7 @@ def write_points(path: str, task, verdict) -> None:
 
 
 def _main(argv) -> int:
+    t_start = time.perf_counter()
     p = _Parser(prog="verify-model", description="Certified accuracy of a trained model on every point of a dataset.")
     p.add_argument("checkpoint", help="TransformerLens checkpoint (.safetensors, .pt) or depthcert weights (.json)")
     src = p.add_mutually_exclusive_group(required=True)
@@ -202,6 +203,10 @@ def _main(argv) -> int:
     p.add_argument("--robustness", action="store_true",
                    help="weight tolerance (certified ball pass, arb exp for softmax), fewest fractional bits and float "
                         "formats, each keeping the same set of correct points (docs/robustness.md)")
+    p.add_argument("--compare-float", action="store_true",
+                   help="also run a plain float32 and a float64 forward of the TransformerLens checkpoint over every "
+                        "point and count where each disagrees with the certified decision (a float brute force "
+                        "certifies nothing)")
     args = p.parse_args(argv)
     for name in ("precision", "max_precision"):
         v = getattr(args, name)
@@ -226,15 +231,28 @@ def _main(argv) -> int:
         raise BadInput(f"{task.describe()} has {task.size:,} points, more than --max-points {args.max_points:,}")
     if args.robustness and (args.dask is not None or args.journal is not None):
         raise BadInput("--robustness runs in this process: drop --dask and --journal")
+    if args.compare_float:
+        if not args.checkpoint.lower().endswith((".safetensors", ".pt", ".pth")):
+            raise BadInput("--compare-float applies to TransformerLens checkpoints (.safetensors, .pt)")
+        if task.outputs != "last":
+            raise BadInput("--compare-float reads the last position only; this dataset labels every position")
     model = load_any_model(args.checkpoint, args.config, task)
+    read_seconds = time.perf_counter() - t_start
     opts = {"start_precision": args.precision, "max_precision": args.max_precision, "method": args.method}
     v = run(model, task, opts, args.chunk_points, args.batch_size, args.dask, args.workers, args.journal,
             progress=not args.json and sys.stderr.isatty(), max_seconds=args.max_seconds)
-    robust = None
+    floats = None
+    if args.compare_float:
+        from depthcert.interop.float_forward import compare_with_verdict
+        from depthcert.interop.transformerlens import read_checkpoint
+
+        floats = compare_with_verdict(*read_checkpoint(args.checkpoint, args.config), task, v)
+    robust, t_robust = None, time.perf_counter()
     if args.robustness:
         from depthcert.proofs.robustness import model_robustness_report
 
-        robust = model_robustness_report(model, task, v, opts)
+        robust = model_robustness_report(model, task, v, opts, progress=not args.json and sys.stderr.isatty())
+    robust_seconds = time.perf_counter() - t_robust
     if args.wrong_out:
         write_points(args.wrong_out, task, v)
     if args.require_all and len(v.wrong):
@@ -252,8 +270,12 @@ def _main(argv) -> int:
                           "verdict": v.verdict, "min_margin": margin,
                           "first_wrong": [int(i) for i in v.wrong[: args.show]],
                           "first_undecided": [int(i) for i in v.undecided[:100]],
-                          "evaluation": v.path, "seconds": round(v.seconds, 3)}
-                         | ({} if robust is None else {"robustness": robust})))
+                          "evaluation": v.path, "seconds": round(v.seconds, 3),
+                          "total_seconds": round(time.perf_counter() - t_start, 3)}
+                         | ({"robustness_seconds": round(robust_seconds, 3)} if args.robustness else {})
+                         | ({"wrote": [args.wrong_out]} if args.wrong_out else {})
+                         | ({} if robust is None else {"robustness": robust})
+                         | ({} if floats is None else {"float_comparison": floats})))
         return code
     pct = 100 * v.correct / v.points if v.points else 0.0
     print(f"model          {os.path.basename(args.checkpoint)} ({model.kinds()}, {plural(model.n_layers, 'layer')}, d' = {model.dim})")
@@ -273,9 +295,16 @@ def _main(argv) -> int:
     print(f"min margin     {_fmt_margin(v.margin)} (over the correct points)")
     if args.require_all:
         print(f"verdict        {v.verdict}")
-    print(f"time           {v.seconds:.1f} s ({v.notes[0]})")
+    if floats is not None:
+        _print_floats(floats, task, args.show)
     if robust is not None:
         _print_robustness(robust)
+    if args.wrong_out:
+        print(f"wrote          {args.wrong_out} (every wrong and undecided point: docs/trained-models.md)")
+    total = time.perf_counter() - t_start  # the last line: the whole run, reading the model included
+    print(f"time           {total:.1f} s ({v.notes[0]})" + (
+        f": {read_seconds:.1f} s reading the model and the task, {v.seconds:.1f} s deciding every point, "
+        f"{robust_seconds:.1f} s robustness" if args.robustness else ""))
     return code
 
 
@@ -291,6 +320,20 @@ def _print_robustness(r: dict) -> None:
     print("  keeps        the same set of correct points")
     if "available" in fm:
         print(f"  formats      not available: {fm['reason']}")
+
+
+def _print_floats(floats: dict, task, show: int) -> None:
+    """--compare-float: each float brute force's counts and its disagreements with the certificate."""
+    for name, f in floats.items():
+        print(f"{name:<14} {f['correct']:,} correct, {f['wrong']:,} wrong by a plain {name} forward ({f['seconds']:.1f} s); "
+              f"{plural(f['disagreements'], 'disagreement')} with the certified decision"
+              + (f", {f['undecided_float_correct']:,} undecided points it calls correct" if f["undecided_float_correct"] else ""))
+        for d in f["first_disagreements"][:show]:
+            pt = task.point(d["point"])
+            print(f"  point {d['point']}: {task.render(pt.tokens)}  label {pt.label}: certified {d['certified']}, "
+                  f"{name} says {d['float']}")
+        if f["disagreements"] > show:
+            print(f"  ... {f['disagreements'] - show:,} more (--json lists the first {len(f['first_disagreements'])})")
 
 
 def verify_model_main(argv=None) -> int:
