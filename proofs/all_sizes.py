@@ -609,7 +609,7 @@ def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0:
         "it to the model the finite check verifies",
         "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "
         "one-hot token and position embedding, read-out at the last column)",
-        "the task's symmetry: the orbit identity of step 2 (the dataset is the orbit of its representatives)")
+        "the task's definition (its dataset closed under the group) and the orbit identity of step 2; the representatives are checked, not trusted (checkers/symmetry.check_orbits: distinct orbits, orbit sizes re-derived, labels from the task's rule)")
     return _after_family(plan, rep, ring_, fam, spaces, family_sizes, t0, value)
 
 
@@ -1184,7 +1184,7 @@ def _multihop_linear_symbolic(task, value, build, rep, ring_, built, t0):
         "check verifies",
         "the kernel's semantics as the lumped pass implements them (relu attention averaged per layer, residual, "
         "one-hot token and position embedding, read-out at the last column)",
-        "the task's symmetry (the orbit identity of step 2) and its label rule f^h(s) = f(f^(h-1)(s)) (step 3)")
+        "the task's definition (its dataset closed under the group), the orbit identity of step 2 and its label rule f^h(s) = f(f^(h-1)(s)) (step 3); the representatives are checked, not trusted (checkers/symmetry.check_orbits)")
     return copy_f, hop_f, spaces
 
 
