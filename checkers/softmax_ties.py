@@ -19,14 +19,19 @@ the algebraic numbers: N = 0 exactly iff every collected coefficient is 0.  Henc
                             finite precision: raise it (up to the cap)
 
 Signs met on the way (relu of such a value, hardmax comparisons after softmax) are decided the
-same way, so the whole forward pass stays in this normal form.  Outside it -- a softmax head
-whose scores are not exact rationals (they read values written through exp, so its exponents
-are transcendental and Lindemann-Weierstrass says nothing) -- the decision raises Outside and
-the point stays undecided, saying so.  A term limit bounds the expansion (Outside as well).
+same way, so the whole forward pass stays in this normal form.  A value N / D is a rational q
+exactly when N's collected terms are q times D's (N - q D = 0, by the same theorem), so a later
+softmax head whose scores are rational (e.g. an earlier softmax averaging equal values) is
+decided too.  Outside the form -- a softmax head whose scores are not rational (then they are
+transcendental: an algebraic N / D would again be a ratio of coefficients, and
+Lindemann-Weierstrass says nothing about such exponents) -- the decision raises Outside and the
+point stays undecided, saying so.  The time and term limits (Limits) are enforced inside the
+arithmetic and leave the point undecided naming the limit (LimitReached).
 """
 from __future__ import annotations
 
 import math
+import threading
 import time
 from fractions import Fraction
 
@@ -68,7 +73,11 @@ class Limits:
 
 
 _UNLIMITED = Limits(float("inf"), 10**18)
-_limits = _UNLIMITED  # the point being decided sets its own (TieDecider.decide); one point at a time
+_state = threading.local()  # .limits: the point this thread decides (TieDecider.decide), else unlimited
+
+
+def _current() -> Limits:
+    return getattr(_state, "limits", _UNLIMITED)
 
 
 class Capped(Exception):
@@ -107,8 +116,9 @@ class Poly:
     __slots__ = ("terms",)
 
     def __init__(self, terms: dict):
-        _limits.check_terms(len(terms))
-        _limits.check_time()
+        limits = _current()
+        limits.check_terms(len(terms))
+        limits.check_time()
         self.terms = terms
 
     def __add__(self, other: "Poly") -> "Poly":
@@ -130,7 +140,7 @@ class Poly:
         if other is ONE:
             return self
         out: dict = {}
-        limits = _limits
+        limits = _current()
         cap = limits.terms
         for k1, v1 in self.terms.items():
             limits.check_time()  # once per row: a row is at most `terms` multiply-adds
@@ -296,8 +306,9 @@ class Signs:
         try:
             roots = [flint.arb(R).sqrt() for R in self.basis.reps]
             total = flint.arb(0)
+            limits = _current()
             for k, a in p.terms.items():
-                _limits.check_time()  # one exp per term, at up to the cap's precision
+                limits.check_time()  # one exp per term, at up to the cap's precision
                 e = flint.arb(0)
                 for x, r in zip(k, roots):
                     if x:
@@ -324,7 +335,7 @@ class Signs:
             return (c > 0) - (c < 0)
         prec = self.start
         while True:
-            _limits.check_time()
+            _current().check_time()
             b = self.ball(v.num, prec)
             if b > 0 or b < 0:
                 self.used = max(self.used, prec)
@@ -358,9 +369,8 @@ class TieDecider:
     def decide(self, Hnum: np.ndarray, den: int, labels, logits: bool = False):
         from depthcert.checkers.softmax_balls import PointDecision
 
-        global _limits
         signs = Signs(self.basis, self.cap)
-        _limits = Limits(self.seconds, self.terms)
+        _state.limits = Limits(self.seconds, self.terms)
         try:
             cols = self._forward(Hnum, den, labels, signs)
             return self._decide(cols, labels, signs, logits)
@@ -373,7 +383,7 @@ class TieDecider:
         except Capped:
             return None  # the balls' own undecided decision (with its enclosure) stands
         finally:
-            _limits = _UNLIMITED
+            _state.limits = _UNLIMITED
 
     def _forward(self, Hnum, den, labels, signs):
         n, d = Hnum.shape
