@@ -217,7 +217,7 @@ class PointDecider:
                               Fraction(float(np.nextafter(low + tab.tau, np.inf))), at, at)
                 todo = np.nonzero(status < 0)[0]
             elif self._interval_forward() is not None:
-                Hnum, den = self.prefix.logits_all(ids)
+                Hnum, den = self._stream_in(ids)
                 n = ids.shape[1]
                 if batch.labels.ndim == 1:
                     lab = np.full((len(ids), n), -1, dtype=np.int64)
@@ -259,10 +259,26 @@ class PointDecider:
             m = (Fraction(int(good[j]), den), int(batch.index[~bad][j]))
         return int((~bad).sum()), [int(i) for i in batch.index[bad]], m
 
+    def _stream_in(self, ids):
+        """(Hnum, den): the exact stream entering the first non-rational layer.  With no rational
+        layer before it, that is the one-hot embedding itself (built directly: the prefix evaluator
+        would multiply it by an identity matrix)."""
+        if self.decider.first:
+            return self.prefix.logits_all(ids)
+        B, n = ids.shape
+        V, d = len(self.model.vocab), self.model.dim
+        H = np.zeros((B, n, d), dtype=np.int64)
+        rows = np.arange(B)[:, None]
+        H[rows, np.arange(n)[None, :], ids] = 1
+        H[:, np.arange(n), V + np.arange(n)] = 1
+        if self.model.constant_row:
+            H[:, :, self.model.constant_index] = 1
+        return H, 1
+
     def _ball_points(self, batch, ids, rows, least):
         from depthcert.checkers.exhaustive import _ball_labels
 
-        Hnum, den = self.prefix.logits_all(ids[rows])
+        Hnum, den = self._stream_in(ids[rows])
         n = ids.shape[1]
         correct, wrong, undecided = 0, [], []
         for k, i in enumerate(rows):

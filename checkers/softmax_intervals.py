@@ -220,7 +220,7 @@ def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = Fal
     bias <bm, br>: m = fl(fl(Xm Wm^T) + bm) adds br + u |m| (two more terms of the sum)."""
     Wm_T, A_T, cs, as_ = W
     k = Wm_T.shape[0]
-    m = X.m @ Wm_T
+    m = _matmul(X.m, Wm_T)
     if radius_product:
         R = np.empty_like(m)
         np.multiply(_absmax(X.m), cs, out=R)
@@ -236,6 +236,18 @@ def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = Fal
     R = R + _absmax(m) * U  # u |fl(m)| <= u max |fl(m)| over the point
     R += bias.r
     return Interval(m, _bound(R, k + 3, extra=k + 1))
+
+
+def _matmul(Xm, Wm_T):
+    """Xm @ Wm_T.  A batch whose entries are mostly 0 (the one-hot stream entering the first layer)
+    is multiplied as a sparse matrix: each dot product then sums only its non-zero products, in
+    some order, and Higham's bound for length k (gamma_k, k eta) covers any order and any subset."""
+    if Xm.ndim >= 2 and Xm.size >= 4096 and np.count_nonzero(Xm) * 8 <= Xm.size:
+        from scipy.sparse import csr_matrix
+
+        flat = csr_matrix(Xm.reshape(-1, Xm.shape[-1]))
+        return np.asarray(flat @ Wm_T).reshape(Xm.shape[:-1] + (Wm_T.shape[1],))
+    return Xm @ Wm_T
 
 
 def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
@@ -567,9 +579,12 @@ def _integer_form(M):
         e = max(e, d.bit_length() - 1)
     if e > 900:
         return None
-    ints = [int(v * (1 << e)) for v in vals]
-    if any(abs(x) >= 2**53 for x in ints):
-        return None
+    ints = []
+    for v in vals:  # v 2^e = numerator 2^(e - log2 denominator), exactly; stop at the first too large
+        x = v.numerator << (e - v.denominator.bit_length() + 1)
+        if abs(x) >= 2**53:
+            return None
+        ints.append(x)
     total = sum(abs(x) for x in ints)
     return np.array(ints, dtype=np.float64).reshape(np.shape(M)), e, float(total)
 

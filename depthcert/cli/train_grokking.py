@@ -25,6 +25,7 @@ def _main(argv) -> int:
                    help="stop once the held-out accuracy reaches this (checked every 100 steps; default 1.0)")
     p.add_argument("--save-every", type=nonnegative_int, default=0,
                    help="also write a checkpoint every this many steps (0: none)")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default 1e-3, the paper's)")
     p.add_argument("--seed", type=nonnegative_int, default=999)
     p.add_argument("--data-seed", type=nonnegative_int, default=598)
     args = p.parse_args(argv)
@@ -32,12 +33,14 @@ def _main(argv) -> int:
         raise BadInput(f"--out-dir {args.out_dir}: folder does not exist")
     if not 2 <= args.p <= 1000:
         raise BadInput(f"--p must be in 2 .. 1000, got {args.p}")
+    if not 0 < args.lr < 1:
+        raise BadInput(f"--lr must be in (0, 1), got {args.lr}")
     if args.before_step >= args.steps:
         raise BadInput("--before-step must be below --steps")
     from depthcert.interop.transformerlens import write_checkpoint
     from depthcert.training.grokking import config, train
 
-    cfg = config(args.p, args.seed, args.data_seed)
+    cfg = config(args.p, args.seed, args.data_seed, lr=args.lr)
     name = f"grokking_p{args.p}"
     t0 = time.perf_counter()
     written = []
@@ -51,7 +54,7 @@ def _main(argv) -> int:
               f"{stats['test_accuracy']:.4f}, {time.perf_counter() - t0:.0f} s -> {path}", flush=True)
 
     want = {args.before_step} | (set(range(args.save_every, args.steps, args.save_every)) if args.save_every else set())
-    train(args.steps, save, sorted(want), args.stop_at_test_accuracy, p=args.p, seed=args.seed, data_seed=args.data_seed,
+    train(args.steps, save, sorted(want), args.stop_at_test_accuracy, p=args.p, lr=args.lr, seed=args.seed, data_seed=args.data_seed,
           progress=True)
     return 0
 
