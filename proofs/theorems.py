@@ -48,6 +48,12 @@ class ClaimResult:
     seconds: float
     printed_verdict: str = ""  # the printed weights' verdict when they differ: "refuted" / "verified"
     printed_detail: str = ""
+    readout: str | None = None  # constructions: the read-out checked ("lemma3", "paper"), named by the command
+    printed_readout: str | None = None
+
+    def command(self, as_printed: bool = False) -> str:
+        """The command line that prints exactly this result's numbers (read-out included)."""
+        return command(self.claim, as_printed, self.printed_readout if as_printed else self.readout)
 
     @property
     def ok(self) -> bool:
@@ -109,8 +115,9 @@ EXAMPLES_DIR = next((d for d in (os.path.join(_PACKAGE_ROOT, "examples"), os.pat
                      if os.path.isdir(d)), os.path.join(_PACKAGE_ROOT, "docs", "examples"))
 
 
-def command(claim: Claim, as_printed: bool = False) -> str:
-    """The command line that checks the claim (what a reader runs to see it)."""
+def command(claim: Claim, as_printed: bool = False, readout: str | None = None) -> str:
+    """The command line that checks the claim (what a reader runs to see it); `readout`: the
+    construction's read-out, named with --readout (ClaimResult.command gives the one checked)."""
     if claim.method in ("certificate", "fittable"):
         if claim.dataset:
             return f"find-dependence --dataset docs/examples/{claim.dataset}"
@@ -118,7 +125,8 @@ def command(claim: Claim, as_printed: bool = False) -> str:
         return f"find-dependence --task {claim.task} {opts}".strip()
     opts = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in claim.options.items())
     var = f" --variant {claim.variant}" if claim.variant else ""
-    return f"verify-construction {claim.task} {opts}{var}" + (" --as-printed" if as_printed else "")
+    return (f"verify-construction {claim.task} {opts}{var}" + (" --as-printed" if as_printed else "")
+            + (f" --readout {readout}" if readout else ""))
 
 
 def dataset_points(task, limit: int = 2_000_000) -> dict[tuple[str, ...], str]:
@@ -144,19 +152,23 @@ def certificate_speaks_about(cert: dict, task, limit: int = 2_000_000) -> str | 
     return None
 
 
-def _check_construction(claim: Claim, task, as_printed: bool = False) -> tuple[str, str]:
+def _check_construction(claim: Claim, task, as_printed: bool = False) -> tuple[str, str, str]:
+    """(verdict, detail, read-out): the construction as the paper defines it, its classifier
+    included (Lemma 3's where the paper takes it from Lemma 3: `--readout lemma3`, not the
+    command line's default max-margin fit)."""
     from depthcert.checkers.exhaustive import verify
     from depthcert import constructions
 
     c = constructions.build(task, claim.variant, as_printed=as_printed)
+    readout = "lemma3" if c.readout in ("lemma3", "none") else c.readout
     v = verify(c.model, task, symmetry="auto", progress=False)
     heads = ",".join(str(h) for h in c.model.heads)
-    detail = (f"{c.model.n_layers} layers, heads {heads}, d'={c.model.dim}; {v.points_covered}/{v.points_total} points "
+    detail = (f"{c.model.n_layers} layer{'s' if c.model.n_layers != 1 else ''}, heads {heads}, d'={c.model.dim}; {v.points_covered}/{v.points_total} points "
               f"covered ({v.points_checked} evaluated), min margin {exact_text(v.min_margin) if v.min_margin is not None else '-'}")
     if not v.verified:
         ce = v.counterexample
         detail += f"; counterexample point {ce.index}: {' '.join(ce.tokens)} expected {ce.expected} got {ce.predicted}"
-    return ("verified" if v.verified else "refuted"), detail
+    return ("verified" if v.verified else "refuted"), detail, readout
 
 
 def _check_certificate_claim(claim: Claim, task) -> tuple[str, str]:
@@ -200,6 +212,7 @@ def check_claim(claim: Claim) -> ClaimResult:
 
     t0 = time.perf_counter()
     printed_verdict = printed_detail = ""
+    readout = printed_readout = None
     try:
         if claim.dataset:
             from depthcert.checkers.tasks.dataset_file import load_dataset
@@ -208,16 +221,17 @@ def check_claim(claim: Claim) -> ClaimResult:
         else:
             task = make_task(claim.task, **claim.options)
         if claim.method == "construction":
-            verdict, detail = _check_construction(claim, task)
+            verdict, detail, readout = _check_construction(claim, task)
             if claim.printed == "differs":
-                printed_verdict, printed_detail = _check_construction(claim, task, as_printed=True)
+                printed_verdict, printed_detail, printed_readout = _check_construction(claim, task, as_printed=True)
         elif claim.method == "fittable":
             verdict, detail = _check_fittable(claim, task)
         else:
             verdict, detail = _check_certificate_claim(claim, task)
     except BadInput as exc:
         verdict, detail = "not_established", f"error: {exc}"
-    return ClaimResult(claim, verdict, detail, time.perf_counter() - t0, printed_verdict, printed_detail)
+    return ClaimResult(claim, verdict, detail, time.perf_counter() - t0, printed_verdict, printed_detail, readout,
+                       printed_readout)
 
 
 def sizes_text(claim: Claim) -> str:

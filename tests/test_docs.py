@@ -229,3 +229,32 @@ def test_readme_all_sizes_tables_hold_what_the_commands_prove(table, cmd, finite
     except ValueError:
         return  # a formula or a per-size description: the all-sizes tests check those
     assert info["margin"]["exact"] == margin
+
+
+def _construction_claims():
+    from depthcert.proofs.theorems import CLAIMS
+
+    return [c for c in CLAIMS if c.method == "construction"]
+
+
+@pytest.mark.parametrize("claim", _construction_claims(), ids=[c.key for c in _construction_claims()])
+def test_reproduce_paper_rows_print_what_their_commands_print(claim):
+    """Each number of a reproduce-paper construction row (depthcert's version, and the weights as
+    printed) is what the command the row names prints, read-out included."""
+    from depthcert.proofs.theorems import check_claim
+
+    r = check_claim(claim)
+    pairs = [(r.detail, r.command())] + ([(r.printed_detail, r.command(as_printed=True))]
+                                         if claim.printed == "differs" else [])
+    for detail, cmd in pairs:
+        m = re.match(r"(\d+) layers?, heads ([\d,]+), d'=(\d+); (\d+)/(\d+) points covered \((\d+) evaluated\), "
+                     r"min margin ([^;\s]+)", detail)
+        assert m, detail
+        argv = shlex.split(cmd) + ["--json"]
+        argv[0] = os.path.join(BIN, argv[0])
+        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        info = json.loads(out.stdout)
+        got = (str(info["layers"]), ",".join(map(str, info["heads"])), str(info["d_model"]),
+               str(info["points_covered"]), str(info["points_total"]), str(info["points_checked"]),
+               info["min_margin"]["exact"])
+        assert got == m.groups(), (cmd, got, detail)

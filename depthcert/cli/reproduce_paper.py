@@ -9,7 +9,7 @@ from depthcert.cli.common import _Parser, run_main
 
 
 def _reproduce_paper(argv) -> int:
-    from depthcert.proofs.theorems import CLAIMS, check_claim, command
+    from depthcert.proofs.theorems import CLAIMS, check_claim
 
     keys = ", ".join(c.key for c in CLAIMS)
     p = _Parser(prog="reproduce-paper",
@@ -35,7 +35,7 @@ def _reproduce_paper(argv) -> int:
         r = check_claim(claim)
         results.append(r)
         if not args.json:
-            row = _claim_row(r, command)
+            row = _claim_row(r)
             print("| " + " | ".join(row) + " |", flush=True)
     if args.json:
         print(json.dumps({"command": "reproduce-paper",
@@ -44,7 +44,8 @@ def _reproduce_paper(argv) -> int:
                            "kind": r.claim.kind, "method": r.claim.method, "task": r.claim.task,
                            "options": r.claim.options, "printed": r.claim.printed,
                            "printed_verdict": r.printed_verdict or None, "printed_detail": r.printed_detail or None,
-                           "verdict": r.verdict, "detail": r.detail, "command": command(r.claim),
+                           "verdict": r.verdict, "detail": r.detail, "command": r.command(),
+                           "printed_command": r.command(as_printed=True) if r.claim.printed == "differs" else None,
                            "seconds": round(r.seconds, 2)} for r in results]}))
     else:
         print()
@@ -54,8 +55,9 @@ def _reproduce_paper(argv) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
-def _claim_row(r, command) -> list[str]:
-    """claim / as printed / depthcert's version / verdict / command, for one result."""
+def _claim_row(r) -> list[str]:
+    """claim / as printed / depthcert's version / verdict / commands, for one result: each number
+    shown is what its command prints (the as-printed command follows depthcert's version's)."""
     c = r.claim
     claim = f"{c.paper}: {c.statement}" + (" (finding)" if c.kind != "claim" else "")
     if c.printed == "same":
@@ -70,9 +72,9 @@ def _claim_row(r, command) -> list[str]:
         printed = "-"
     if c.kind != "claim":
         printed = "- (not a paper claim)"
-    cmd = f"`{command(c)}`"
+    cmd = f"`{r.command()}`"
     if c.printed == "differs":
-        cmd += f", `{command(c, as_printed=True)}`"
+        cmd += f"; as printed: `{r.command(as_printed=True)}`"
     return [claim, printed, r.detail, r.verdict.replace("_", " ").upper(), cmd]
 
 
