@@ -37,7 +37,18 @@ from depthcert.checkers.model import Model
 
 MAX_SCORE_ENTRIES = 50_000_000  # distinct vectors x classes held as float64 scores (400 MB)
 MAX_LP_ROUNDS = 12
-MAX_LP_ROWS = 10_000  # no LP with more pairs is solved: the best W_O so far (or the lifting read-out) is kept
+# The LP's cost is bounded by design, and grows with the dataset (a smaller size never gets a larger
+# budget than a larger one): one LP has at most lp_caps(points)[0] pairs, and all rounds together at
+# most lp_caps(points)[1] pair rows (each round's pairs counted once per solve).  Past either, the
+# best W_O found so far (or the cheap read-out: lifting or cosine) is kept, rounded and checked exactly
+# as always.  (Measured: one interior-point LP round costs about rows x LP variables; l = 6 ternary's
+# optimum needs ~65,000 pair rows over 10 rounds, l = 7's first round alone 14,000 pairs.)
+MAX_LP_ROWS = 10_000  # one LP never has more pairs than this, whatever the size
+LP_ROWS_MIN = 2_000  # ... and may always have this many (small datasets: the LP to its optimum)
+POINTS_PER_LP_ROW = 4  # between the two: one pair per this many dataset points
+LP_TOTAL_MIN = 10_000  # pair rows over all rounds: at least this many,
+LP_TOTAL_PER_POINT = 2  # this many per dataset point,
+LP_TOTAL_MAX = 100_000  # never more than this
 COMPETITORS = 8  # first competitor classes per vector (nearest vectors of other labels)
 ADDED_PER_ROUND = 8  # most violated competitor classes per vector added per round
 GRID_BITS = (4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48)
@@ -267,8 +278,19 @@ def _exact_min_margin(X: np.ndarray, Wq: np.ndarray, y: np.ndarray, Xf: np.ndarr
     return min(int(Mh[i, c]) * 2**k + int(Ml[i, c]) for i, c in cand)
 
 
-def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
-    """The LP above by constraint generation, rounded to the coarsest good dyadic grid."""
+def lp_caps(points: int) -> tuple[int, int]:
+    """(most pairs in one LP, most pair rows over all rounds) for a dataset of `points` points:
+    both non-decreasing in points and bounded above."""
+    per_lp = min(MAX_LP_ROWS, max(LP_ROWS_MIN, points // POINTS_PER_LP_ROW))
+    total = min(LP_TOTAL_MAX, max(LP_TOTAL_MIN, LP_TOTAL_PER_POINT * points))
+    return per_lp, max(total, per_lp)
+
+
+def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None) -> Readout:
+    """The LP above by constraint generation, rounded to the coarsest good dyadic grid.
+
+    points: the dataset's size (the verification's cost), which sets the LP's budget (lp_caps);
+    hv.points by default."""
     import scipy.sparse as sp
 
     from depthcert.proofs.dependence import _run_lp
@@ -291,6 +313,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
     var, n_var = _tied_variables(C, d, hv.ties)
     # first competitors: the classes of each vector's nearest vectors (Euclidean) of other labels
     active: set = set()
+    first_rank: dict = {}  # (i, c) -> rank of c among vector i's first competitors
     sq = (Xf * Xf).sum(axis=1)
     k = min(COMPETITORS, C - 1)
     for lo in range(0, N, 1024):
@@ -300,32 +323,48 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
         if kk < 1:
             break
         near = np.argpartition(D2, kk - 1, axis=1)[:, :kk]
+        near = near[np.arange(len(near))[:, None], np.argsort(np.take_along_axis(D2, near, axis=1), axis=1)]
         for i, row in enumerate(near, start=lo):
-            for j in row:
+            for rank, j in enumerate(row):
                 if np.isfinite(D2[i - lo, j]):
                     active.add((i, int(y[j])))
+                    first_rank.setdefault((i, int(y[j])), rank)
     for i in range(N):  # every vector meets at least one other class
         if not any((i, c) in active for c in (int(y[i]) - 1, int(y[i]) + 1)):
             active.add((i, (int(y[i]) + 1) % C))
+            first_rank.setdefault((i, (int(y[i]) + 1) % C), 0)
     W = None
     t = 0.0
     rounds = 0
     best_W, best_low = None, -np.inf  # the W_O with the largest true minimum margin so far
     converged = False
     mixed = None
-    W_lift = _lifting(hv.X, Xf, y, C)
-    lift = None if W_lift is None else True
-    if W_lift is not None:
-        S = Xf @ W_lift.T
-        M_lift = S[np.arange(N), y][:, None] - S
-        M_lift[np.arange(N), y] = np.inf
-    skipped = W_lift is not None and len(active) > MAX_LP_ROWS  # even the first LP is over the cap
+    # the cheap read-out: the better (on every pair, floats) of the lifting of the nearest-mean rule
+    # and the cosine read-out; the LP's iterates are mixed with it, and it is kept when no LP is solved
+    fallbacks = [(name, _tied_average(W0, var, y, C)) for name, W0 in
+                 (("lifting", _lifting(hv.X, Xf, y, C)), ("cosine", _cosine(Xf, y, C))) if W0 is not None]
+    W_lift, M_lift, lift = None, None, None
+    for name, W0 in fallbacks:
+        S = Xf @ W0.T
+        M0 = S[np.arange(N), y][:, None] - S
+        M0[np.arange(N), y] = np.inf
+        if M_lift is None or M0.min() > M_lift.min():
+            W_lift, M_lift, lift = W0, M0, name
+    per_lp, total = lp_caps(hv.points if points is None else points)
+    solved = 0  # pair rows solved over all rounds (the budget's measure)
+    over_cap = len(active) > per_lp
+    skipped = W_lift is not None and over_cap  # even the first LP is over the cap: the cheap read-out is kept
     if skipped:
         best_W, best_low = W_lift, float(M_lift.min())
+    elif over_cap:  # no cheap read-out to fall back on: the first LP keeps each vector's nearest competitors first
+        order = sorted(active, key=lambda p: (first_rank.get(p, COMPETITORS), p))
+        active = set(order[:per_lp])
+    budget_left = True
     for rounds in range(1, 0 if skipped else MAX_LP_ROUNDS + 1):
         pairs = np.array(sorted(active), dtype=np.int64)
         I, Cc = pairs[:, 0], pairs[:, 1]
         P = len(pairs)
+        solved += P
         data = np.concatenate([Xf[I], -Xf[I]], axis=1).ravel()
         cols = np.concatenate([var[y[I]], var[Cc]], axis=1).ravel()
         rowi = np.repeat(np.arange(P), 2 * d)
@@ -351,22 +390,34 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
         if M.min() >= t - STOP_GAP * max(abs(t), 1e-12):
             converged = True
             break
-        if lift is not None:  # the relaxed solution may break pairs it never saw: mix in the lifting
+        if lift is not None:  # the relaxed solution may break pairs it never saw: mix in the cheap read-out
             lam, low = _best_mix(M, M_lift)
             if low > best_low:
                 best_W, best_low, mixed = (1 - lam) * W + lam * W_lift, low, lam
-        bad = M < t - STOP_GAP * max(abs(t), 1e-12)
-        added = 0
-        for i in np.nonzero(bad.any(axis=1))[0]:
-            row = M[i]
-            cand = np.nonzero(bad[i])[0]
-            cand = cand[np.argsort(row[cand])][:ADDED_PER_ROUND]
-            for c in cand:
-                if (i, int(c)) not in active:
-                    active.add((i, int(c)))
-                    added += 1
-        if not added or len(active) > MAX_LP_ROWS:  # the next LP would be over the cap: keep the best so far
+        # the active set grows by the violated pairs: each vector's most violated competitors, the
+        # most violated first overall, as many as the cap on one LP and the total budget leave room for
+        room = min(per_lp, total - solved) - len(active)
+        if room <= 0:
+            budget_left = False
             break
+        bad = M < t - STOP_GAP * max(abs(t), 1e-12)
+        new = []
+        for i in np.nonzero(bad.any(axis=1))[0]:
+            cand = np.nonzero(bad[i])[0]
+            cand = cand[np.argsort(M[i, cand], kind="stable")]
+            taken = 0
+            for c in cand.tolist():
+                if (int(i), c) not in active:
+                    new.append((float(M[i, c]), int(i), c))
+                    taken += 1
+                    if taken == ADDED_PER_ROUND:
+                        break
+        if not new:
+            break
+        new.sort()
+        if len(new) > room:
+            budget_left = False
+        active.update((i, c) for _, i, c in new[:room])
     W = best_W
     if W.size:  # a vector added to every row changes no margin (and keeps the ties): centre each column
         W = W - (W.max(axis=0) + W.min(axis=0)) / 2
@@ -401,11 +452,13 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int) -> Readout:
             f"constraint generation), entries multiples of 2^-{bits}")
     if skipped:
         note = (f"max-margin read-out: the LP over {N} distinct hidden vectors x {C} classes was not solved (its "
-                f"first round has {len(active):,} pairs, above the cap {MAX_LP_ROWS:,}): the lifting read-out, entries "
+                f"first round has {len(active):,} pairs, above the cap {per_lp:,}): the {lift} read-out, entries "
                 f"multiples of 2^-{bits}, reaches {float(norm):.4g}; no LP bound computed")
     elif not converged:
-        note += (f"; constraint generation stopped at {len(active):,} pairs before the LP optimum: the best W_O found "
-                 + (f"(mixed with the lifting read-out, weight {mixed:.6f}) " if mixed is not None else "")
+        why = "at the LP budget" if not budget_left else ("after the round limit" if rounds == MAX_LP_ROUNDS else "")
+        note += (f"; constraint generation stopped {why + ' ' if why else ''}at {len(active):,} pairs ({solved:,} solved in "
+                 f"all; caps {per_lp:,} per LP, {total:,} in all) before the LP optimum: the best W_O found "
+                 + (f"(mixed with the {lift} read-out, weight {mixed:.6f}) " if mixed is not None else "")
                  + f"reaches {float(norm):.4g}, the LP's bound is {lp_norm:.4g}")
     if lp_norm <= 0 and not skipped:
         note += "; the LP found no positive margin (no linear read-out separates these vectors)"
@@ -444,6 +497,39 @@ def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray
     return W / top if top > 0 else None
 
 
+def _cosine(Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray | None:
+    """The cosine read-out: row c is the unit mean direction of class c's vectors (0 without
+    vectors).  With one vector per class it separates whenever no vector is a positive multiple of
+    another class's: the margin of x_i against class c is |x_i| (1 - cos(x_i, x_c)) > 0.  None
+    when some vector is 0."""
+    norms = np.linalg.norm(Xf, axis=1)
+    if not len(norms) or norms.min() == 0:
+        return None
+    W = np.zeros((C, Xf.shape[1]))
+    np.add.at(W, y, Xf / norms[:, None])
+    top = np.linalg.norm(W, axis=1)
+    W[top > 0] /= top[top > 0, None]
+    top = np.abs(W).max()
+    return W / top if top > 0 else None
+
+
+def _tied_average(W: np.ndarray | None, var: np.ndarray, y: np.ndarray, C: int) -> np.ndarray | None:
+    """W with every tied entry set to the mean of its tie group over the classes that have vectors
+    (a read-out with the symmetry the LP's ties impose); None stays None."""
+    if W is None:
+        return None
+    seen = np.zeros(C, dtype=bool)
+    seen[y] = True
+    weight = np.broadcast_to(seen[:, None], W.shape).astype(np.float64).ravel()
+    n = int(var.max()) + 1
+    tot = np.bincount(var.ravel(), weights=W.ravel() * weight, minlength=n)
+    cnt = np.bincount(var.ravel(), weights=weight, minlength=n)
+    mean = np.where(cnt > 0, tot / np.where(cnt > 0, cnt, 1), 0.0)
+    out = np.where(seen[:, None], mean[var], W)  # classes without vectors keep their own rows
+    top = np.abs(out).max()
+    return out / top if top > 0 else None
+
+
 def _best_mix(M0: np.ndarray, M1: np.ndarray) -> tuple[float, float]:
     """lambda in [0, 1] maximizing min over pairs of (1 - lambda) M0 + lambda M1 (concave in lambda:
     ternary search), and that minimum."""
@@ -467,5 +553,5 @@ def _best_mix(M0: np.ndarray, M1: np.ndarray) -> tuple[float, float]:
 def with_max_margin_readout(model: Model, task, symmetry: str = "auto", max_points: int | None = None):
     """(model with the fitted W_O, Readout, HiddenVectors)."""
     hv = hidden_vectors(model, task, symmetry, max_points)
-    fit = fit_max_margin(hv, len(model.classes))
+    fit = fit_max_margin(hv, len(model.classes), task.size)
     return replace(model, W_O=fit.W_O), fit, hv
