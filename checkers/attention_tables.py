@@ -26,8 +26,8 @@ with T = H n + 1 terms, L = Dmax + H OVmax (so |D| + sum A |OV| <= L), eta = 2^-
 (every E^_j is within 3u E_j + eta of E_j).  The computed margin m^ = logit^_y - logit^_c is within 2 eps + 4 u (L + eps) =: tau of the true one (one more
 rounding).  The bound holds only when no operation overflowed: an overflowed partial sum is inf
 (or NaN) from then on, whatever the true value.  So a point is decided here only when every
-logit^ is finite and |m^| < 2^1020 (then m^ -+ tau rounded outward stay finite; a table whose tau
-is not below 2^1020 is refused).  Such a point is certified correct when m^ > tau for every
+logit^ is finite and |m^| < 2^1023 (then m^ -+ tau rounded outward stay finite; a table whose tau
+is not below 2^1022 is refused).  Such a point is certified correct when m^ > tau for every
 c != y, certified wrong when m^ < -tau for some c; every other point is left to the caller (arb).  tau is computed in exact
 rationals and rounded up.  No float decides a point that lies within tau of a tie.
 """
@@ -43,8 +43,9 @@ U = Fraction(1, 2**53)
 ETA = Fraction(1, 2**1000)  # eta = 32 ETA = 2^-995 below
 EXP_LIMIT = 690  # |c (S - S_self)| beyond this: flushed to 0 (below) or refused (above)
 TABLE_PRECISION = 128
-MARGIN_LIMIT = 2.0 ** 1020  # a margin or tau at or above this (or inf/NaN) decides nothing here: with
-# both below it, m^ -+ tau and one float further out stay finite (below 2^1021 < float64's max)
+MARGIN_LIMIT = 2.0 ** 1023  # a margin at or above this (or inf/NaN) decides nothing here, and a table
+TAU_LIMIT = 2.0 ** 1022  # whose tau is not below this is refused: then |m^| + tau < 1.5 2^1023, so
+# m^ -+ tau and one float further out stay finite (float64's largest number is about 2^1024)
 
 
 def reason_not_applicable(model: Model) -> str | None:
@@ -160,7 +161,7 @@ class OneLayerTables:
         eta = 32 * ETA
         eps = _gamma(n + T + 12) * L + 2 * (n + 2) * n * H * eta * ov_max + T * Fraction(1, 2**1074) + 4 * eta
         tau = 2 * eps + 4 * U * (L + eps)
-        if not tau < MARGIN_LIMIT:  # the bound itself is beyond float64's range: arb decides every point
+        if not tau < TAU_LIMIT:  # the bound itself is near float64's largest number: arb decides every point
             raise OverflowError("certified table error bound beyond float64's range")
         self.tau = _float_up(tau)
         self.tau_exact = tau

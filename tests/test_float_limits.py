@@ -170,25 +170,64 @@ def test_single_class_models_have_no_margin(method):
     assert v.verdict == "verified" and v.margin is None
 
 
-def _random_big_model(rng, n_layers: int) -> Model:
-    """Random softmax models whose read-out weights are random integers up to 1.75e308 (or beyond,
-    10^309), with small random scores so the attention weights are not uniform."""
+def _random_big_model(rng, n_layers: int, beyond: bool = False) -> Model:
+    """Random softmax models whose read-out weights are random integers up to 6e307 (so table
+    entries stay finite while sums of them overflow), sparse +-1 values and small random scores
+    (the attention weights are not uniform); `beyond`: one read-out weight 10^309 (no float64)."""
     lay = Layout.of(("token", 2), ("position", 3))
     d = lay.dim
 
-    def small():
+    def mat(p, value):
         M = _zeros(d)
         for i in range(d):
             for j in range(d):
-                if rng.random() < 0.4:
-                    M[i, j] = Fraction(int(rng.integers(-3, 4)), int(rng.integers(1, 3)))
+                if rng.random() < p:
+                    M[i, j] = value()
         return M
 
-    top = [E307 * 17, E307 * 175 // 10, 10**309]
-    WO = np.array([[int(rng.integers(-10**6, 10**6)) * (top[int(rng.integers(0, 3))] // 10**6) if rng.random() < 0.8 else 0
-                    for _ in range(d)] for _ in range(2)], dtype=object)
-    layers = tuple(Layer((Head(small(), small(), attention="softmax"),)) for _ in range(n_layers))
+    def qk():
+        return mat(0.4, lambda: Fraction(int(rng.integers(-3, 4)), int(rng.integers(1, 3))))
+
+    def values():
+        return mat(0.25, lambda: Fraction(int(rng.choice([-1, 1]))))
+
+    unit = 6 * E307 // 10**6
+    WO = np.array([[int(rng.integers(-10**6, 10**6 + 1)) * unit if rng.random() < 0.7 else 0 for _ in range(d)]
+                   for _ in range(2)], dtype=object)
+    if beyond:
+        WO[0, int(rng.integers(0, d))] = 10**309
+    layers = tuple(Layer((Head(qk(), values(), attention="softmax"),)) for _ in range(n_layers))
     return Model(("a", "b"), 3, ("x", "y"), lay, layers, WO)
+
+
+def _check_tables(model, seqs, labels, true):
+    """status 1 => true margin > 0, status 0 => < 0, each within tau of the float margin; a point
+    with a non-finite float logit is never decided.  Returns (decided, non-finite) counts."""
+    from depthcert.checkers.attention_tables import OneLayerTables
+
+    tab = OneLayerTables(model, len(seqs[0]))
+    ids = np.array([[model.vocab.index(t) for t in s] for s in seqs])
+    rows = np.array([model.classes.index(y) for y in labels])
+    status, mhat = tab.decide(ids, rows)
+    with np.errstate(all="ignore"):
+        finite = np.isfinite(tab.forward(ids)).all(axis=1)
+    for i, (st, mh, t) in enumerate(zip(status, mhat, true)):
+        if st >= 0:
+            assert finite[i] and (t > 0) == (st == 1) and abs(t - Fraction(mh)) <= Fraction(tab.tau), i
+    return int((status >= 0).sum()), int((~finite).sum())
+
+
+def test_the_random_models_reach_the_float_limit():
+    """The property below is not vacuous: on its one-layer models the tables decide most points,
+    and some float64 forwards overflow (those points go to arb)."""
+    decided = overflowed = 0
+    seqs = [[a, b, c] for a in "ab" for b in "ab" for c in "ab"]
+    for seed in (0, 1, 2, 4, 5, 6):
+        model = _random_big_model(np.random.default_rng(1000 + seed), 1)
+        true = _oracle_margins(model, seqs + seqs, ["x"] * 8 + ["y"] * 8)
+        d, o = _check_tables(model, seqs + seqs, ["x"] * 8 + ["y"] * 8, true)
+        decided, overflowed = decided + d, overflowed + o
+    assert decided >= 48 and overflowed >= 2, (decided, overflowed)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -196,10 +235,12 @@ def test_random_models_at_the_float_limit_agree_with_the_oracle(seed):
     """Every point of every length-3 sequence, both labels, every method: a point called correct
     has an oracle margin > 0 inside the reported enclosure, a point called wrong one <= 0."""
     rng = np.random.default_rng(1000 + seed)
-    model = _random_big_model(rng, 1 + seed % 2)
+    model = _random_big_model(rng, 1 if seed < 8 else 2, beyond=seed % 4 == 3)
     seqs = [[a, b, c] for a in "ab" for b in "ab" for c in "ab"]
     seqs, labels = seqs + seqs, ["x"] * 8 + ["y"] * 8
     true = _oracle_margins(model, seqs, labels)
+    if model.n_layers == 1 and seed % 4 != 3:  # the tables themselves, every point at once
+        _check_tables(model, seqs, labels, true)
     for method in ("auto", "intervals"):
         for i in range(len(seqs)):  # one point per run: each point's own enclosure is checked
             v = decide_all(model, DatasetTask([seqs[i]], [labels[i]]), method=method)
