@@ -174,6 +174,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
             raise BadInput("--readout lemma3 applies to Lemma 3 constructions; --weights has its own W_O "
                            "(or --readout max-margin)")
         model = _load_model(args, task)
+        value_hash = None
         theorem, variant, description, notes = "user-supplied weights", "weights:" + args.weights, "", ()
         own = "weights"
     else:
@@ -209,6 +210,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
                                "use --readout lemma3 or max-margin")
         model, theorem, variant, description, notes = c.model, c.theorem, c.variant, c.description, c.notes
         own = "lemma3" if c.readout == "none" else c.readout  # a W_O left for the fit replaces Lemma 3's
+        value_hash = _value_hash(c.symbolic)
     check_compatible(model, task)
     readout_name = "max-margin" if (args.readout == "max-margin" or (
         args.readout == "auto" and own == "lemma3" and not args.as_printed)) else own
@@ -289,6 +291,9 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         info["undecided"] = _undecided_json(v.undecided)
         info["undecided_points"] = v.undecided_count
     info["readout"] = readout_name
+    if value_hash is not None:  # the closed value this model is instantiated from (--all-sizes proves the same)
+        info["content_hash"] = value_hash
+        info["value_readout"] = "the value's own" if readout_name != "max-margin" else "replaced by the max-margin fit"
     margins = {readout_name.replace("-", "_"): _normalized(v, model)}
     if readout_note:
         info["readout_note"] = readout_note
@@ -340,6 +345,15 @@ def model_has_balls(v) -> bool:
     return v.path.startswith("certified balls")
 
 
+def _value_hash(symbolic) -> str | None:
+    """The content hash of the closed value a construction was instantiated from (the hash
+    `--all-sizes` proves and `check-certificate --rebuild` compares), or None."""
+    from depthcert.constructions import closed
+
+    kinds = tuple(getattr(closed, n) for n in ("ClosedModel", "ClosedHeadFamily", "ClosedCount") if hasattr(closed, n))
+    return closed.content_hash(symbolic) if isinstance(symbolic, kinds) else None
+
+
 def _print_human(info: dict, task, v, description: str) -> None:
     kind = f" [{info['model_class']}]" if "model_class" in info else ""
     margin = _fmt_q(v.min_margin)
@@ -352,6 +366,9 @@ def _print_human(info: dict, task, v, description: str) -> None:
         ("theorem", info["theorem"] + (" [as printed]" if info["as_printed"] else "")),
         ("variant", info["variant"] + (f": {description}" if description else "")),
         ("model", f"{plural(info['layers'], 'layer')}, heads per layer {info['heads']}, d' = {info['d_model']}{kind}"),
+        *((("value", info["content_hash"] + ("" if info["value_readout"] == "the value's own"
+                                               else " (its read-out replaced by the max-margin fit)")),)
+          if "content_hash" in info else ()),
         ("dataset", f"{task.describe()}: {plural(info['points_total'], 'point')} = {info['size_formula']}"),
         ("evaluated", f"{plural(info['points_checked'], 'point')} ({info['evaluation']})"),
         ("covered", f"{info['points_covered']} of {plural(info['points_total'], 'point')}"
