@@ -575,6 +575,11 @@ def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0:
         sizes = S.set_sizes(value, ring_)
     except NotClosed as exc:
         return _not_proven(rep, f"not proven: {exc}", t0)
+    unknown = sorted(set(sizes) - set(plan.sort_polys))
+    if unknown:
+        return _not_proven(rep, f"not proven: the value has sets {', '.join(unknown)} that the task's symmetry "
+                                f"does not act on (its sets: {', '.join(plan.sort_polys)}); the lumped pass reads "
+                                "only those", t0)
     for s_, poly in plan.sort_polys.items():
         if s_ not in sizes or sizes[s_] != ring_.parse(poly):
             return _not_proven(rep, f"the value's set {s_} has size "
@@ -1150,8 +1155,8 @@ def _multihop_linear_symbolic(task, value, build, rep, ring_, built, t0):
         hop_f = S.layer_tables(value.layers[1], ring_, names)
         copy_f.o = {key: S.as_poly(ring_, p, names) for key, p in value.W_O.entries}
         spaces = S.spaces(value)
-        if S.set_sizes(value, ring_).get("N") != ring_.gen["N"]:
-            raise NotClosed("the value's entity set is not of size N")
+        if S.set_sizes(value, ring_) != {"N": ring_.gen["N"]}:
+            raise NotClosed("the value's sets are not the entity set N of size N (the only set the symmetry acts on)")
     except NotClosed as exc:
         return _not_proven(rep, f"not proven: {exc}", t0)
     for h in HOP_SIZES:

@@ -75,7 +75,7 @@ def test_icqa_proven_for_all_sizes_margin_3(capsys, tmp_path):
     family = " ".join(info["steps"][0]["lines"])
     assert "made once by depthcert.constructions.copy_matching.build from symbolic k, n_q, n_a" in family and "read at" not in family
     assert info["content_hash"].startswith("sha256:") and "read whole" in family
-    assert any("evaluated with symbolic sizes" in r for r in info["rests_on"])
+    assert any("closed.instantiate" in r and info["content_hash"] in r for r in info["rests_on"])
 
 
 def test_icqa_instance_is_built_and_verified(capsys):

@@ -201,6 +201,11 @@ def test_a_part_the_prover_does_not_read_is_refused():
             (C.ClosedHead(C.ClosedTable((entry,)), value.layers[1].heads[0].W_V),), const(1))))
         with pytest.raises(C.NotClosed, match=needle):
             C.validate(bad)
+    # a set the task's symmetry does not act on (scratch rows indexed by it): refused, never proven
+    scratch = replace(value, sets=tuple(sorted(value.sets + (("S", (((0, 0, 1), Fraction(1)),)),))),
+                      stream=value.stream + (C.ClosedSegment("scratch", "S", ("scr",)),))
+    rep = prove_lumped(icqa_plan(construct=lambda sym: scratch))
+    assert rep.status == "not-proven" and "sets S that the task's symmetry does not act on" in rep.reason
     # a layer repeated a symbolic number of times is not a fixed stack: refused, never proven
     k_times = replace(value, layers=(value.layers[0], C.ClosedLayer(value.layers[1].heads, (((1, 0, 0), Fraction(1)),))))
     rep = prove_lumped(icqa_plan(construct=lambda sym: k_times))
