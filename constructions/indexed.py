@@ -15,9 +15,14 @@ using a size as a Python int (range(k), a numpy shape) raises it as well.  So a 
 to the end with symbolic sizes computes one table per matrix whose entries are polynomials: the
 same construction at every size.
 
-Finite builds do not run a second code path: `instantiate` substitutes the concrete sizes into
-that one symbolic object and fills Fraction matrices block by block (the builder runs once,
-symbolically, per build; no sympy here, polynomials are small dicts of Fractions).
+This module is the *writer*: what a builder returns on symbols is closed into a frozen value by
+constructions/closed.py (`close`), and every finite model of such a construction is
+`closed.instantiate(value, sizes, task)`, which fills Fraction matrices block by block through
+`SymbolicModel.instantiate` here (no sympy; polynomials are small dicts of Fractions).  The builder
+runs once, on symbols only; it never runs at a concrete size.  `SizeRange.at` and `finite_build`
+(the builder run on a task held at one point) remain only for constructions that are no closed
+value (entries of one member, a read-out fitted per size): those are finite-only, and no proof for
+every size covers them.
 """
 from __future__ import annotations
 

@@ -174,7 +174,7 @@ def _finite(build, task, as_printed: bool, symbolic_hops: bool, blocks: tuple[st
 
 
 def _closed_args(build, k: int, hops, as_printed: bool):
-    return (("multihop", build.__name__, k, hops, bool(as_printed)), (lambda s: build(s, as_printed)),
+    return (("multihop", build, k, hops, bool(as_printed)), (lambda s: build(s, as_printed)),
             (lambda: symbolic_task(k, hops)))
 
 
