@@ -1,0 +1,168 @@
+"""Rewrite the tool-printed tables of README.md and docs/*.md from what the tools print today.
+
+    python docs/regenerate.py            rewrite every marked table (every row, slow ones too)
+    python docs/regenerate.py --check    re-run the rows checked in CI and compare (exit 1 on a
+                                         difference, naming the file, the row and both values);
+                                         nothing is written.  tests/test_docs.py runs it.
+    python docs/regenerate.py --list     the marked tables and their rows
+
+A marked table is the Markdown table directly under a line `<!-- regenerate: commands -->`.  One
+row is one command: its `command` cell holds the command line (in backticks), and every cell whose
+column header names a field below (`layers`, `heads`, `d'`, `points`, `points covered`,
+`evaluated`, `inputs`, `verdict`, `min margin`, `read-out`) is filled from that command's `--json`
+document.  Other cells (names, remarks) are kept as written.  A row is added by writing its name
+and command and running this script.
+
+A table may have a `checked` column: `CI` rows are re-run by `--check`; a row too slow for CI says
+`ran YYYY-MM-DD` instead (the date the full regeneration last ran it) and is rewritten only by a
+full run.  Without that column every row is checked in CI.
+
+tests/test_docs.py also fails when a table or a fenced block of command output in README.md or
+docs/ has no source at all (see `SOURCE MARKERS` there).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MARK = "<!-- regenerate: commands -->"
+BIN = os.path.dirname(sys.executable)
+
+
+def _margin(doc: dict) -> str:
+    m = doc.get("min_margin")
+    if m is None:
+        return "-"
+    if "exact" in m:
+        return m["exact"]
+    return f"[{m['lower']}, {m['upper']}]"
+
+
+# column header -> the cell's text from the command's --json document
+FIELDS = {
+    "layers": lambda d: str(d["layers"]),
+    "heads": lambda d: ",".join(map(str, d["heads"])),
+    "d'": lambda d: str(d["d_model"]),
+    "points": lambda d: f"{d['points_total']:,}" if "points_total" in d else f"{d['points']:,}",
+    "points covered": lambda d: str(d["points_covered"]),
+    "evaluated": lambda d: str(d["points_checked"]),
+    "inputs": lambda d: f"{d['inputs']:,}",
+    "verdict": lambda d: d["verdict"],
+    "min margin": _margin,
+    "read-out": lambda d: d.get("readout", "-"),
+}
+
+
+def doc_files() -> list[str]:
+    return [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def marked_tables(path: str) -> list[tuple[int, int]]:
+    """[(index of the header line, index past the last row)] of the tables under MARK."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        if line.strip() == MARK:
+            if i + 2 >= len(lines) or not lines[i + 1].startswith("|"):
+                raise SystemExit(f"{os.path.relpath(path, ROOT)}:{i + 1}: {MARK} must precede a table")
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            out.append((i + 1, j))
+    return out
+
+
+def run_json(command: str) -> dict:
+    argv = shlex.split(command) + ["--json"]
+    argv[0] = os.path.join(BIN, argv[0])
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if r.returncode not in (0, 1, 3):
+        raise RuntimeError(f"`{command}` exited {r.returncode}: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def regenerate_row(header: list[str], cells: list[str], today: str | None) -> list[str]:
+    """The row's cells with every FIELDS column recomputed (and its `checked` date set to today)."""
+    command = cells[header.index("command")].strip("`")
+    doc = run_json(command)
+    out = list(cells)
+    for k, name in enumerate(header):
+        if name in FIELDS:
+            out[k] = FIELDS[name](doc)
+        elif name == "checked" and today is not None and cells[k] != "CI":
+            out[k] = f"ran {today}"
+    return out
+
+
+def is_checked_in_ci(header: list[str], cells: list[str]) -> bool:
+    return "checked" not in header or cells[header.index("checked")] == "CI"
+
+
+def process(path: str, check: bool, log=print) -> list[str]:
+    """Regenerate (or with `check` compare) the marked tables of one file; returns the differences."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    rel = os.path.relpath(path, ROOT)
+    diffs = []
+    today = datetime.date.today().isoformat()
+    for head, end in marked_tables(path):
+        header = _cells(lines[head])
+        if "command" not in header:
+            raise SystemExit(f"{rel}:{head + 1}: a regenerated table needs a `command` column")
+        for r in range(head + 2, end):
+            cells = _cells(lines[r])
+            if check and not is_checked_in_ci(header, cells):
+                continue
+            new = regenerate_row(header, cells, None if check else today)
+            if new != cells:
+                changed = [f"{header[k]}: {cells[k]!r} -> {new[k]!r}" for k in range(len(cells)) if new[k] != cells[k]]
+                diffs.append(f"{rel}:{r + 1}: `{cells[header.index('command')].strip('`')}`: " + "; ".join(changed))
+                lines[r] = "| " + " | ".join(new) + " |"
+    if diffs and not check:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(lines))
+        log(f"rewrote {rel} ({len(diffs)} rows)")
+    return diffs
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--check", action="store_true", help="compare the CI rows, write nothing (exit 1 on a difference)")
+    p.add_argument("--list", action="store_true", help="list the marked tables and their commands")
+    p.add_argument("files", nargs="*", help="only these files (default: README.md and docs/*.md)")
+    args = p.parse_args(argv)
+    files = [os.path.abspath(f) for f in args.files] or doc_files()
+    if args.list:
+        for path in files:
+            lines = open(path, encoding="utf-8").read().split("\n")
+            for head, end in marked_tables(path):
+                header = _cells(lines[head])
+                for r in range(head + 2, end):
+                    cells = _cells(lines[r])
+                    where = "CI" if is_checked_in_ci(header, cells) else cells[header.index("checked")]
+                    print(f"{os.path.relpath(path, ROOT)}:{r + 1}  [{where}]  {cells[header.index('command')].strip('`')}")
+        return 0
+    diffs = []
+    for path in files:
+        diffs += process(path, args.check)
+    for d in diffs:
+        print(d)
+    if args.check:
+        print(f"{len(diffs)} rows differ from what their commands print" if diffs else "every CI row is what its command prints")
+        return 1 if diffs else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
