@@ -35,6 +35,7 @@ from depthcert.checkers.model import Model
 
 
 METHODS = ("auto", "tables", "intervals", "balls")
+MAX_LIMITS = 100  # undecided points per chunk (and per verdict) whose reason is kept
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class ChunkAccuracy:
     by_balls: int = 0  # points decided (or left undecided) in arb
     low_index: int = -1  # a correct point whose enclosure gives the margin's lower end (-1: no margin)
     high_index: int = -1  # one whose enclosure gives its upper end
+    limits: tuple = ()  # (index, why undecided) for the first MAX_LIMITS undecided points (not journalled)
 
     def to_json(self) -> dict:
         return {"lo": self.lo, "hi": self.hi, "correct": self.correct, "wrong": [int(i) for i in self.wrong],
@@ -73,6 +75,7 @@ class AccuracyVerdict:
     by_tables: int = 0
     by_balls: int = 0
     notes: tuple[str, ...] = field(default=())
+    limits: tuple = ()  # (index, why undecided: the limit reached) for the first undecided points known
 
     @property
     def decided(self) -> bool:
@@ -190,6 +193,7 @@ class PointDecider:
     def chunk(self, lo: int, hi: int, batch_size: int = 8192) -> ChunkAccuracy:
         correct, wrong, undecided, least = 0, [], [], _Least()
         by_tables = by_balls = 0
+        limits = []
         for batch in self.task.batches(batch_size, lo, hi):
             if self._deadline is not None and time.perf_counter() > self._deadline[0]:
                 raise time_limit_passed(self._deadline[2], self._deadline[1])
@@ -235,13 +239,14 @@ class PointDecider:
                               int(batch.index[ok][b]))
                 todo = np.nonzero(status == 0)[0]
             if len(todo):
-                c, w, u = self._ball_points(batch, ids, todo, least)
+                c, w, u = self._ball_points(batch, ids, todo, least, limits)
                 correct += c
                 wrong.extend(w)
                 undecided.extend(u)
                 by_balls += len(todo)
         return ChunkAccuracy(lo, hi, correct, _indices(sorted(wrong)), _indices(sorted(undecided)), least.margin,
-                             by_tables, by_balls, least.low_index, least.high_index)
+                             by_tables, by_balls, least.low_index, least.high_index,
+                             tuple(sorted(limits)[:MAX_LIMITS]))
 
     def _exact_batch(self, batch, ids):
         from depthcert.checkers.exhaustive import check_batch
@@ -275,7 +280,7 @@ class PointDecider:
             H[:, :, self.model.constant_index] = 1
         return H, 1
 
-    def _ball_points(self, batch, ids, rows, least):
+    def _ball_points(self, batch, ids, rows, least, limits):
         from depthcert.checkers.exhaustive import _ball_labels
 
         Hnum, den = self._stream_in(ids[rows])
@@ -291,6 +296,8 @@ class PointDecider:
                 wrong.append(int(batch.index[i]))
             else:
                 undecided.append(int(batch.index[i]))
+                if len(limits) < MAX_LIMITS:
+                    limits.append((int(batch.index[i]), d.limit))
         return correct, wrong, undecided
 
 
@@ -312,8 +319,9 @@ def merge(task, results, path: str, seconds: float, notes=()) -> AccuracyVerdict
     correct = sum(r.correct for r in results)
     if correct + len(wrong) + len(undecided) != task.size:
         raise BadInput("chunk counts do not add up to the dataset size")
+    limits = tuple(sorted(x for r in results for x in r.limits)[:MAX_LIMITS])
     return AccuracyVerdict(task.name, task.size, correct, wrong, undecided, margin, path, seconds,
-                           sum(r.by_tables for r in results), sum(r.by_balls for r in results), tuple(notes))
+                           sum(r.by_tables for r in results), sum(r.by_balls for r in results), tuple(notes), limits)
 
 
 def chunks(size: int, chunk: int) -> list[tuple[int, int]]:

@@ -482,3 +482,19 @@ def test_paths_that_disagree_are_an_internal_error(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("internal error: PathsDisagree: certified paths disagree at point ")
     assert "float64 intervals says" in err[0] and "arb balls says" in err[0]
+
+
+def test_verify_model_names_the_limit_an_undecided_point_reached(tmp_path, capsys, monkeypatch):
+    """verify-model prints (and --json lists in undecided_limits) the true reason: the precision
+    cap and the exact decision's time limit, not only "balls still overlap"."""
+    from depthcert.checkers import softmax_ties
+    from depthcert.cli.verify_model import verify_model_main
+
+    monkeypatch.setattr(softmax_ties, "SECONDS_LIMIT", 0.5)
+    w, d = _cli_files(tmp_path, relu_after_softmax(), [["a", "b", "a", "b"]], ["p"])
+    why = "precision cap (512 bits); exact tie decision stopped at its time limit (0.5 s per point)"
+    assert verify_model_main([w, "--dataset", d, "--max-precision", "512", "--json"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert out["undecided_limits"] == [{"point": 0, "limit": why}]
+    assert verify_model_main([w, "--dataset", d, "--max-precision", "512"]) == 3
+    assert f"  point 0: a b a b  label p  ({why})" in capsys.readouterr().out.splitlines()

@@ -270,6 +270,7 @@ def _main(argv) -> int:
                           "verdict": v.verdict, "min_margin": margin,
                           "first_wrong": [int(i) for i in v.wrong[: args.show]],
                           "first_undecided": [int(i) for i in v.undecided[:100]],
+                          "undecided_limits": [{"point": int(i), "limit": w} for i, w in v.limits if w],
                           "evaluation": v.path, "seconds": round(v.seconds, 3),
                           "total_seconds": round(time.perf_counter() - t_start, 3)}
                          | ({"robustness_seconds": round(robust_seconds, 3)} if args.robustness else {})
@@ -289,9 +290,11 @@ def _main(argv) -> int:
     if len(v.wrong) > args.show:
         print(f"  ... {len(v.wrong) - args.show:,} more" + (f" in {args.wrong_out}" if args.wrong_out else " (all of them: --wrong-out FILE)"))
     print(f"undecided      {len(v.undecided):,}" + (" (certified balls still overlap at the precision cap)" if len(v.undecided) else ""))
+    why = dict(v.limits)  # the limit each undecided point reached, when this run decided it
     for i in v.undecided[: args.show]:
         pt = task.point(int(i))
-        print(f"  point {int(i)}: {task.render(pt.tokens)}  label {pt.label}")
+        print(f"  point {int(i)}: {task.render(pt.tokens)}  label {pt.label}"
+              + (f"  ({why[int(i)]})" if why.get(int(i)) else ""))
     print(f"min margin     {_fmt_margin(v.margin)} (over the correct points)")
     if args.require_all:
         print(f"verdict        {v.verdict}")
