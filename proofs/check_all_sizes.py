@@ -42,11 +42,29 @@ polynomials in q, t; the checker makes the cases from p itself (j = 0, j = p q +
 n = j + 1 + t), computes the second differences of [c = r mod p] at j, re-decides every condition of
 the derivation and re-derives the margin b_0 - b_1 and the claim.
 
-What it takes on trust: that the tables (or rules) are the construction's at every size (for every
-hops: that the model for h hops is the copy layer then the hop layer h times, and that the label
-rule is the representative's f) (the producer ran
-the builder with symbolic sizes; docs/all-sizes.md), and that a representative's stabilizer is the
-product of the symmetric groups of its point sets (how its point sets are defined).
+The task side, re-derived (once every margin is > 0): each representative's sequence is read from its
+H0, which must be the one-hot embedding; its label is computed by this checker's own rule for the
+task (icqa, tm, multi-hop, ictm; every hops: the start f(s) and the label map f on the labels
+reached) and compared with the certificate's; the fixed members of every set are exactly the
+members the point uses, the rest one part (so its stabilizer is the symmetric group of the unused
+members); the representatives' first-occurrence forms are pairwise different (no two in one
+orbit); the variant is one of the task's.
+
+The binding: the certificate carries the closed value's canonical tables (`value`) and its
+`content_hash`; the tables are re-hashed here (sha256 of their canonical JSON) and every point's
+tables (every head of every layer, W_O) must be the value's split by the point's parts.  That the
+value is the construction's is what `check-certificate FILE --rebuild` establishes (it rebuilds the
+value, recomputes the hash and compares the whole certificate); this file cannot, by design.
+
+Normalization: the margin printed is the tables' margin, followed by the normalized margin =
+margin / (largest |entry| of W_O) (sc: / |read-out weight|; count: / largest |read-out entry|): a
+read-out scaled by c > 0 scales every logit and the margin by c and changes no prediction, so no
+such rescale changes the normalized margin.
+
+What it takes on trust: the kernel's semantics as the lumped pass here implements them; that the
+value is the construction's (above); for every hops, that the model for h hops is the copy layer
+then the hop layer h times (the value's repeat count); and that the task's dataset is closed under
+the product of its token groups' symmetric groups (its label rules use token equalities only).
 """
 from __future__ import annotations
 

@@ -294,3 +294,18 @@ def test_stored_one_layer_certificates_still_check_and_take_no_rebuild(path, cap
     assert check_certificate_main([path, "--rebuild"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--rebuild" in err
+
+
+@pytest.mark.parametrize("argv", [["icqa", "--k", "2"], ["sc", "--length", "2", "--alphabet", "2"],
+                                  ["mod-count", "--n", "4", "--p", "3", "--variant", "count"],
+                                  ["multihop", "--k", "2", "--hops", "2", "--n-entities", "3", "--variant", "doubling"]])
+def test_the_finite_check_prints_the_hash_the_proof_proves(argv, capsys):
+    from depthcert.cli.errors import run_main
+    from depthcert.cli.verify_construction import _verify_construction
+
+    assert run_main(_verify_construction, argv + ["--json"]) == 0
+    finite = json.loads(capsys.readouterr().out)
+    run_main(_verify_construction, argv + ["--all-sizes", "--json"])
+    proof = json.loads(capsys.readouterr().out)
+    assert finite["content_hash"].startswith("sha256:") and finite["value_readout"] == "the value's own"
+    assert finite["content_hash"] == proof["content_hash"] == proof["certificate"]["content_hash"]
