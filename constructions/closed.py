@@ -705,6 +705,9 @@ def as_value(out, sym_task: SymbolicTask) -> ClosedModel:
         check(out)
         if tuple(out.params) != tuple(sym_task.range.params):
             raise NotClosed("the value's parameters are not the symbols it was given")
+        if type(out) is ClosedModel and dict(out.fixed) != fixed_of(sym_task):
+            raise NotClosed(f"the value's fixed sizes {dict(out.fixed)} are not the structure it was asked for "
+                            f"{fixed_of(sym_task)}")
         return out
     if type(out).__name__ == "Lemma4":
         return close_family(out, sym_task)

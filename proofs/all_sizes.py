@@ -570,6 +570,8 @@ def _prove_symbolic(plan: LumpedPlan, rep: Report, ring_: Ring, built: dict, t0:
                 (a.base, a.after) != (b.base, b.after) for a, b in zip(value.params, plan.params)):
             raise NotClosed(f"the value's range {value.range.describe()} is not the proof's "
                             f"{', '.join(p.describe() for p in plan.params)}")
+        if any(dict(value.fixed).get(k_) != v_ for k_, v_ in plan.fixed.items()):
+            raise NotClosed(f"the value is for the structure {dict(value.fixed)}, not {plan.fixed}")
         fam = S.read(value, ring_)
         spaces = S.spaces(value)
         sizes = S.set_sizes(value, ring_)
@@ -1145,6 +1147,8 @@ def _multihop_linear_symbolic(task, value, build, rep, ring_, built, t0):
     try:
         if names != ("hops", "N"):
             raise NotClosed(f"the value's parameters are {', '.join(names)}, not hops, N")
+        if dict(value.fixed).get("k") != k:
+            raise NotClosed(f"the value is for the structure {dict(value.fixed)}, not k = {k}")
         if len(value.layers) != 2 or S.constant_repeat(value.layers[0], names) != 1:
             raise NotClosed("the model is not (copy layer, one hop layer repeated hops times)")
         hops_poly = (((1, 0), Fraction(1)),)

@@ -212,6 +212,13 @@ def test_a_part_the_prover_does_not_read_is_refused():
     assert rep.status == "not-proven" and "repeated a symbolic number of times" in rep.reason
 
 
+def test_a_value_for_another_structure_is_refused():
+    """A family handing back a value made for another hops (its `fixed` sizes) is refused, never proven."""
+    other = multihop.closed_value("doubling", 2, 3)
+    with pytest.raises(C.NotClosed, match="not the structure it was asked for"):
+        C.value_of(lambda s: other, multihop.symbolic_task(2, 2))
+
+
 def test_an_entry_of_one_member_is_no_closed_value():
     def member(s):
         c = copy_matching.build(s)
