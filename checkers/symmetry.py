@@ -81,6 +81,22 @@ def _labels_as_tokens(task, labels) -> list:
     return [task.classes[int(labels)]]
 
 
+def _decoded(task, idx, size: int = 4096):
+    """(indices, token ids, labels) for the points `idx` in their order, in pieces of equal sequence
+    length (a dataset file may hold sequences of several lengths; decode takes one length)."""
+    lengths = getattr(task, "_lengths", None)
+    lo = 0
+    while lo < len(idx):
+        hi = min(lo + size, len(idx))
+        if lengths is not None:  # cut the piece where the length changes
+            first = int(lengths[int(idx[lo])])
+            hi = next((k for k in range(lo + 1, hi) if int(lengths[int(idx[k])]) != first), hi)
+        part = idx[lo:hi]
+        ids, labels = task.decode(part)
+        yield part, ids, labels
+        lo = hi
+
+
 def check_orbits(task, indices, sizes) -> OrbitCheck:
     """Check the orbit representatives (indices, orbit sizes) of `task` under its symmetry groups
     (the module docstring says what is checked); raises EnumerationError naming the first fault."""
@@ -97,9 +113,7 @@ def check_orbits(task, indices, sizes) -> OrbitCheck:
     rule = rule_for(task)
     forms: dict = {}
     derived = []
-    for lo in range(0, len(idx), 4096):
-        part = idx[lo: lo + 4096]
-        ids, labels = task.decode(part)
+    for part, ids, labels in _decoded(task, idx):
         for i, row, y in zip(part.tolist(), ids.tolist(), labels):
             toks = [task.vocab[t] for t in row]
             labs = _labels_as_tokens(task, y)

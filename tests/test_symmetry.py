@@ -90,3 +90,18 @@ def test_large_icqa_proof_evaluates_k_points():
     v = verify(registry.build(task).model, task, symmetry="auto")
     assert v.verified and v.points_checked == 3 and v.points_covered == task.size == 2823864120000
     assert v.min_margin == 3
+
+
+def test_orbit_check_decodes_datasets_with_several_lengths():
+    """check_orbits on a dataset file whose sequences have several lengths (verify-tracr's inputs up
+    to a length): decoded in pieces of one length, in order."""
+    from depthcert.checkers.symmetry import _decoded
+    from depthcert.checkers.tasks.dataset_file import dataset_from_json
+
+    task = dataset_from_json({"format": "depthcert.dataset", "version": 1, "name": "mixed",
+                              "sequences": [["a"], ["a", "b"], ["b", "a"], ["b"], ["a", "a", "b"]],
+                              "labels": ["x", "y", "y", "x", "z"]})
+    idx = np.array([4, 0, 3, 1, 2])
+    pieces = list(_decoded(task, idx, size=3))
+    assert [p.tolist() for p, _, _ in pieces] == [[4], [0, 3], [1, 2]]
+    assert [ids.shape[1] for _, ids, _ in pieces] == [3, 1, 2]
