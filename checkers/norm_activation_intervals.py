@@ -132,7 +132,7 @@ class NormMatrices:
 def normalize(X: Interval, nm: NormMatrices) -> Interval:
     """N(X) (module docstring, steps 1-4), in the d'-wide layout of checkers/model.py: n at rows
     offset.., 1 at the constant row, exact 0 elsewhere."""
-    C = lin(X, nm.P)  # (..., k)
+    C = lin(X, nm.P, radius_product=True)  # (..., k): radii entry by entry
     clo, chi = C.bounds()
     a = np.where((clo <= 0) & (chi >= 0), 0.0, np.minimum(np.abs(clo), np.abs(chi)))
     b = np.maximum(np.abs(clo), np.abs(chi))

@@ -496,6 +496,9 @@ class IntervalForward:
         labelled = labels >= 0
         last_only = not labelled[:, : n - 1].any()
         causal_mask = np.tril(np.ones((n, n), dtype=bool))  # [query k, key j]: j <= k
+        # with a norm or a smooth MLP, radii entry by entry (a second product with |W|): the
+        # shared Holder radius, amplified by every norm's 1/s, left most points to arb
+        rp = self.model.has_norm_or_smooth
         from depthcert.checkers.norm_activation_intervals import activation, normalize
         for li, (heads, causal, mlp, inv_m) in enumerate(self.layers):
             last = li == len(self.layers) - 1
@@ -512,8 +515,8 @@ class IntervalForward:
                 for hi_, (qk, v, kind, c) in enumerate(heads):
                     S = self._exact_scores(li, hi_, Hnum, den, Q.m.shape[1]) if li == 0 and norm_attn is None else None
                     if S is None:
-                        Wq = lin(GQ, qk)  # rows: queries k, (W_QK h_k)^T
-                        S = mul(Wq, _transpose(G))  # (B, q, j): score of key j for query k
+                        Wq = lin(GQ, qk, radius_product=rp)  # rows: queries k, (W_QK h_k)^T
+                        S = mul(Wq, _transpose(G), radius_product=rp)  # (B, q, j): score of key j for query k
                     if kind == "softmax":
                         A = softmax(scale(S, c), mask)
                     elif kind == "relu":
@@ -523,14 +526,14 @@ class IntervalForward:
                     else:
                         A, settled = hardmax(S, mask)
                         ok &= settled.all(axis=-1)
-                    term = mul(A, lin(G, v), radius_product=True)  # (B, q, d')
+                    term = mul(A, lin(G, v, radius_product=rp), radius_product=True)  # (B, q, d')
                     upd = term if upd is None else add(upd, term)
                 Q = add(Q, scale(upd, inv_m))
             if mlp is not None:
                 W1, b1, W2, b2 = mlp
-                P = lin(Q if norm_mlp is None else normalize(Q, norm_mlp), W1, b1)
+                P = lin(Q if norm_mlp is None else normalize(Q, norm_mlp), W1, b1, radius_product=rp)
                 P = relu(P) if act == "relu" else activation(P, act)
-                Q = add(Q, lin(P, W2, b2))
+                Q = add(Q, lin(P, W2, b2, radius_product=rp))
             X = Q
             ok &= _finite_points(X.m) & (X.r is None or _finite_points(X.r))
         if self.norm_final is not None:
