@@ -1,7 +1,7 @@
-"""README's "largest sizes verified" table: each command run once here, its --json read back.
+"""docs/results.md's "largest sizes verified" table: each command run once here, its --json read back.
 
     python benchmarks/largest_sizes.py                  (every row in its own process: ~15 minutes)
-    python benchmarks/largest_sizes.py --write README.md
+    python benchmarks/largest_sizes.py --write docs/results.md
 
 Each row is one `verify-construction ... --json` run (default time guard: a row that needs more
 prints the tool's refusal, never a made-up number); the table shows points covered, points

@@ -38,27 +38,46 @@ BIN = os.path.dirname(sys.executable)
 
 
 def _margin(doc: dict) -> str:
-    m = doc.get("min_margin")
+    """The exact margin, or a softmax model's certified enclosure [lower, upper]."""
+    m = doc.get("min_margin", doc.get("margin"))
     if m is None:
         return "-"
     if "exact" in m:
         return m["exact"]
+    if "formula" in m:
+        return m["formula"]
     return f"[{m['lower']}, {m['upper']}]"
 
 
-# column header -> the cell's text from the command's --json document
+def _points(doc: dict) -> str:
+    """The dataset's size (verify-construction, find-dependence, verify-model); with verify-model
+    the certified count of correct points first."""
+    if "correct" in doc and "points" in doc:
+        return f"{doc['correct']:,} of {doc['points']:,} correct"
+    n = doc.get("points_total", doc.get("points"))
+    return "-" if n is None else f"{n:,}"
+
+
+# column header -> the cell's text from the command's --json document ("-" where it has no such field)
 FIELDS = {
     "layers": lambda d: str(d["layers"]),
     "heads": lambda d: ",".join(map(str, d["heads"])),
     "d'": lambda d: str(d["d_model"]),
-    "points": lambda d: f"{d['points_total']:,}" if "points_total" in d else f"{d['points']:,}",
+    "points": _points,
     "points covered": lambda d: str(d["points_covered"]),
     "evaluated": lambda d: str(d["points_checked"]),
     "inputs": lambda d: f"{d['inputs']:,}",
-    "verdict": lambda d: d["verdict"],
+    "verdict": lambda d: d["verdict"].replace("_", " "),
     "min margin": _margin,
     "read-out": lambda d: d.get("readout", "-"),
 }
+
+
+def _field(name: str, doc: dict) -> str:
+    try:
+        return FIELDS[name](doc)
+    except KeyError:
+        return "-"
 
 
 def doc_files() -> list[str]:
@@ -100,7 +119,7 @@ def regenerate_row(header: list[str], cells: list[str], today: str | None) -> li
     out = list(cells)
     for k, name in enumerate(header):
         if name in FIELDS:
-            out[k] = FIELDS[name](doc)
+            out[k] = _field(name, doc)
         elif name == "checked" and today is not None and cells[k] != "CI":
             out[k] = f"ran {today}"
     return out

@@ -175,34 +175,9 @@ if __name__ == "__main__":
     refresh()
 
 
-def results_rows():
-    """(command, expected cells) of README's results table (marked <!-- results-table -->)."""
-    lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
-    i = lines.index("<!-- results-table -->")
-    rows = []
-    for line in lines[i + 3:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        rows.append((cells[1].strip("`"), cells[2:]))
-    return rows
-
-
-@pytest.mark.parametrize("cmd,cells", results_rows(), ids=[r[0] for r in results_rows()])
-def test_readme_results_table_is_what_the_commands_print(cmd, cells):
-    argv = shlex.split(cmd) + ["--json"]
-    argv[0] = os.path.join(BIN, argv[0])
-    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    info = json.loads(r.stdout)
-    got = [str(info["layers"]), ",".join(map(str, info["heads"])), str(info["d_model"]),
-           str(info["points_covered"]), str(info["points_checked"]), info["min_margin"]["exact"]]
-    assert got == cells, (cmd, got, cells)
-
-
 def all_sizes_rows():
-    """(table, command, 'finite-only' cell or None, margin cell) of README's two --all-sizes tables."""
-    lines = open(os.path.join(ROOT, "README.md")).read().splitlines()
+    """(table, command, 'finite-only' cell or None, margin cell) of docs/results.md's two --all-sizes tables."""
+    lines = open(os.path.join(ROOT, "docs", "results.md")).read().splitlines()
     rows = []
     for table in ("proven", "partial"):
         i = lines.index(f"<!-- all-sizes-{table} -->")
@@ -215,7 +190,7 @@ def all_sizes_rows():
 
 
 @pytest.mark.parametrize("table,cmd,finite,margin", all_sizes_rows(), ids=[r[1] for r in all_sizes_rows()])
-def test_readme_all_sizes_tables_hold_what_the_commands_prove(table, cmd, finite, margin):
+def test_all_sizes_tables_hold_what_the_commands_prove(table, cmd, finite, margin):
     """A row of the table of proofs for every size exits 0 (proven); a partial row exits 3 and names
     the parameters that stay finite; an exact margin cell is the printed margin."""
     argv = shlex.split(cmd) + ["--json"]

@@ -17,9 +17,9 @@ SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scrip
 
 
 def readme_table() -> dict[str, set[int]]:
-    """command -> the codes its rows of README's exit-code table fill in (a cell "-": not used)."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### Exit codes", 1)[1]
+    """command -> the codes its rows of the exit-code table (docs/commands.md) fill in (a cell "-": not used)."""
+    text = (ROOT / "docs" / "commands.md").read_text()
+    section = text.split("## Exit codes", 1)[1]
     rows = [line for line in section.splitlines() if line.startswith("|")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
     assert header == ["command", "0", "1", "2", "3", "4"], header
@@ -40,7 +40,7 @@ def test_readme_table_lists_every_command_with_its_codes():
     table = readme_table()
     for name, codes in EXIT_CODES.items():
         assert table.get(name) == set(codes), (name, table.get(name), set(codes))
-    assert README_ONCE in (ROOT / "README.md").read_text()
+    assert README_ONCE in (ROOT / "docs" / "commands.md").read_text()
 
 
 README_ONCE = "Every command and every exit code, once:"

@@ -266,3 +266,48 @@ def test_wrong_out_file_is_the_documented_example(tmp_path):
     assert got["correct"] + len(got["wrong"]) + len(got["undecided"]) == got["points"]
     for key in got:  # every key is named in the section's prose
         assert f"`{key}`" in section, key
+
+
+
+# ---- a README read in five minutes, and a reading order over docs/
+
+def _readme() -> str:
+    return open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+
+
+def test_readme_is_short_and_annotates_its_output():
+    text = _readme()
+    assert len(text.splitlines()) < 150
+    for term in ("**evaluated**", "**covered**", "symmetry reduction", "**min margin**"):
+        assert term in text, term
+    assert "<!-- doc-test -->" in text  # the annotated output is run by tests/test_docs.py
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = re.findall(r"^pip install -c constraints\.txt -e (\S+) && python -m pytest -q$", _readme(), re.M)
+    ci = open(os.path.join(ROOT, ".ci", "run")).read()
+    main_job = ci[ci.index('echo "== job main'):]
+    install = re.search(r"^python -m pip install -q -c constraints\.txt -e (\S+)$", main_job, re.M).group(1)
+    assert readme == [install] and re.search(r"^python -m pytest -q$", main_job, re.M)
+
+
+def test_reading_order_starts_with_the_tutorial_and_covers_every_page():
+    text = _readme()
+    order = text[text.index("## Reading order"):]
+    assert re.search(r"^1\. `docs/tutorial\.md`", order, re.M) and "docs/index.md" in order
+    index = open(os.path.join(ROOT, "docs", "index.md"), encoding="utf-8").read()
+    first = re.search(r"^1\. \[(\S+)\]", index, re.M).group(1)
+    assert first == "tutorial.md"
+    pages = {os.path.basename(p) for p in os.listdir(os.path.join(ROOT, "docs")) if p.endswith(".md")}
+    listed = set(re.findall(r"\]\(([a-z0-9_-]+\.md)\)", index))
+    assert pages - {"index.md"} == listed, (pages - listed, listed - pages)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md", "docs/commands.md", "docs/results.md",
+                                  "docs/development.md", "docs/tutorial.md", "docs/tracr.md", "docs/json.md",
+                                  "docs/softmax.md"])
+def test_user_docs_have_no_machine_paths_issue_numbers_or_history(page):
+    text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+    for pattern in (r"/tmp/", r"/work/", r"\bissue \d+", r"\bissue #\d+", r"\bBefore this\b", r"\bwent from\b",
+                    r"\bnow takes\b"):
+        assert not re.search(pattern, text, re.I), (page, pattern)
