@@ -209,8 +209,9 @@ def _g_bounds(kind: str, lo, hi):
     if kind == "gelu":
         c_lo, c_hi = cst["inv_sqrt2"]
         # Phi(x) = erfc(-x c) / 2 (c = 1/sqrt 2), erfc decreasing: the largest argument gives the lower end
-        w_lo_end = mul_bounds(-lo, -lo, c_lo, c_hi)[1]
-        w_hi_end = mul_bounds(-hi, -hi, c_lo, c_hi)[0]
+        # w = -x c with 0 < c_lo <= c <= c_hi: its largest value at x = lo, its smallest at x = hi
+        w_lo_end = _hi(-lo * np.where(lo < 0, c_hi, c_lo))
+        w_hi_end = _lo(-hi * np.where(hi < 0, c_lo, c_hi))
         g_lo = _lo(_erfc_lower(w_lo_end) * 0.5)
         g_hi = _hi(_erfc_upper(w_hi_end) * 0.5)
         g_lo = np.where(np.isnan(g_lo), 0.0, np.clip(g_lo, 0.0, 1.0))
@@ -230,13 +231,22 @@ def _g_bounds(kind: str, lo, hi):
     return _sigmoid_bounds(t_bounds(lo)[0], t_bounds(hi)[1])
 
 
+def _times_nonnegative(lo, hi, g_lo, g_hi):
+    """Floats [f_lo, f_hi] containing x g for x in [lo, hi], g in [g_lo, g_hi] with 0 <= g_lo: the
+    extreme products are lo g_hi (lo < 0) or lo g_lo, and hi g_hi (hi > 0) or hi g_lo, rounded
+    outward (two products instead of four)."""
+    f_lo = _lo(lo * np.where(lo < 0, g_hi, g_lo))
+    f_hi = _hi(hi * np.where(hi > 0, g_hi, g_lo))
+    return f_lo, f_hi
+
+
 def activation(X: Interval, kind: str) -> Interval:
     """act(X) elementwise for kind in SMOOTH (module docstring)."""
     lo, hi = X.bounds()
     g_lo, g_hi = _g_bounds(kind, lo, hi)
-    f_lo, f_hi = mul_bounds(lo, hi, g_lo, g_hi)
+    f_lo, f_hi = _times_nonnegative(lo, hi, g_lo, g_hi)
     out = Interval.from_bounds(f_lo, f_hi)
-    bad = ~(np.isfinite(lo) & np.isfinite(hi))
+    bad = ~(np.isfinite(lo) & np.isfinite(hi) & np.isfinite(f_lo) & np.isfinite(f_hi))
     if np.any(bad):
         out.m = np.where(bad, np.nan, out.m)
     return out
