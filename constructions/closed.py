@@ -46,6 +46,10 @@ class NotClosed(Exception):
     """What a builder returned (or how it failed) is not a closed value; the message says why."""
 
 
+class NotAValue(NotClosed):
+    """The builder returned something of no closed-value kind at all (bad input for --family)."""
+
+
 # ----------------------------------------------------------------------------- the value's types
 
 
@@ -711,7 +715,7 @@ def as_value(out, sym_task: SymbolicTask) -> ClosedModel:
         return out
     if type(out).__name__ == "Lemma4":
         return close_family(out, sym_task)
-    raise NotClosed(f"the builder returned a {type(out).__name__}: a closed value is a ClosedModel (or a model written "
+    raise NotAValue(f"the builder returned a {type(out).__name__}: a closed value is a ClosedModel (or a model written "
                     "with constructions/indexed.py)")
 
 

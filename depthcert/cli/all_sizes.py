@@ -89,7 +89,16 @@ def verify_all_sizes(args, task) -> int:
     if family:
         if args.as_printed or args.variant:
             raise BadInput("--family builds your closed value from symbols; it takes no --as-printed or --variant")
-        construct = load_family(family)  # called once with the task's symbols only
+        construct = load_family(family)  # called with the task's symbols only
+        from depthcert.constructions.closed import NotAValue, NotClosed
+        from depthcert.proofs.all_sizes import family_value
+
+        try:
+            family_value(construct, task)
+        except NotAValue as exc:
+            raise BadInput(f"--family {family}: not a closed value: {exc}") from None
+        except NotClosed:
+            pass  # a function that tried to read a size: the proof says why (exit 3)
     proven_readout = "family's own" if family else READOUT_OF.get(task.name, "paper")
     readout = getattr(args, "readout", "auto")
     if readout not in ("auto", proven_readout) and not (family and readout == "paper"):
