@@ -311,3 +311,19 @@ def test_user_docs_have_no_machine_paths_issue_numbers_or_history(page):
     for pattern in (r"/tmp/", r"/work/", r"\bissue \d+", r"\bissue #\d+", r"\bBefore this\b", r"\bwent from\b",
                     r"\bnow takes\b"):
         assert not re.search(pattern, text, re.I), (page, pattern)
+
+
+def test_verify_tracr_robustness_is_timed_and_shows_progress(monkeypatch, capsys):
+    """verify-tracr --robustness: the wall time line covers the robustness passes, which show tqdm
+    bars on a terminal (one compile of a small program)."""
+    pytest.importorskip("tracr")
+    from depthcert.cli.common import run_main
+    from depthcert.cli.verify_tracr import _main as verify_tracr
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    argv = ["make_length", "--vocab", "1,2", "--max-seq-len", "3", "--robustness", "--no-float-check"]
+    assert run_main(verify_tracr, argv) == 0
+    out, err = capsys.readouterr()
+    assert "robustness: radius 2^-" in err and "robustness: fractional bits" in err
+    m = re.search(r"wall time   (\d+\.\d+) s in all, (\d+\.\d+) s deciding, (\d+\.\d+) s robustness", out)
+    assert m and float(m.group(1)) >= float(m.group(2)) + float(m.group(3)) - 0.01, out
