@@ -120,6 +120,23 @@ def test_every_method_gives_the_true_verdict_at_the_float_limit(case, method):
         assert lo <= min(good) <= hi
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_verify_intervals_and_balls_give_the_true_verdict_at_the_float_limit(case):
+    """verify (verify-construction --weights): the float64 intervals, then balls; the first
+    truly wrong point refutes, and the margin enclosure holds the oracle's margins."""
+    from depthcert.checkers.exhaustive import verify
+
+    seqs, labels, wrong = CASES[case]
+    model = big_model()
+    v = verify(model, DatasetTask(seqs, labels), progress=False)
+    true = _oracle_margins(model, seqs, labels)
+    assert v.verdict == ("refuted" if wrong else "verified"), v
+    if wrong:
+        assert v.counterexample.index == wrong[0] and not v.counterexample.tie
+    lo, hi = v.margin_enclosure
+    assert lo <= min(true[: (wrong[0] + 1) if wrong else len(true)]) <= hi
+
+
 @pytest.mark.parametrize("case, code", [("verified_before", 1), ("refuted_before", 0), ("exit4_before", 1)])
 def test_verify_model_cli_reproductions(tmp_path, capsys, case, code):
     """The issue's three runs (verify-model --require-all on a depthcert weights file): before,
