@@ -295,8 +295,10 @@ def _copy(data: dict, img_rel: str) -> list[str]:
         out.append("")
     if ex:
         out += ["**Trained weights decided exactly.**  The standard transformer above has LayerNorm (a division by a "
-                "square root of the inputs' variance) and GELU: outside depthcert's exact model classes, so its "
-                "trained weights cannot be checked exactly.  `train copy --arch attention-only` trains depthcert's "
+                "square root of the inputs' variance) and GELU; verify-model decides those for TransformerLens "
+                "checkpoints (docs/trained-models.md), but this model is its own architecture "
+                "(`training/copy_model.py`), so its trained weights are not checked here.  "
+                "`train copy --arch attention-only` trains depthcert's "
                 "own class instead (ReLU attention with a causal mask, no LayerNorm, no MLP, outputs at every "
                 "position; Adam lr 0.01) "
                 "and `--exact-check 12` rounds every weight to a multiple of 2^-12 and runs `depthcert.verify` on "
