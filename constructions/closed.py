@@ -916,6 +916,9 @@ def _instantiate_count(value: ClosedCount, sizes: dict, task):
     n = int(sizes["n"])
     if n < 1:
         raise BadInput(f"n = {n} is outside the construction's range n >= 1")
+    group = getattr(task, "group", None)
+    if group is None or group.order != value.p or task.name != value.name:
+        raise BadInput(f"the count value is for {value.name} at p = {value.p}, not for the task {task.name}")
     at_n = {"n": n}
 
     def count(p, what):
