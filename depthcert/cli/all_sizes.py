@@ -99,7 +99,8 @@ def verify_all_sizes(args, task) -> int:
             raise BadInput(f"--family {family}: not a closed value: {exc}") from None
         except NotClosed:
             pass  # a function that tried to read a size: the proof says why (exit 3)
-    proven_readout = "family's own" if family else READOUT_OF.get(task.name, "paper")
+    proven_readout = ("family's own" if family else
+                      "lemma3" if task.name == "sc" and args.as_printed else READOUT_OF.get(task.name, "paper"))
     readout = getattr(args, "readout", "auto")
     if readout not in ("auto", proven_readout) and not (family and readout == "paper"):
         raise BadInput(f"--all-sizes proves the construction's own read-out ({proven_readout}); --readout {readout} "
