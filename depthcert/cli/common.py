@@ -1,7 +1,7 @@
 """What every depthcert command shares: argument parsing that exits 2 on bad input, the task
 options, resource-budget options, and the formatting of exact numbers, enclosures and points.
 
-Exit codes and the wrapper every command body runs in: depthcert/cli/errors.py (README, "Exit codes").
+Exit codes and the wrapper every command body runs in: depthcert/cli/errors.py (docs/commands.md, "Exit codes").
 """
 from __future__ import annotations
 

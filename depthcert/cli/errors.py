@@ -1,6 +1,6 @@
 """The one wrapper every console entry point runs its command body in: exit codes and one-line errors.
 
-Exit codes (README, "Exit codes"):
+Exit codes (docs/commands.md, "Exit codes"):
     0  verified / proven / done          1  refuted (a counterexample or a failing size is printed)
     2  bad input (one line naming it)    3  undecided or partial (the command says what)
     4  internal error: a bug in depthcert, one line ("internal error: ...; please report");

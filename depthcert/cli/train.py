@@ -46,7 +46,7 @@ def _import_torch():
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise BadInput("training needs PyTorch: pip install -e '.[train]' (torch 2.13.0, CPU build; see README)") from None
+        raise BadInput("training needs PyTorch: pip install -e '.[train]' (torch 2.13.0, CPU build; see docs/development.md)") from None
 
 
 def _clean(obj):
