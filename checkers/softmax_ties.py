@@ -220,7 +220,7 @@ class Val:
         """The value when it is a rational number, else None.  Exact and complete: num / den = q
         with q rational iff num - q den collects to 0, iff (Lindemann-Weierstrass: distinct
         exponents are independent) num's collected terms are q times den's, term by term."""
-        if self.den is ONE:
+        if self.den is ONE or not self.num.terms:
             return self.num.constant()
         c, d = self.num.constant(), self.den.constant()
         if c is not None and d is not None:
