@@ -1,0 +1,114 @@
+"""Benchmark: the shipped trained models (grokked modular addition before and after grokking, the
+LayerNorm induction model) decided on every input by verify-model's certified run, against a plain
+float64 forward over the same inputs, every time measured in this one run and this one process.
+
+    python benchmarks/bench_trained_models.py                 (every shipped model)
+    python benchmarks/bench_trained_models.py --only grokking_p113_after
+
+"certified" is verify-model's whole run: reading the checkpoint into the exact model (every float32
+weight the rational it is, products in python-flint) and deciding every point
+(checkers/accuracy.py).  "float64" is depthcert/interop/float_forward.py's numpy forward of the
+same checkpoint over the same inputs (reading included), counting a point correct when its label's
+float logit is strictly the largest: a float brute force, which certifies nothing.  Both wall
+seconds and CPU seconds of this process are printed (the machine is shared: wall time moves
+with the load, CPU time much less); ratio = certified / float64.  A model the installed
+verify-model refuses is printed with its one-line reason.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CKPT = os.path.join(ROOT, "training", "checkpoints")
+# name -> (checkpoint, task name, task options)
+MODELS = {
+    "grokking_p113_before": ("grokking_p113_before.safetensors", "modular-addition", {"modulus": 113}),
+    "grokking_p113_after": ("grokking_p113_after.safetensors", "modular-addition", {"modulus": 113}),
+    "induction_v5_n8_ln": ("induction_v5_n8_ln.safetensors", "induction", {"vocab": 5, "n": 8}),
+}
+
+
+class _Clock:
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def bench(path: str, task_name: str, options: dict) -> dict:
+    from depthcert.checkers.errors import BadInput
+    from depthcert.checkers.tasks import make_task
+    from depthcert.cli.verify_model import load_any_model, run
+    from depthcert.interop.float_forward import FloatForward, float_correct
+    from depthcert.interop.transformerlens import read_checkpoint
+
+    task = make_task(task_name, **options)
+    try:
+        with _Clock() as read:
+            model = load_any_model(path, None, task)
+        with _Clock() as decide:
+            v = run(model, task, {"method": "auto"}, 65536, 8192)
+    except BadInput as exc:
+        return {"task": task, "refused": str(exc)}
+    with _Clock() as flt:
+        fwd = FloatForward(*read_checkpoint(path), np.float64)
+        ok = np.zeros(task.size, dtype=bool)
+        for b in task.batches(4096):
+            ok[b.index] = float_correct(fwd, b.ids, b.labels)
+    wrong = np.zeros(task.size, dtype=bool)
+    wrong[np.asarray(v.wrong, dtype=np.int64)] = True
+    undecided = np.zeros(task.size, dtype=bool)
+    undecided[np.asarray(v.undecided, dtype=np.int64)] = True
+    disagree = int((~undecided & (ok == wrong)).sum())
+    return {"task": task, "model": model, "v": v, "read": read, "decide": decide, "float": flt,
+            "float_correct": int(ok.sum()), "disagree": disagree}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", action="append", choices=sorted(MODELS), help="run only this model (repeatable)")
+    args = p.parse_args(argv)
+    from depthcert.checkers.rational import exact_text
+
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, python {platform.python_version()}, numpy "
+          f"{np.__version__}; one process, load average {os.getloadavg()[0]:.1f} at the start")
+    for name in args.only or list(MODELS):
+        fname, task_name, options = MODELS[name]
+        path = os.path.join(CKPT, fname)
+        if not os.path.exists(path):
+            print(f"\n{name}: {os.path.relpath(path, ROOT)} is missing")
+            continue
+        r = bench(path, task_name, options)
+        task = r["task"]
+        print(f"\n{name}: {task.describe()}, {task.size:,} inputs")
+        if "refused" in r:
+            print(f"  certified: refused by verify-model: {r['refused']}")
+            continue
+        v, rd, dc, fl = r["v"], r["read"], r["decide"], r["float"]
+        cw, cc = rd.wall + dc.wall, rd.cpu + dc.cpu
+        m = v.margin
+        margin = "-" if m is None else exact_text(m[0]) if m[0] == m[1] else f"[{float(m[0]):.6g}, {float(m[1]):.6g}]"
+        print(f"  model        {r['model'].kinds()}, d' = {r['model'].dim}; path {v.path}")
+        print(f"  certified    {v.correct:,} correct, {len(v.wrong):,} wrong, {len(v.undecided):,} undecided; "
+              f"min margin {margin}")
+        print(f"  float64      {r['float_correct']:,} correct; {r['disagree']:,} disagreements with the certified decision")
+        print(f"  {'':<12} {'wall s':>8} {'cpu s':>8}")
+        print(f"  {'read exact':<12} {rd.wall:>8.1f} {rd.cpu:>8.1f}")
+        print(f"  {'decide':<12} {dc.wall:>8.1f} {dc.cpu:>8.1f}")
+        print(f"  {'certified':<12} {cw:>8.1f} {cc:>8.1f}")
+        print(f"  {'float64':<12} {fl.wall:>8.1f} {fl.cpu:>8.1f}")
+        print(f"  ratio certified / float64: {cw / fl.wall:.1f} (wall), {cc / max(fl.cpu, 1e-9):.1f} (cpu); "
+              f"deciding alone {dc.cpu / max(fl.cpu, 1e-9):.1f} (cpu)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
