@@ -54,7 +54,7 @@ def _commands(body):
 def _mask(text: str) -> str:
     text = re.sub(r"(wall time\s+)\d+\.\d+ s in all, \d+\.\d+ s evaluating", r"\1<t>", text)
     text = re.sub(r"^time: \d+\.\d+ s$", "time: <t> s", text, flags=re.M)
-    text = re.sub(r"^(time {11})\d+\.\d+ s", r"\1<t> s", text, flags=re.M)
+    text = re.sub(r"^time {11}.*$", lambda m: re.sub(r"\d+\.\d+ s", "<t> s", m.group(0)), text, flags=re.M)
     text = re.sub(r"(by a plain float(?:32|64) forward )\(\d+\.\d+ s\)", r"\1(<t> s)", text)  # --compare-float
     return re.sub(r'"(total_)?seconds": [0-9.]+', r'"\1seconds": <t>', text)
 
