@@ -35,6 +35,10 @@ EXIT_CODES = {
     "find-dependence": {
         EXIT_OK: "decided (a certificate checked, or a one-layer model verified on every point)",
         EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL + ", e.g. a certificate the independent checker rejects"},
+    "find-depth": {EXIT_OK: "minimal depth exact (every smaller depth refuted by a re-checked certificate, a model "
+                            "verified at it)", EXIT_BAD_INPUT: _BAD,
+                   EXIT_UNDECIDED: "open: some depth neither refuted nor realised (the reason printed)",
+                   EXIT_INTERNAL: _INTERNAL + ", e.g. a certificate the independent checker rejects"},
     "check-certificate": {EXIT_OK: "valid", EXIT_REFUTED: "invalid, or not about the given dataset",
                           EXIT_BAD_INPUT: "malformed or unreadable, or " + _BAD, EXIT_INTERNAL: _INTERNAL},
     "verify-tracr": {EXIT_OK: "verified (numerical programs: every error certified below --tolerance, default 1/1000; "
