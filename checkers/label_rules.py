@@ -144,7 +144,15 @@ def count_label(p: int) -> Callable[[Sequence[str]], str]:
 def rule_for(task) -> Callable[[Sequence[str]], str] | None:
     """The label rule of a task of the paper's families, from its parameters and token groups;
     None for a task whose labels are its data (a dataset file, a tracr program's outputs)."""
-    name, prm = getattr(task, "name", ""), getattr(task, "params", {}) or {}
+    from depthcert.checkers.tasks.icqa import ICQA
+    from depthcert.checkers.tasks.logdepth import ModCount, Parity
+    from depthcert.checkers.tasks.multihop import MultiHop
+    from depthcert.checkers.tasks.template import InContextTemplateMatching, TemplateMatching
+
+    families = (ICQA, MultiHop, TemplateMatching, InContextTemplateMatching, Parity, ModCount)
+    if not isinstance(task, families):  # a dataset file or a tracr program named like a family: its labels are data
+        return None
+    name, prm = task.name, task.params
     if name == "icqa":
         return icqa_label(prm["k"], task.questions, task.answers)
     if name == "multihop":

@@ -188,3 +188,13 @@ def test_the_label_rules_on_hand_made_points():
     ictm = make_task("ictm", k=2, l=2, alphabet=2, n_answers=2)
     assert rule_for(ictm)(("x0", "x1", "=", "a1", "x1", "x1", "=", "a0", "x0", "x0", "=")) == "a0"
     assert rule_for(make_task("mod-count", n=4, modulus=3))(("1", "1", "0", "1")) == "0"
+
+
+def test_a_dataset_named_like_a_family_keeps_its_own_labels():
+    """The rules belong to the task families' classes: a dataset (file, tracr program) named "tm" or
+    "icqa" has its labels as data, checked by distinct orbits and orbit sizes only."""
+    from depthcert.checkers.tasks.dataset_file import DatasetTask
+
+    for name in ("tm", "icqa", "multihop"):
+        task = DatasetTask([["a", "b"], ["b", "a"], ["a", "a"], ["b", "b"]], ["x", "x", "y", "y"], name)
+        assert rule_for(task) is None
