@@ -197,7 +197,7 @@ def test_exact_ties_through_gelu_are_undecided_with_the_reason():
     assert "square roots" in tie_reason(model)
 
 
-def test_numpy_free_assumption_scipy_erfc_is_within_erfc_rel_of_arb():
+def test_scipy_erfc_is_within_erfc_rel_of_arb():
     """norm_activation_intervals assumes |erfc(x) - scipy.special.erfc(x)| <= ERFC_REL erfc(x) on
     [ERFC_LOW, ERFC_HIGH]: checked against arb on 6,000 arguments (random, the ends, integers)."""
     import flint
@@ -279,3 +279,21 @@ def test_certified_enclosures_contain_a_live_hooked_transformers_logits(change):
         d = dec.decide(H[i], den, [(ids.shape[1] - 1, int(labels[i, -1]))], logits=True)
         for c, (a, b) in enumerate(d.logits):
             assert float(a) - slack <= ref[i, c] <= float(b) + slack, (i, c, float(a), ref[i, c], float(b))
+
+
+def test_cli_decides_a_layernorm_checkpoint_and_refuses_what_it_cannot_do(capsys):
+    """verify-model on the shipped LayerNorm example: decided (exit 0); --method tables and
+    --robustness (the weight balls know no norms) are refused in one line, exit 2."""
+    from depthcert.cli.common import run_main
+    from depthcert.cli.verify_model import verify_model_main
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "examples",
+                        "layernorm-tiny.safetensors")
+    argv = [path, "--task", "max-of-k", "--vocab", "4", "--k", "3"]
+    assert run_main(verify_model_main, argv + ["--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"correct": 19' in out and '"undecided_points": 0' in out
+    for extra, msg in ((["--method", "tables"], "LayerNorm/RMSNorm"), (["--robustness"], "LayerNorm/RMSNorm")):
+        assert run_main(verify_model_main, argv + extra) == 2
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1
