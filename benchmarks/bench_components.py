@@ -102,7 +102,7 @@ def main(argv=None) -> int:
             cert[v.undecided] = False
             disagree = int(((ok != cert) & ~np.isin(np.arange(task.size), v.undecided)).sum())
             print(f"{name:30s} {cw:11.2f} {cc:7.2f} {fw:10.3f} {fc:7.3f} {cw / fw:6.1f} {cc / fc:6.1f} "
-                  f"{v.correct:8,} {len(v.wrong):6,} {len(v.undecided):6,} {disagree:8,}")
+                  f"{v.correct:8,} {len(v.wrong):6,} {len(v.undecided):6,} {v.by_balls:6,} {disagree:8,}")
     return 0
 
 
