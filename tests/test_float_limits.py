@@ -154,6 +154,29 @@ def test_verify_model_cli_reproductions(tmp_path, capsys, case, code):
     assert out["first_wrong"] == wrong and out["undecided_points"] == 0
 
 
+def test_transformerlens_checkpoint_at_the_float_limit(tmp_path, capsys):
+    """The same model as a float64 TransformerLens checkpoint (export-transformerlens): its weights
+    are big_model's rounded to float64, and verify-model gives the oracle's verdicts on it."""
+    pytest.importorskip("safetensors")
+    from depthcert.checkers.weights_file import model_to_json
+    from depthcert.cli.export_transformerlens import export_transformerlens_main
+    from depthcert.cli.verify_model import load_any_model, verify_model_main
+
+    w, ckpt = tmp_path / "big.json", tmp_path / "big.safetensors"
+    w.write_text(json.dumps(model_to_json(big_model())))
+    assert export_transformerlens_main([str(w), str(ckpt), "--dtype", "float64"]) == 0
+    for case, (seqs, labels, _) in sorted(CASES.items()):
+        d = tmp_path / f"{case}.json"
+        d.write_text(json.dumps({"format": "depthcert.dataset", "version": 1, "sequences": seqs, "labels": labels}))
+        task = DatasetTask(seqs, labels)
+        true = _oracle_margins(load_any_model(str(ckpt), None, task), seqs, labels)
+        wrong = [i for i, t in enumerate(true) if t <= 0]
+        capsys.readouterr()
+        assert verify_model_main([str(ckpt), "--dataset", str(d), "--require-all", "--json"]) == (1 if wrong else 0)
+        out = json.loads(capsys.readouterr().out)
+        assert out["first_wrong"] == wrong and out["undecided_points"] == 0, case
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_margin_enclosure_ends_beyond_float64_are_not_reported(method):
     """Every margin is float64's largest number; the intervals' upper end m + r rounds to inf
