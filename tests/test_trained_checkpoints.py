@@ -163,6 +163,10 @@ def test_verify_model_compare_float_json():
                          cwd=ROOT)
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
+    jsonschema = pytest.importorskip("jsonschema")
+    from depthcert.schema import output_schema
+
+    jsonschema.validate(d, output_schema())
     assert d["points"] == 960 and d["correct"] + d["wrong"] + d["undecided_points"] == 960
     assert 0 < d["wrong"] < 960
     for name in ("float32", "float64"):
