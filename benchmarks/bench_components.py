@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, python {platform.python_version()}; "
           f"max-of-k vocab=8 k={k}: {task.size:,} inputs per row")
     print(f"{'model':30s} {'certified s':>11s} {'(cpu)':>7s} {'float64 s':>10s} {'(cpu)':>7s} {'ratio':>6s} "
-          f"{'(cpu)':>6s} {'correct':>8s} {'wrong':>6s} {'undec':>6s} {'disagree':>8s}")
+          f"{'(cpu)':>6s} {'correct':>8s} {'wrong':>6s} {'undec':>6s} {'in arb':>6s} {'disagree':>8s}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, change in ROWS.items():
             path = os.path.join(tmp, "m.safetensors")
