@@ -61,42 +61,45 @@ def tables(draw, rows, values, max_entries=6):
 
 @st.composite
 def closed_values(draw):
-    """Random two-layer ICQA values: 1-2 heads per layer, same/other pairs across every set, a layer
-    repeated a constant number of times, random W_O; the copy layer of Theorem 3 kept as layer 1's
-    first head so that most values keep some signal."""
+    """Random two-layer ICQA values: Theorem 3's copy and match heads, each kept or not, plus 0-2 random
+    heads per layer (same/other pairs over every set), a layer repeated a constant number of times, W_O
+    Theorem 3's with random extra entries or random: some verify, some fail at some size."""
     layers = []
     for li in range(2):
-        heads = []
-        if li == 0:
-            heads.append(BASE.layers[0].heads[0])
-        for _ in range(draw(st.integers(1, 2)) - (1 if li == 0 else 0) + (0 if li == 0 else 0)):
+        heads = [BASE.layers[li].heads[0]] if draw(st.booleans()) or li == 1 and draw(st.booleans()) else []
+        for _ in range(draw(st.integers(0 if heads else 1, 2))):
             heads.append(C.ClosedHead(draw(tables(STREAM, (0, 1, 2))), draw(tables(STREAM, (-1, 0, 1, 2)))))
-        if li == 1 and not heads:
-            heads.append(BASE.layers[1].heads[0])
         layers.append(C.ClosedLayer(tuple(heads), const(draw(st.sampled_from((1, 1, 2))))))
-    W_O = draw(tables(CLASSES, (-1, 1, 2, 3), 4))
+    extra = draw(tables(CLASSES, (-1, 1, 2), 3))
+    if draw(st.booleans()):
+        entries = dict(BASE.W_O.entries)
+        entries.update(dict(extra.entries))
+        W_O = C.ClosedTable(tuple(sorted(entries.items())))
+    else:
+        W_O = extra
     return replace(BASE, name="random", layers=tuple(layers), W_O=W_O)
 
 
 SIZES = ({"k": 1, "n_q": 1, "n_a": 2}, {"k": 1, "n_q": 2, "n_a": 3}, {"k": 2, "n_q": 2, "n_a": 3},
-         {"k": 2, "n_q": 3, "n_a": 2}, {"k": 3, "n_q": 3, "n_a": 3})
+         {"k": 2, "n_q": 3, "n_a": 2}, {"k": 3, "n_q": 3, "n_a": 3}, {"k": 2, "n_q": 4, "n_a": 4})
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+def lumped_only(value):
+    """The prover on the value without its base cases (which stop a failing value before the lumped
+    pass): the lumped margins of every value are compared, failing or not."""
+    return prove_lumped(replace(icqa_plan(construct=lambda sym: value), base=()))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(closed_values(), st.sampled_from(SIZES))
 def test_lumped_margins_equal_instantiate_and_verify_on_random_values(value, extra):
     """The prover's margin formula (every head, every table, every repeat, W_O read) equals verify's
-    exact margin on the instantiated model at every size compared; a base case that fails is a real
-    failure of the instantiated model."""
-    rep = prove_lumped(icqa_plan(construct=lambda sym: value))
-    sizes = [extra, {"k": 2, "n_q": 3, "n_a": 3}]
-    if rep.lumped is None:
-        if rep.status == "fails":
-            size = {k: rep.failure["size"][k] for k in ("k", "n_q", "n_a")}
-            task = make_task("icqa", k=size["k"], n_questions=size["n_q"], n_answers=size["n_a"])
-            assert not verify(C.instantiate(value, size, task), task, symmetry="off", progress=False).verified
+    exact margin on the instantiated model wherever verify verifies, and is <= 0 wherever it refutes."""
+    rep = lumped_only(value)
+    if rep.lumped is None:  # a sign left undecided: nothing claimed, nothing to compare
+        assert rep.status == "not-proven"
         return
-    for s in sizes:
+    for s in (extra, {"k": 2, "n_q": 3, "n_a": 3}):
         task = make_task("icqa", k=s["k"], n_questions=s["n_q"], n_answers=s["n_a"])
         v = verify(C.instantiate(value, s, task), task, symmetry="off", progress=False)
         m = symbolic_margin(rep, s)
