@@ -333,6 +333,49 @@ def max_of_k_index(tokens, V: int) -> int:
     return base_value([int(t) for t in tokens], V)
 
 
+# ---- modular addition (Nanda et al.): all p^2 inputs "a b =" over "0".."p-1"; label (a + b) mod p.
+# Index: a * p + b.
+
+
+def modular_addition_points(p: int) -> dict:
+    return {(str(a), str(b), "="): str((a + b) % p) for a in range(p) for b in range(p)}
+
+
+def modular_addition_label(tokens, p: int) -> str:
+    return str((int(tokens[0]) + int(tokens[1])) % p)
+
+
+def modular_addition_index(tokens, p: int) -> int:
+    return int(tokens[0]) * p + int(tokens[1])
+
+
+# ---- induction (Olsson et al.): every sequence of n tokens over "0".."V-1" whose last token t
+# occurs exactly once among the first n-2 positions (at j) and not at n-2; label: the token at
+# j + 1.  Index: (t (n-2) + j) (V-1)^(n-2) + the base-(V-1) numeral of the other positions 0..n-2
+# (in order, j left out), each token written as its rank among the tokens other than t.
+
+
+def induction_points(V: int, n: int) -> dict:
+    out = {}
+    for seq in itertools.product(range(V), repeat=n):
+        toks = tuple(str(v) for v in seq)
+        if [int(x) for x in toks[: n - 2]].count(seq[-1]) == 1 and seq[n - 2] != seq[-1]:
+            out[toks] = induction_label(toks)
+    return out
+
+
+def induction_label(tokens) -> str:
+    j = list(tokens[:-2]).index(tokens[-1])
+    return tokens[j + 1]
+
+
+def induction_index(tokens, V: int, n: int) -> int:
+    t = int(tokens[-1])
+    j = list(tokens[:-2]).index(tokens[-1])
+    rest = [int(x) - (int(x) > t) for k, x in enumerate(tokens[: n - 1]) if k != j]
+    return (t * (n - 2) + j) * (V - 1) ** (n - 2) + base_value(rest, V - 1)
+
+
 # ---- the log-depth tasks (docs/logdepth.md): parity, mod-count, word problems, reachability
 #
 # parity / mod-count: all 2^n strings over "0", "1"; label: the number of 1s mod 2 / mod p.

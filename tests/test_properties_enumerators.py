@@ -39,7 +39,7 @@ from proptools import prop
 
 # tasks with a reference in tests/task_reference.py (those present in this build: KNOWN below)
 KNOWN = ("sc", "icqa", "tm", "ictm", "multihop", "composition", "parity", "mod-count", "word-problem", "reachability",
-         "max-of-k")
+         "max-of-k", "modular-addition", "induction")
 OTHERS = tuple(t for t in dict.fromkeys(TASK_ALIASES.values()) if t not in KNOWN)  # no reference yet
 MAX_POINTS = 3000  # brute force over the definition and the inverse of every index
 
@@ -90,6 +90,15 @@ def _composition(draw):
 def _max_of_k(draw):
     K = draw(st.integers(1, 4))
     return ("max-of-k", (("vocab", draw(st.integers(2, {1: 9, 2: 9, 3: 7, 4: 5}[K]))), ("k", K)))
+
+
+def _modular_addition(draw):
+    return ("modular-addition", (("modulus", draw(st.integers(2, 20))),))
+
+
+def _induction(draw):
+    V = draw(st.integers(2, 5))
+    return ("induction", (("vocab", V), ("n", draw(st.integers(3, {2: 8, 3: 7, 4: 6, 5: 5}[V])))))
 
 
 def _parity(draw):
@@ -144,7 +153,8 @@ def configs(draw, names=KNOWN):
         return draw(st.sampled_from(_ictm_configs()))
     return {"sc": _sc, "icqa": _icqa, "tm": _tm, "multihop": _multihop, "composition": _composition,
             "parity": _parity, "mod-count": _mod_count, "word-problem": _word_problem,
-            "reachability": _reachability, "max-of-k": _max_of_k}[name](draw)
+            "reachability": _reachability, "max-of-k": _max_of_k, "modular-addition": _modular_addition,
+            "induction": _induction}[name](draw)
 
 
 @lru_cache(maxsize=256)
@@ -172,6 +182,10 @@ def reference_points(name, o) -> dict | None:
         return ref.count_points(o["n"], o.get("modulus", 2))
     if name == "max-of-k":
         return ref.max_of_k_points(o["vocab"], o["k"])
+    if name == "modular-addition":
+        return ref.modular_addition_points(o["modulus"])
+    if name == "induction":
+        return ref.induction_points(o["vocab"], o["n"])
     if name == "word-problem":
         return None  # no closed form of the words: labels by the reference product (below)
     if name == "reachability":
@@ -194,6 +208,10 @@ def reference_label(name, o, tokens):
         return str(tokens.count("1") % o.get("modulus", 2))
     if name == "max-of-k":
         return ref.max_of_k_label(tokens)
+    if name == "modular-addition":
+        return ref.modular_addition_label(tokens, o["modulus"])
+    if name == "induction":
+        return ref.induction_label(tokens)
     if name == "word-problem":
         return ref.word_label(tokens, o["group"])
     if name == "reachability":
@@ -222,6 +240,10 @@ def reference_index(name, o, task, tokens) -> int:
         return ref.base_value([int(t) for t in tokens], 2)
     if name == "max-of-k":
         return ref.max_of_k_index(tokens, o["vocab"])
+    if name == "modular-addition":
+        return ref.modular_addition_index(tokens, o["modulus"])
+    if name == "induction":
+        return ref.induction_index(tokens, o["vocab"], o["n"])
     if name == "word-problem":
         return ref.base_value([task.vocab.index(t) for t in tokens], len(task.vocab))
     if name == "reachability":
@@ -262,6 +284,10 @@ def reference_size(name, o) -> int:
         return 2 ** o["n"]
     if name == "max-of-k":
         return o["vocab"] ** o["k"]
+    if name == "modular-addition":
+        return o["modulus"] ** 2
+    if name == "induction":
+        return o["vocab"] * (o["n"] - 2) * (o["vocab"] - 1) ** (o["n"] - 2)
     if name == "word-problem":
         k = int(o["group"][1:])
         return (k if o["group"][0] == "c" else 2) ** o["n"]
