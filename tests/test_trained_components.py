@@ -297,3 +297,32 @@ def test_cli_decides_a_layernorm_checkpoint_and_refuses_what_it_cannot_do(capsys
         assert run_main(verify_model_main, argv + extra) == 2
         err = capsys.readouterr().err
         assert msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_tie_through_a_layernorm_is_undecided_with_the_reason():
+    """The final LNPre's output sums to exactly 0, so read-out columns that differ by a constant
+    vector give exactly equal logits; the difference row is not 0, the scores are algebraic, so
+    no exact decision applies: undecided at the cap, never correct, the reason in `limit`."""
+    from depthcert.checkers.evaluate import Evaluator
+    from depthcert.checkers.softmax_balls import SoftmaxDecider
+
+    cfg = dict(n_layers=1, d_model=3, n_heads=1, d_head=2, d_vocab=2, n_ctx=2, attn_only=True,
+               normalization_type="LNPre", eps=1e-5)
+    rng = np.random.default_rng(4)
+    sd = _fill(cfg, {}, rng)
+    sd["unembed.W_U"] = np.round(sd["unembed.W_U"] * 1024) / 1024  # so that + 0.5 is exact in float64
+    sd["unembed.W_U"][:, 1] = sd["unembed.W_U"][:, 0] + 0.5  # + a constant vector: n . 1 = 0 exactly
+    sd["unembed.b_U"][1] = sd["unembed.b_U"][0]
+    model = tl.model_from_state_dict(cfg, sd)
+    task = make_task("max-of-k", vocab=2, k=2)
+    v = decide_all(model, task, max_precision=256)
+    assert v.correct == 0 and len(v.undecided) > 0  # every point ties classes 0 and 1 exactly
+    oracle = TLOracle(cfg, sd)
+    for i in v.undecided:
+        pt = task.point(int(i))
+        assert abs(oracle.margin([int(t) for t in pt.tokens], int(pt.label))) <= TIE
+    dec = SoftmaxDecider(model, 64, 256)
+    ids = task.decode(np.array([int(v.undecided[0])]))[0]
+    H, den = Evaluator(dec.prefix_model()).logits_all(ids)
+    d = dec.decide(H[0], den, [(1, int(task.point(int(v.undecided[0])).label))])
+    assert d.status == "undecided" and "square roots" in d.limit and "precision cap (256 bits)" in d.limit
