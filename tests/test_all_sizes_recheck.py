@@ -309,3 +309,27 @@ def test_the_finite_check_prints_the_hash_the_proof_proves(argv, capsys):
     proof = json.loads(capsys.readouterr().out)
     assert finite["content_hash"].startswith("sha256:") and finite["value_readout"] == "the value's own"
     assert finite["content_hash"] == proof["content_hash"] == proof["certificate"]["content_hash"]
+
+
+FAMILY = '''
+from depthcert.constructions import copy_matching
+
+
+def build(task, as_printed=False):
+    return copy_matching.build(task, as_printed)
+'''
+
+
+def test_a_family_certificate_is_bound_with_its_family(tmp_path, capsys):
+    from depthcert.cli.errors import run_main
+    from depthcert.cli.verify_construction import _verify_construction
+
+    fam = tmp_path / "fam.py"
+    fam.write_text(FAMILY)
+    assert run_main(_verify_construction, ["icqa", "--family", f"{fam}:build", "--all-sizes", "--json"]) == 0
+    path = tmp_path / "fam.json"
+    path.write_text(capsys.readouterr().out)
+    assert check_certificate_main([str(path), "--rebuild"]) == 2
+    assert "--family" in capsys.readouterr().err
+    assert check_certificate_main([str(path), "--rebuild", "--family", f"{fam}:build"]) == 0
+    assert "bound:" in capsys.readouterr().out

@@ -190,6 +190,8 @@ def rebuild(cert: dict, family: str | None) -> tuple[bool, str]:
     symbols, the prover run on it), its content hash and whole certificate compared with the file's."""
     from depthcert.proofs.all_sizes import prove
 
+    if cert.get("variant") == "family" and not family:
+        raise BadInput("this certificate is a user family's (variant family): give --family MODULE:FUNCTION with --rebuild")
     task = _task_of(cert)
     construct = None
     if family:
