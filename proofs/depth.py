@@ -1,0 +1,248 @@
+"""Decide R(L, H) on a dataset: a lower-bound certificate or a verified hardmax model (docs/depth.md).
+
+The search (proofs/depth_search.py) runs on a growing subset S of the dataset's points.  A
+refutation of S is a certificate for the dataset (a model fitting every point fits S).  A candidate
+for S is realised with bilinear scores on every point (proofs/depth_realize.py) and verified; when
+its read-out cannot separate the dataset, the points of that Farkas vector join S and the search
+restarts; when its orderings have no bilinear score, the search goes on to the next candidate.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from depthcert.proofs import depth_search as ds
+from depthcert.proofs.depth_realize import Layout, Orbits, Realised, head_feasible, readout, realise
+
+
+class _Grow(Exception):
+    def __init__(self, points):
+        self.points = points
+
+
+@dataclass(frozen=True)
+class DepthOutcome:
+    """One depth L: kind in {"impossible", "model", "open"}."""
+
+    layers: int
+    kind: str
+    certificate: dict | None = None
+    check_message: str = ""
+    weights: dict | None = None
+    margin: object = None
+    reason: str = ""
+    subset: int = 0
+    nodes: int = 0
+    leaves: int = 0
+    seconds: float = 0.0
+    candidates: int = 0
+    unrealised: int = 0
+    notes: tuple = field(default_factory=tuple)
+
+
+def initial_subset(points, size: int) -> list[int]:
+    order = ds.order_points(points)
+    return sorted(order[:size])
+
+
+def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, progress=None,
+           verify_model=None) -> DepthOutcome:
+    """Upper bound first (the search pruned to orderings with bilinear scores, on a larger subset),
+    then, if no model came out, the lower-bound search of R(L, H) itself."""
+    t0 = time.perf_counter()
+    layout = Layout(problem.vocab, problem.max_length, layers, heads)
+    orbits = Orbits(layout, problem.groups) if problem.groups else None
+    memo = {}
+    cache = {}
+
+    def bilinear(facts, l, h):
+        sig = (l, h, frozenset((k, e) for k, e in facts.edges.items() if k[0] == l and k[1] == h))
+        if sig not in cache:
+            cache[sig] = head_feasible(facts, layout, memo, l, h, orbits)
+        return cache[sig]
+
+    def separable(done):
+        feats = [layout.rows_of(f) for _, f in done]
+        return readout(feats, [pt[1] for pt, _ in done], problem.classes, layout.d[-1], orbits,
+                       exact=False) is not None
+
+    half = t0 + (deadline - t0) / 4
+    up = _decide(problem, layers, heads, max_nodes // 2, half, start=8, progress=progress, verify_model=verify_model,
+                 filter=bilinear, first=problem.representatives, separable=separable)
+    if up.kind == "model":
+        return up
+    sq = _squares_first(problem, layers, heads, max_nodes - up.nodes, deadline - (deadline - t0) / 8, progress)
+    if sq is not None:
+        return sq
+    low = _decide(problem, layers, heads, max_nodes - up.nodes, deadline, start=4, progress=progress,
+                  verify_model=verify_model)
+    if low.kind != "open":
+        return low
+    return DepthOutcome(layers, "open", reason=f"upper-bound search: {up.reason}; lower-bound search: {low.reason}",
+                        subset=low.subset, nodes=up.nodes + low.nodes, seconds=time.perf_counter() - t0,
+                        candidates=up.candidates + low.candidates, unrealised=up.unrealised + low.unrealised)
+
+
+def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, start: int = 4,
+            max_rounds: int = 12, progress=None, verify_model=None, filter=None, first=None,
+            separable=None, grow_by: int = 2) -> DepthOutcome:
+    """problem: .points (all dataset points), .causal, .vocab, .classes, .max_length, .outputs,
+    .task_ref (the certificate's task field).  verify_model(weights) -> (ok, margin) runs the
+    project's exhaustive verifier on every point."""
+    pts = problem.points
+    subset = sorted(first) if first else initial_subset(pts, min(start, len(pts)))
+    t0 = time.perf_counter()
+    nodes = cands = unreal = 0
+    reasons = []
+    for _ in range(max_rounds):
+        sub_pts = [pts[i] for i in subset]
+        state = {}
+
+        def accept(cand):
+            if filter is None:  # lower-bound search: a candidate means the subset is too small
+                raise _Grow(_next_points(pts, subset, grow_by))
+            r = realise(cand.facts, pts, layers, heads, problem.causal, problem.vocab, problem.classes,
+                        problem.max_length, problem.outputs, name=f"find-depth-L{layers}-H{heads}",
+                        groups=problem.groups)
+            if isinstance(r, Realised):
+                ok, margin = verify_model(r.weights)
+                if ok:
+                    state["model"] = (r.weights, margin)
+                    return True
+                reasons.append("a realised model failed verification")
+                return False
+            if r.grow:
+                raise _Grow(list(r.grow))
+            reasons.append(r.reason)
+            return False
+
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            break
+        search = ds.DepthSearch(sub_pts, layers, heads, problem.causal, max_nodes - nodes, remaining, accept=accept,
+                                progress=progress, filter=filter, separable=separable)
+        try:
+            kind, res = search.run()
+        except _Grow as g:
+            nodes += search.stats.nodes
+            cands += search.stats.candidates
+            new = [i for i in g.points if i not in subset]
+            if not new:
+                return _open(layers, "a candidate's read-out failed on points already searched", subset, nodes, cands,
+                             unreal, t0)
+            subset = sorted(set(subset) | set(new))
+            continue
+        except ds.SearchLimit as exc:
+            nodes += search.stats.nodes
+            return _open(layers, f"{exc} (on {len(subset)} of {len(pts)} points)", subset, nodes,
+                         cands + search.stats.candidates, unreal + search.rejected, t0)
+        nodes += search.stats.nodes
+        cands += search.stats.candidates
+        unreal += search.rejected
+        if kind == "candidate":
+            weights, margin = state["model"]
+            return DepthOutcome(layers, "model", weights=weights, margin=margin, subset=len(subset), nodes=nodes,
+                                seconds=time.perf_counter() - t0, candidates=cands, unrealised=unreal)
+        if kind == "refuted" and filter is None:
+            cert = ds.certificate(sub_pts, res, layers, heads, problem.causal, problem.task_ref)
+            msg = ds.check_or_fail(cert)
+            n_nodes, n_leaves = ds.tree_size(cert["tree"])
+            return DepthOutcome(layers, "impossible", certificate=cert, check_message=msg, subset=len(cert["points"]),
+                                nodes=n_nodes, leaves=n_leaves, seconds=time.perf_counter() - t0, candidates=cands,
+                                unrealised=unreal)
+        if kind == "refuted" or res == 0:
+            return _open(layers, f"no ordering with bilinear scores fits {len(subset)} points", subset, nodes, cands,
+                         unreal, t0)
+        # every candidate on the subset had orderings without bilinear scores
+        why = reasons[-1] if reasons else "no candidate was realisable"
+        return _open(layers, f"{res} candidate(s) fit the relaxed class on {len(subset)} points but none is "
+                             f"realisable with bilinear scores ({why})", subset, nodes, cands, unreal, t0)
+    return _open(layers, f"the search/realisation loop stopped after {max_rounds} rounds or the time limit "
+                         f"({len(subset)} of {len(pts)} points)", subset, nodes, cands, unreal, t0)
+
+
+def squares(points, limit: int = 64):
+    """4-point subsets {X, X+a, X+b, X+a+b}: two local changes a, b (disjoint positions) of a point X
+    that change its label, and their combination, all in the dataset (the shape of the paper's
+    dependences, E0 + E1 = E2 + E3).  Smallest changes first."""
+    index = {pt[0]: i for i, pt in enumerate(points)}
+    out, seen = [], set()
+    for x in ds.order_points(points)[:8]:
+        tx, yx = points[x]
+        moves = []
+        for j, (ty, yy) in enumerate(points):
+            if len(ty) != len(tx) or yy == yx:
+                continue
+            diff = tuple(k for k in range(len(tx)) if tx[k] != ty[k])
+            if 0 < len(diff) <= 3:
+                moves.append((len(diff), diff, j))
+        moves.sort()
+        for a in range(len(moves)):
+            for b in range(a + 1, len(moves)):
+                da, db = moves[a][1], moves[b][1]
+                if set(da) & set(db):
+                    continue
+                ta, tb = points[moves[a][2]][0], points[moves[b][2]][0]
+                both = tuple(tb[k] if k in db else ta[k] for k in range(len(tx)))
+                c = index.get(both)
+                if c is None:
+                    continue
+                quad = tuple(sorted({x, moves[a][2], moves[b][2], c}))
+                if len(quad) == 4 and quad not in seen:
+                    seen.add(quad)
+                    tokens = {t for i in quad for t in points[i][0]}
+                    out.append((len(tokens), len(da) + len(db), quad))
+    out.sort()  # fewest distinct tokens first (a smaller alphabet's sub-dataset), then smallest changes
+    return [q for _, _, q in out[:limit]]
+
+
+def _squares_first(problem, layers, heads, max_nodes, deadline, progress):
+    """Try the small squares with a share of the budget each; an impossibility outcome or None."""
+    pts = problem.points
+    quads = squares(pts, limit=400)
+    t0 = time.perf_counter()
+    hard = []
+    # first pass: a fittable square shows a candidate within a few hundred nodes; the others are
+    # kept for the second pass, in the same order, with the rest of the budget
+    for rnd, pool in ((0, quads), (1, hard)):
+        for n, quad in enumerate(pool):
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return None
+            share = min(remaining, 2.0) if rnd == 0 else remaining / max(1, min(3, len(pool) - n))
+            nodes = min(max_nodes, 3000) if rnd == 0 else max_nodes
+            sub = [pts[i] for i in quad]
+            search = ds.DepthSearch(sub, layers, heads, problem.causal, nodes, share, progress=progress)
+            try:
+                kind, res = search.run()
+            except ds.SearchLimit:
+                if rnd == 0:
+                    hard.append(quad)
+                continue
+            if kind != "refuted":
+                continue
+            cert = ds.certificate(sub, res, layers, heads, problem.causal, problem.task_ref)
+            msg = ds.check_or_fail(cert)
+            n_nodes, n_leaves = ds.tree_size(cert["tree"])
+            return DepthOutcome(layers, "impossible", certificate=cert, check_message=msg, subset=len(cert["points"]),
+                                nodes=n_nodes, leaves=n_leaves, seconds=time.perf_counter() - t0)
+    return None
+
+
+def _next_points(points, subset, count):
+    """The `count` points nearest (Hamming) to the subset, a label not in it first."""
+    have = set(subset)
+    labels = {points[i][1] for i in subset}
+
+    def dist(a, b):
+        ta, tb = points[a][0], points[b][0]
+        return sum(x != y for x, y in zip(ta, tb)) + abs(len(ta) - len(tb))
+
+    rest = [j for j in range(len(points)) if j not in have]
+    rest.sort(key=lambda j: (min(dist(j, i) for i in subset), points[j][1] in labels, j))
+    return rest[:count]
+
+
+def _open(layers, reason, subset, nodes, cands, unreal, t0):
+    return DepthOutcome(layers, "open", reason=reason, subset=len(subset), nodes=nodes,
+                        seconds=time.perf_counter() - t0, candidates=cands, unrealised=unreal)
