@@ -159,15 +159,22 @@ def hidden_vectors(model: Model, task, symmetry: str = "auto", max_points: int |
     for batch in batches:
         ids = batch.ids if tokens is None else tokens[batch.ids]
         num, den = ev.logits(ids)
-        ys = [class_map[int(y)] for y in batch.labels]
+        ys = np.array([class_map[int(y)] for y in batch.labels], dtype=np.int64)
         if num.dtype != object:
-            keys = [r.tobytes() for r in np.ascontiguousarray(num.astype(np.int64))]
+            # the batch's distinct (vector, label) rows first (one pass in numpy), then the dictionary
+            both = np.ascontiguousarray(np.concatenate([num.astype(np.int64), ys[:, None]], axis=1))
+            _, first = np.unique(both.view(np.dtype((np.void, both.dtype.itemsize * both.shape[1]))).ravel(),
+                                 return_index=True)
+            pick = np.sort(first)
+            keys = [both[j, :-1].tobytes() for j in pick]
         else:
+            pick = np.arange(len(num))
             keys = [tuple(int(v) for v in r) for r in num]
-        for key, r, y in zip(keys, num, ys):
+        for key, j in zip(keys, pick.tolist()):
+            y = int(ys[j])
             if (key, y) not in seen:
                 seen[(key, y)] = len(rows)
-                rows.append([int(v) for v in r])
+                rows.append([int(v) for v in num[j]])
                 labels.append(y)
     X = np.empty((len(rows), model.dim), dtype=object)
     for i, r in enumerate(rows):
