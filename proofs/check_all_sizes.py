@@ -1052,8 +1052,13 @@ def check_binding(cert: dict, ctx: Ctx) -> str:
     elif any(poly(lay["repeat"], "a repeat count") != Poly.const(1, ctx.nv) for lay in layers):
         raise Invalid("a layer of the value is repeated: not the certificate's layers")
 
+    value_sets = {name: poly(t, f"set {name}") for name, t in value.get("sets", [])}
     for pt in cert["points"]:
         parts = _parts(pt)
+        for S, entry in pt["model_sets"].items():
+            if value_sets.get(S) != Poly.parse(entry["size"], ctx.nv):
+                raise Invalid(f"representative {pt['representative']}: set {S} has size {_text(Poly.parse(entry['size'], ctx.nv), ctx)}, "
+                              "the value's " + (_text(value_sets[S], ctx) if S in value_sets else "has no such set"))
 
         def split(fams, point_fams, what):
             out = {}
