@@ -499,7 +499,7 @@ class IntervalForward:
         # with a norm or a smooth MLP, radii entry by entry (a second product with |W|): the
         # shared Holder radius, amplified by every norm's 1/s, left most points to arb
         rp = self.model.has_norm_or_smooth
-        from depthcert.checkers.norm_activation_intervals import activation, normalize
+        from depthcert.checkers.norm_activation_intervals import activation, normalize, normalize_exact
         for li, (heads, causal, mlp, inv_m) in enumerate(self.layers):
             last = li == len(self.layers) - 1
             Q = X if not (last_only and last) else Interval(X.m[:, n - 1:], _last_rows(X.r, n))
@@ -508,7 +508,9 @@ class IntervalForward:
             norm_attn, norm_mlp, act = self.extras[li]
             G, GQ = X, Q  # what the heads read: N(X) under a LayerNorm/RMSNorm
             if norm_attn is not None:
-                G = normalize(X, norm_attn)
+                G = normalize_exact(Hnum, den, norm_attn) if li == 0 else None  # from exact rationals
+                if G is None:
+                    G = normalize(X, norm_attn)
                 GQ = Interval(G.m[:, q0:], G.r[:, q0:])
             if heads:
                 upd = None
