@@ -112,7 +112,8 @@ def _plan_batches(task, plan, size=512):
     return task.batches(size) if plan.indices is None else task.batches_of(plan.indices, size)
 
 
-def min_fraction_bits(model: Model, task, symmetry: str = "auto", max_points: int | None = None) -> dict:
+def min_fraction_bits(model: Model, task, symmetry: str = "auto", max_points: int | None = None,
+                      progress: bool = False) -> dict:
     """The scan starts where every weight rounds to 0 (all logits tie: refuted) and goes up, so
     the answer b always comes with b - 1 refuted (b may be negative: multiples of 2^|b|)."""
     from depthcert.checkers.exhaustive import verify
@@ -122,17 +123,24 @@ def min_fraction_bits(model: Model, task, symmetry: str = "auto", max_points: in
     exact_at = _dyadic_bits(model)
     cap = MAX_BITS if exact_at is None else exact_at
     last_fail = None
+    bar = _bar(progress, cap + 1 - start, "robustness: fractional bits", unit="b")
     for b in range(start, cap + 1):
         rounded = round_to_bits(model, b)
         plan = _points(rounded, task, symmetry, max_points)
         v = verify(rounded, task, progress=False, plan=plan)
+        if bar is not None:
+            bar.update(1)
         if v.verified:
+            if bar is not None:
+                bar.close()
             return {"bits": b, "fails_at": b - 1,
                     "fails": (f"{b - 1} bits refuted at point {last_fail}" if last_fail is not None
                               else f"{b - 1} bits: every weight rounds to 0"),
                     "checked": f"b = {start}..{b}, each verified exactly on every point (orbit representatives "
                                "when the symmetry proof applies)"}
         last_fail = v.counterexample.index if v.counterexample is not None else v.verdict
+    if bar is not None:
+        bar.close()
     note = (f"every weight is a multiple of 2^-{exact_at}: rounding there changes nothing, and the model "
             "itself is not verified") if exact_at is not None else f"no b up to {MAX_BITS} verifies"
     return {"bits": None, "fails": f"b = {start}..{cap} refuted", "note": note}
@@ -187,7 +195,8 @@ def _worst_point(model, task, plan, class_rows, tokens):
     return index, y, c, m, h, ids
 
 
-def linf_radius(model: Model, task, symmetry: str = "auto", max_points: int | None = None) -> dict:
+def linf_radius(model: Model, task, symmetry: str = "auto", max_points: int | None = None,
+                progress: bool = False) -> dict:
     from depthcert.checkers.budget import charge_seconds
     from depthcert.checkers.evaluate import Evaluator
     from depthcert.checkers.exhaustive import check_compatible, token_rows
@@ -219,15 +228,20 @@ def linf_radius(model: Model, task, symmetry: str = "auto", max_points: int | No
     lower = None
     from depthcert.checkers.weight_balls import BallForward
 
+    bar = _bar(progress, None, "robustness: radius", unit="radius")
     for _ in range(MAX_HALVINGS):
         eps = Fraction(1, 2**k)
         # the worst point first: a radius it cannot take is refused without a pass over every point
         low, _ = BallForward(model, eps).margin_lower([int(t) for t in ids], y)
         ok = low > 0 and _ball_pass(model, task, plan, class_rows, tokens, eps=eps)[0]
+        if bar is not None:
+            bar.update(1)
         if ok:
             lower = eps
             break
         k += 1
+    if bar is not None:
+        bar.close()
     from depthcert.checkers.rational import format_rational
 
     return {"certified_lower": None if lower is None else str(format_rational(lower)),
@@ -239,7 +253,8 @@ def linf_radius(model: Model, task, symmetry: str = "auto", max_points: int | No
                    "the worst point's hidden vector, refuted exactly at that point"}
 
 
-def formats(model: Model, task, symmetry: str = "auto", max_points: int | None = None) -> dict:
+def formats(model: Model, task, symmetry: str = "auto", max_points: int | None = None,
+            progress: bool = False) -> dict:
     from depthcert.checkers.budget import charge_seconds
     from depthcert.checkers.exhaustive import check_compatible, token_rows
     from depthcert.checkers.rational import format_rational
@@ -251,7 +266,10 @@ def formats(model: Model, task, symmetry: str = "auto", max_points: int | None =
     plan = _points(model, task, symmetry, max_points)
     charge_seconds(plan.n_eval * BALL_SECONDS_PER_POINT * 3 * 3, f"float-format ball passes over {plan.n_eval} points")
     out = {}
+    bar = _bar(progress, len(FORMATS), "robustness: float formats", unit="format")
     for name, fmt in FORMATS.items():
+        if bar is not None:
+            bar.update(1)
         try:
             ok, worst, worst_i, over = _ball_pass(model, task, plan, class_rows, tokens, fmt=fmt,
                                                   stop_at_failure=False)
@@ -264,17 +282,22 @@ def formats(model: Model, task, symmetry: str = "auto", max_points: int | None =
         if over:
             entry["note"] = "a value may exceed the format's largest finite number"
         out[name] = entry
+    if bar is not None:
+        bar.close()
     return out
 
 
-def robustness_report(model: Model, task, verdict=None, symmetry: str = "auto", max_points: int | None = None) -> dict:
+def robustness_report(model: Model, task, verdict=None, symmetry: str = "auto", max_points: int | None = None,
+                      progress: bool = False) -> dict:
+    """--robustness for verify-construction (relu models read at the last position); `progress`: a
+    tqdm bar on stderr per search."""
     if model.has_softmax or any(h.attention != "relu" for L in model.layers for h in L) or model.outputs != "last":
         raise BadInput("--robustness covers relu-attention models read at the last position")
     if verdict is not None and not verdict.verified:
         return {"note": "the model is not verified: nothing to be robust about"}
-    return {"linf_radius": linf_radius(model, task, symmetry, max_points),
-            "min_fraction_bits": min_fraction_bits(model, task, symmetry, max_points),
-            "formats": formats(model, task, symmetry, max_points)}
+    return {"linf_radius": linf_radius(model, task, symmetry, max_points, progress),
+            "min_fraction_bits": min_fraction_bits(model, task, symmetry, max_points, progress),
+            "formats": formats(model, task, symmetry, max_points, progress)}
 
 
 # ---------------------------------------------------------------------------- any model (verify-model)

@@ -327,3 +327,17 @@ def test_verify_tracr_robustness_is_timed_and_shows_progress(monkeypatch, capsys
     assert "robustness: radius 2^-" in err and "robustness: fractional bits" in err
     m = re.search(r"wall time   (\d+\.\d+) s in all, (\d+\.\d+) s deciding, (\d+\.\d+) s robustness", out)
     assert m and float(m.group(1)) >= float(m.group(2)) + float(m.group(3)) - 0.01, out
+
+
+def test_verify_construction_robustness_shows_progress_on_a_terminal_only(monkeypatch, capsys):
+    from depthcert.cli import verify_construction
+    from depthcert.cli.common import run_main
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    argv = ["icqa", "--k", "2", "--robustness"]
+    assert run_main(verify_construction._verify_construction, argv) == 0
+    err = capsys.readouterr().err
+    for bar in ("robustness: radius", "robustness: fractional bits", "robustness: float formats"):
+        assert bar in err, err[-500:]
+    assert run_main(verify_construction._verify_construction, argv + ["--json"]) == 0
+    assert capsys.readouterr().err == ""

@@ -309,7 +309,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         phase(args, "robustness: weight tolerance, fractional bits, float formats")
         from depthcert.proofs.robustness import robustness_report
 
-        info["robustness"] = robustness_report(model, task, v, symmetry=args.symmetry, max_points=args.max_points)
+        info["robustness"] = robustness_report(model, task, v, symmetry=args.symmetry, max_points=args.max_points,
+                                               progress=sys.stderr.isatty() and not args.json)
     info["total_seconds"] = round(time.perf_counter() - t_start, 3)  # the other read-out and robustness included
     if args.json:
         print(json.dumps(info))
