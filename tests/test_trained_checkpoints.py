@@ -184,3 +184,32 @@ def test_compare_float_refuses_what_it_cannot_run(tmp_path):
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().count("\n") == 0 and "--compare-float" in out.stderr
+
+
+def test_compare_float_finds_a_float32_rounding(tmp_path):
+    """A logit gap of 2^-23 on top of 1000: float32 rounds both logits to 1001 (a tie, wrong), the
+    certified run proves the label ahead, float64 agrees with it.  --compare-float must report
+    exactly that one float32 disagreement."""
+    from depthcert.interop.transformerlens import write_checkpoint
+
+    cfg = {"n_layers": 1, "d_model": 1, "n_heads": 1, "d_head": 1, "d_vocab": 2, "d_vocab_out": 2, "n_ctx": 1,
+           "attn_only": True, "normalization_type": None, "act_fn": None, "attention_dir": "causal"}
+    z = np.zeros
+    sd = {"embed.W_E": np.array([[1000.0], [-1000.0]]), "pos_embed.W_pos": z((1, 1)),
+          "blocks.0.attn.W_Q": z((1, 1, 1)), "blocks.0.attn.W_K": z((1, 1, 1)), "blocks.0.attn.W_V": z((1, 1, 1)),
+          "blocks.0.attn.W_O": z((1, 1, 1)), "blocks.0.attn.b_Q": z((1, 1)), "blocks.0.attn.b_K": z((1, 1)),
+          "blocks.0.attn.b_V": z((1, 1)), "blocks.0.attn.b_O": z(1),
+          "unembed.W_U": np.array([[1.0, 1.0]]), "unembed.b_U": np.array([1.0, 1.0 - 2.0**-23])}
+    path = str(tmp_path / "near-tie.safetensors")
+    write_checkpoint(path, cfg, sd)
+    out = subprocess.run([sys.executable, "-m", "depthcert.cli.verify_model", path, "--task", "max-of-k", "--vocab", "2",
+                          "--k", "1", "--compare-float", "--json"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["correct"] == 1 and d["first_wrong"] == [1]  # "0" certainly right (margin 2^-23), "1" wrong
+    m = d["min_margin"]  # exact, or an enclosure of 2^-23
+    assert m.get("exact") == "1/8388608" or float(m["lower"]) <= 2.0**-23 <= float(m["upper"])
+    f32, f64 = d["float_comparison"]["float32"], d["float_comparison"]["float64"]
+    assert f32["disagreements"] == f32["float_wrong_certified_correct"] == 1 and f32["correct"] == 0
+    assert f32["first_disagreements"] == [{"point": 0, "certified": "correct", "float": "wrong"}]
+    assert f64["disagreements"] == 0 and f64["correct"] == 1

@@ -117,6 +117,7 @@ def float_correct(fwd: FloatForward, ids: np.ndarray, labels: np.ndarray) -> np.
 
 
 MAX_LISTED = 100  # disagreements listed per dtype (the counts are complete)
+MAX_BATCH_ENTRIES = 1 << 25  # activations per batch of the float forward (about 256 MB in float64)
 
 
 def compare_with_verdict(cfg: dict, sd: dict, task, verdict, dtypes=("float32", "float64"),
@@ -134,6 +135,9 @@ def compare_with_verdict(cfg: dict, sd: dict, task, verdict, dtypes=("float32", 
     wrong[np.asarray(verdict.wrong, dtype=np.int64)] = True
     undecided = np.zeros(task.size, dtype=bool)
     undecided[np.asarray(verdict.undecided, dtype=np.int64)] = True
+    n, dm, H = task.length, int(cfg["d_model"]), int(cfg["n_heads"])
+    per_point = n * (4 * dm + int(cfg.get("d_mlp") or 0) + 2 * H * n + 4 * H * int(cfg["d_head"]))
+    batch_size = max(1, min(batch_size, MAX_BATCH_ENTRIES // max(per_point, 1)))  # bounded memory per batch
     out = {}
     for name in dtypes:
         fwd = FloatForward(cfg, sd, np.dtype(name))
