@@ -66,7 +66,7 @@ def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, pr
         return readout(feats, [pt[1] for pt, _ in done], problem.classes, layout.d[-1], orbits,
                        exact=False) is not None
 
-    half = t0 + (deadline - t0) / 4
+    half = t0 + min((deadline - t0) / 4, 60.0)
     up = _decide(problem, layers, heads, max_nodes // 2, half, start=8, progress=progress, verify_model=verify_model,
                  filter=bilinear, first=problem.representatives, separable=separable)
     if up.kind == "model":
@@ -99,7 +99,8 @@ def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, s
         state = {}
 
         def accept(cand):
-            if filter is None:  # lower-bound search: a candidate means the subset is too small
+            if filter is None and len(subset) < len(pts):
+                # lower-bound search: a candidate means the subset is too small
                 raise _Grow(_next_points(pts, subset, grow_by))
             r = realise(cand.facts, pts, layers, heads, problem.causal, problem.vocab, problem.classes,
                         problem.max_length, problem.outputs, name=f"find-depth-L{layers}-H{heads}",
@@ -155,6 +156,10 @@ def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, s
                          unreal, t0)
         # every candidate on the subset had orderings without bilinear scores
         why = reasons[-1] if reasons else "no candidate was realisable"
+        if len(subset) == len(pts):
+            return _open(layers, f"R({layers}, {heads}) fits all {len(pts)} points ({res} candidate(s), so no "
+                                 f"certificate exists at this depth), but none is realisable with bilinear scores "
+                                 f"({why})", subset, nodes, cands, unreal, t0)
         return _open(layers, f"{res} candidate(s) fit the relaxed class on {len(subset)} points but none is "
                              f"realisable with bilinear scores ({why})", subset, nodes, cands, unreal, t0)
     return _open(layers, f"the search/realisation loop stopped after {max_rounds} rounds or the time limit "

@@ -25,10 +25,11 @@ EX = "docs/examples/"
 
 
 def _main(name):
-    from depthcert.cli import check_certificate, find_dependence, reproduce_paper, verify_construction
+    from depthcert.cli import check_certificate, find_dependence, find_depth, reproduce_paper, verify_construction
 
     return {"verify-construction": verify_construction._verify_construction,
             "find-dependence": find_dependence._find_dependence,
+            "find-depth": find_depth._find_depth,
             "check-certificate": check_certificate._check_certificate,
             "reproduce-paper": reproduce_paper._reproduce_paper}[name]
 
@@ -158,6 +159,13 @@ def test_find_dependence(argv, verdict, capsys, tmp_path, monkeypatch):
     assert code == 0 and doc["verdict"] == verdict and doc["fittable"] == (verdict == "fittable")
     if verdict == "fittable":
         assert Fraction(doc["model"]["min_margin"]["exact"]) > 0
+
+
+def test_find_depth(capsys):
+    code, doc = run_json("find-depth", ["--task", "tm", "--l", "2", "--alphabet", "2", "--heads", "1",
+                                        "--max-layers", "2", "--max-seconds", "60"], capsys)
+    assert code == 0 and doc["verdict"] == "minimal_depth" and doc["minimal_depth"] == 2
+    assert [d["outcome"] for d in doc["depths"]] == ["impossible", "model"]
 
 
 def test_check_certificate(tmp_path, capsys):
@@ -300,7 +308,7 @@ def test_every_command_with_json_is_in_the_schema_and_tested_here():
             without.append(script)
             continue
         assert script in names, script
-        tested = {"verify-construction": "run_json(\"verify-construction\"", "find-dependence": "run_json(\"find-dependence\"",
+        tested = {"verify-construction": "run_json(\"verify-construction\"", "find-dependence": "run_json(\"find-dependence\"", "find-depth": "run_json(\"find-depth\"",
                   "check-certificate": "run_json(\"check-certificate\"", "reproduce-paper": "run_json(\"reproduce-paper\"",
                   "show-construction": "_show_construction, [", "verify-tracr": "verify_tracr import _main",
                   "verify-model": "verify_model import _main", "train": "train_main([\"icqa\"",
