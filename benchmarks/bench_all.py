@@ -282,7 +282,8 @@ def one_row(row: Row, quick: bool) -> dict:
     return {"name": row.name, "command": cmd, "points": task.size, "verdict": info.get("verdict", f"exit {code}"),
             "whole_s": whole, "eval_s": float(info.get("seconds", float("nan"))), "float_s": t_float,
             "whole_ratio": whole / t_float, "eval_ratio": float(info.get("seconds", float("nan"))) / t_float,
-            "readout": info.get("readout", ""), "evaluation": info.get("evaluation", ""),
+            "readout": info.get("readout", ""), "readout_note": info.get("readout_note", ""),
+            "readout_margins": info.get("readout_margins", {}), "evaluation": info.get("evaluation", ""),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
