@@ -41,6 +41,7 @@ Activations act(x) = x g(x) with g increasing and 0 <= g <= 1:
 """
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -118,6 +119,9 @@ class NormMatrices:
         if N.kind == "layernorm":
             mean = [sum(P[:, j], Fraction(0)) / k for j in range(P.shape[1])]
             P = np.array([[P[i, j] - mean[j] for j in range(P.shape[1])] for i in range(k)], dtype=object)
+        self.Pc = P  # exact Fractions, for normalize_exact
+        self.eps_exact = N.eps
+        self.exact_rows: dict = {}  # distinct exact input rows -> (n midpoints, radii), across batches
         M = ExactMatrix(P)
         self.finite = M.finite
         self.P = M.right()
@@ -161,6 +165,79 @@ def normalize(X: Interval, nm: NormMatrices) -> Interval:
     r[..., nm.offset:nm.offset + nm.k] = n.r
     m[..., nm.constant] = 1.0
     return Interval(m, r)
+
+
+EXACT_ROWS_CACHE = 1 << 16  # distinct exact rows remembered per norm
+
+
+def _sqrt_bounds(q: Fraction):
+    """Floats 0 < lo <= sqrt(q) <= hi (exact comparisons of squares), or None when q is outside
+    the normal float range."""
+    f = float(q)
+    if not 2.0 ** -1000 < f < 2.0 ** 1000:
+        return None
+    lo = hi = math.sqrt(f)
+    while Fraction(lo) ** 2 > q:
+        lo = float(np.nextafter(lo, 0.0))
+    while Fraction(hi) ** 2 < q:
+        hi = float(np.nextafter(hi, INF))
+    return (lo, hi) if lo > 0 else None
+
+
+def _exact_row(nm: "NormMatrices", row: np.ndarray, den: int):
+    """(midpoints, radii) of n = c / sqrt(mean(c^2) + eps) for the exact input row / den: c and the
+    variance exact rationals, sqrt(var + eps) in [lo, hi] with lo^2 <= var + eps <= hi^2, each
+    n_i = c_i / s between the exact quotients by hi and lo, rounded outward; c_i = 0 gives exactly
+    <0, 0>.  None when the root is outside the normal float range."""
+    nz = [(j, int(row[j])) for j in np.nonzero(row)[0]]
+    c = [sum((nm.Pc[i, j] * v for j, v in nz), Fraction(0)) / den for i in range(nm.k)]
+    bounds = _sqrt_bounds(sum((x * x for x in c), Fraction(0)) / nm.k + nm.eps_exact)
+    if bounds is None:
+        return None
+    lo, hi = Fraction(bounds[0]), Fraction(bounds[1])
+    m = np.zeros(nm.k)
+    r = np.zeros(nm.k)
+    for i, x in enumerate(c):
+        if x == 0:
+            continue
+        a, b = (x / hi, x / lo) if x > 0 else (x / lo, x / hi)  # exact ends of c_i / s
+        f_lo, f_hi = _float_dn(a), _float_up(b)
+        mid = 0.5 * (f_lo + f_hi)
+        m[i] = mid
+        r[i] = _float_up(max(Fraction(f_hi) - Fraction(mid), Fraction(mid) - Fraction(f_lo)))
+    return m, r
+
+
+def normalize_exact(Hnum: np.ndarray, den: int, nm: "NormMatrices") -> Interval | None:
+    """N(X) for the exact stream X = Hnum / den (the input of the first non-rational layer), each
+    distinct row computed once from exact rationals (_exact_row) and remembered across batches: a
+    zero-variance row (x - mean = 0 exactly) reads exactly the bias, with radius 0, and every other
+    entry is within a few ulp.  None (the caller takes `normalize`) when Hnum is not int64 or some
+    row's root is outside the float range."""
+    if Hnum.dtype != np.int64 or not isinstance(den, int) or den <= 0:
+        return None
+    shape = Hnum.shape
+    flat = np.ascontiguousarray(Hnum.reshape(-1, shape[-1]))
+    uniq, inv = np.unique(flat, axis=0, return_inverse=True)
+    M = np.empty((len(uniq), nm.k))
+    R = np.empty((len(uniq), nm.k))
+    for i, row in enumerate(uniq):
+        key = (row.tobytes(), den)
+        got = nm.exact_rows.get(key)
+        if got is None:
+            got = _exact_row(nm, row, den)
+            if got is None:
+                return None
+            if len(nm.exact_rows) < EXACT_ROWS_CACHE:
+                nm.exact_rows[key] = got
+        M[i], R[i] = got
+    inv = inv.reshape(-1)
+    m = np.zeros((len(flat), nm.dim))
+    r = np.zeros((len(flat), nm.dim))
+    m[:, nm.offset:nm.offset + nm.k] = M[inv]
+    r[:, nm.offset:nm.offset + nm.k] = R[inv]
+    m[:, nm.constant] = 1.0
+    return Interval(m.reshape(shape[:-1] + (nm.dim,)), r.reshape(shape[:-1] + (nm.dim,)))
 
 
 def _sigmoid_bounds(t_lo, t_hi):
@@ -252,7 +329,7 @@ def activation(X: Interval, kind: str) -> Interval:
     return out
 
 
-__all__ = ["NormMatrices", "normalize", "activation", "layer_extras", "SMOOTH", "ERFC_REL", "ERFC_LOW", "ERFC_HIGH"]
+__all__ = ["NormMatrices", "normalize", "normalize_exact", "activation", "layer_extras", "SMOOTH", "ERFC_REL", "ERFC_LOW", "ERFC_HIGH"]
 
 
 def layer_extras(layer, model):

@@ -166,7 +166,7 @@ def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, s
                          f"({len(subset)} of {len(pts)} points)", subset, nodes, cands, unreal, t0)
 
 
-def squares(points, limit: int = 64):
+def squares(points, limit: int = 64, groups=()):
     """4-point subsets {X, X+a, X+b, X+a+b}: two local changes a, b (disjoint positions) of a point X
     that change its label, and their combination, all in the dataset (the shape of the paper's
     dependences, E0 + E1 = E2 + E3).  Smallest changes first."""
@@ -198,13 +198,45 @@ def squares(points, limit: int = 64):
                     tokens = {t for i in quad for t in points[i][0]}
                     out.append((len(tokens), len(da) + len(db), quad))
     out.sort()  # fewest distinct tokens first (a smaller alphabet's sub-dataset), then smallest changes
+    if groups:
+        kept, seen_keys = [], set()
+        for item in out:
+            key = _orbit_key([points[i] for i in item[2]], groups)
+            if key not in seen_keys:
+                seen_keys.add(key)
+                kept.append(item)
+        out = kept
     return [q for _, _, q in out[:limit]]
+
+
+def _orbit_key(pts, groups):
+    """The same key for two point sets that a permutation of each token group maps onto each other
+    (minimum over the relabellings of the tokens that occur; a search shortcut only)."""
+    from itertools import permutations, product
+
+    used = [sorted({t for toks, _ in pts for t in toks if t in g} | {y for _, y in pts if y in g}) for g in groups]
+    choices = [list(permutations(u)) for u in used]
+    total = 1
+    for c in choices:
+        total *= len(c)
+    if total > 2000:
+        return tuple(sorted(pts))
+    best = None
+    for combo in product(*choices):
+        ren = {}
+        for u, perm in zip(used, combo):
+            ren.update({t: f"#{k}" for k, t in enumerate(perm)})
+        key = tuple(sorted((tuple(ren.get(t, t) for t in toks), ren.get(y, y)) for toks, y in pts))
+        if best is None or key < best:
+            best = key
+    return best
 
 
 def _squares_first(problem, layers, heads, max_nodes, deadline, progress):
     """Try the small squares with a share of the budget each; an impossibility outcome or None."""
     pts = problem.points
-    quads = squares(pts, limit=400)
+    quads = squares(pts, limit=400, groups=problem.groups)
+    pass_one_end = time.perf_counter() + (deadline - time.perf_counter()) / 3
     t0 = time.perf_counter()
     hard = []
     # first pass: a fittable square shows a candidate within a few hundred nodes; the others are
@@ -214,6 +246,9 @@ def _squares_first(problem, layers, heads, max_nodes, deadline, progress):
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 return None
+            if rnd == 0 and time.perf_counter() > pass_one_end:
+                hard.extend(pool[n:])
+                break
             share = min(remaining, 2.0) if rnd == 0 else remaining / max(1, min(3, len(pool) - n))
             nodes = min(max_nodes, 3000) if rnd == 0 else max_nodes
             sub = [pts[i] for i in quad]
