@@ -172,11 +172,11 @@ EXACT_ROWS_CACHE = 1 << 16  # distinct exact rows remembered per norm
 
 def _sqrt_bounds(q: Fraction):
     """Floats 0 < lo <= sqrt(q) <= hi (exact comparisons of squares), or None when q is outside
-    the normal float range."""
-    f = float(q)
-    if not 2.0 ** -1000 < f < 2.0 ** 1000:
+    the normal float range (compared exactly first: float(q) of a variance above float64's
+    largest number, say 1e400 from embeddings of 1e200, raises OverflowError)."""
+    if not Fraction(1, 2**1000) < q < 2**1000:
         return None
-    lo = hi = math.sqrt(f)
+    lo = hi = math.sqrt(float(q))
     while Fraction(lo) ** 2 > q:
         lo = float(np.nextafter(lo, 0.0))
     while Fraction(hi) ** 2 < q:
