@@ -21,9 +21,12 @@ Normalization, for the vector x = P h of every position (k entries):
   4. n_i = c_i / s: c_i's lower end divided by s_hi when it is >= 0, by s_lo otherwise (and the
      mirror for the upper end), each rounded outward; clipped to |n_i| <= sqrt(k) (exactly:
      c_i^2 <= sum c^2 < k (var + eps)).
-  A zero-variance row (every entry of x equal) has c = 0 exactly; here c is an interval about 0 of
-  the rounding's width, var + eps is eps up to that width, and n a tiny interval about 0: the
-  output is the bias (exactly 0 in the arb stage, checkers/norm_activation_balls.py).  An infinite
+  The first normalization reads the exact stream: there `normalize_exact` computes each distinct
+  row from exact rationals instead (c and var exact, sqrt(var + eps) enclosed by exact comparison
+  of squares), so a zero-variance row (every entry of x equal, c = 0 exactly) gives n = 0 with
+  radius 0: the output is exactly the bias.  A later norm's constant row is an interval about 0 of
+  the rounding's width, and n a tiny interval about 0 (exactly 0 in the arb stage when its input
+  is exact, checkers/norm_activation_balls.py).  An infinite
   or NaN end anywhere makes n infinite or NaN, which makes the point unsure (stage 2).
 
 Activations act(x) = x g(x) with g increasing and 0 <= g <= 1:
