@@ -236,7 +236,7 @@ def _squares_first(problem, layers, heads, max_nodes, deadline, progress):
     """Try the small squares with a share of the budget each; an impossibility outcome or None."""
     pts = problem.points
     quads = squares(pts, limit=400, groups=problem.groups)
-    pass_one_end = time.perf_counter() + (deadline - time.perf_counter()) / 3
+    pass_one_end = time.perf_counter() + (deadline - time.perf_counter()) / 5
     t0 = time.perf_counter()
     hard = []
     # first pass: a fittable square shows a candidate within a few hundred nodes; the others are
@@ -249,7 +249,7 @@ def _squares_first(problem, layers, heads, max_nodes, deadline, progress):
             if rnd == 0 and time.perf_counter() > pass_one_end:
                 hard.extend(pool[n:])
                 break
-            share = min(remaining, 2.0) if rnd == 0 else remaining / max(1, min(3, len(pool) - n))
+            share = min(remaining, 2.0) if rnd == 0 else remaining / max(1, min(2, len(pool) - n))
             nodes = min(max_nodes, 3000) if rnd == 0 else max_nodes
             sub = [pts[i] for i in quad]
             search = ds.DepthSearch(sub, layers, heads, problem.causal, nodes, share, progress=progress)

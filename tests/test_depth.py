@@ -187,7 +187,7 @@ def test_find_depth_tm2_minimal_depth_and_model_verified_by_verify_construction(
     assert "L=2  verified model: hardmax" in out
     assert "minimal depth with 1 head per layer: 2" in out
     files = sorted(os.listdir(certs))
-    assert files == ["tm-L1-H1.json"]
+    assert files == ["tm-l2-alphabet2-L1-H1.json"]
     assert cd.check(json.load(open(certs / files[0])))[0]
     from depthcert.cli.verify_construction import _verify_construction
 

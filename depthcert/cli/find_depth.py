@@ -229,7 +229,8 @@ def _write(args, prob, outcomes):
         os.makedirs(args.certificates, exist_ok=True)
         for o in outcomes:
             if o.kind == "impossible":
-                path = os.path.join(args.certificates, f"{prob.name}-L{o.layers}-H{args.heads}.json")
+                sizes = "-".join(f"{k}{v}" for k, v in prob.params.items() if k != "query" or v != "any")
+                path = os.path.join(args.certificates, f"{prob.name}{'-' + sizes if sizes else ''}-L{o.layers}-H{args.heads}.json")
                 write_json_atomic(path, o.certificate)
                 wrote.append(path)
     if args.export:
