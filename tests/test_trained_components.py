@@ -159,6 +159,17 @@ def test_zero_variance_row_reads_exactly_the_bias():
     G = ball.exact(flint.fmpq_mat([[v] for v in h]))
     assert all(G[N.offset + i, 0].is_exact() and G[N.offset + i, 0].is_zero() for i in range(N.size))
     assert G[model.constant_index, 0] == 1
+    # the float stage: the first norm from exact rationals, exactly 0 with radius 0 for this row
+    from depthcert.checkers.norm_activation_intervals import NormMatrices, normalize_exact
+
+    nm = NormMatrices(N, model.constant_index, model.dim)
+    other = list(h)
+    other[0], other[1] = 0, 1  # token 1 at position 0: not constant
+    Gf = normalize_exact(np.array([[h, other]], dtype=np.int64), 1, nm)
+    block = slice(N.offset, N.offset + N.size)
+    assert (Gf.m[0, 0, block] == 0).all() and (Gf.r[0, 0, block] == 0).all()
+    assert Gf.m[0, 0, model.constant_index] == 1 and Gf.r[0, 0, model.constant_index] == 0
+    assert (Gf.m[0, 1, block] != 0).any() and (Gf.r[0, 1, block] < 1e-15 * (1 + abs(Gf.m[0, 1, block]))).all()
 
 
 def _fill(cfg, sd, rng):
