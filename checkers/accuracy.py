@@ -287,6 +287,10 @@ class PointDecider:
         n = ids.shape[1]
         correct, wrong, undecided = 0, [], []
         for k, i in enumerate(rows):
+            # a point in arb can take seconds (every precision up to the cap): the time limit is
+            # checked before each one, not only before the batch of up to 8,192 points
+            if self._deadline is not None and time.perf_counter() > self._deadline[0]:
+                raise time_limit_passed(self._deadline[2], self._deadline[1])
             d = self.decider.decide(Hnum[k], den, _ball_labels(batch.labels[i], self.class_rows, n))
             if d.status == "correct":
                 correct += 1

@@ -51,3 +51,75 @@ def test_a_variance_beyond_float64_is_decided_not_an_internal_error(tmp_path, ca
     truth = [oracle.margin(list(s), max(s)) > 0 for s in ((0, 0), (0, 1), (1, 0), (1, 1))]
     assert out["undecided_points"] == 0
     assert out["correct"] == sum(truth) and out["wrong"] == 4 - sum(truth)
+
+
+def _symmetric_tie_checkpoint(rng, n_ctx: int = 3):
+    """(cfg, sd) of a 1-layer LN + gelu model whose residual coordinates 0 and 1 are equal at every
+    position (every weight symmetric under swapping them), read out as logit 0 = y_0, logit 1 = y_1:
+    an exact tie at every point that no structural zero reveals (arb keeps a radius: undecided)."""
+    cfg = dict(n_layers=1, d_model=3, n_heads=1, d_head=2, d_vocab=3, d_vocab_out=2, n_ctx=n_ctx, d_mlp=3,
+               attn_only=False, act_fn="gelu", normalization_type="LN", eps=1e-5, final_rms=False,
+               attention_dir="causal", positional_embedding_type="standard")
+    dm = 3
+    sd = _state({**cfg}, rng)
+    sd.update({"blocks.0.ln2.w": rng.standard_normal(dm) + 1, "blocks.0.ln2.b": rng.standard_normal(dm),
+               "blocks.0.mlp.W_in": rng.standard_normal((dm, 3)), "blocks.0.mlp.b_in": rng.standard_normal(3),
+               "blocks.0.mlp.W_out": rng.standard_normal((3, dm)), "blocks.0.mlp.b_out": rng.standard_normal(dm)})
+    for key, a in sd.items():
+        if key in ("embed.W_E", "pos_embed.W_pos"):
+            a[:, 1] = a[:, 0]
+        elif key.endswith((".w", ".b", "b_O", "b_out")):
+            a[1] = a[0]
+        elif key.endswith(("W_Q", "W_K", "W_V")):
+            a[:, 1, :] = a[:, 0, :]
+        elif key.endswith("W_O"):
+            a[:, :, 1] = a[:, :, 0]
+        elif key.endswith("W_in"):
+            a[1, :] = a[0, :]
+        elif key.endswith("W_out"):
+            a[:, 1] = a[:, 0]
+    sd["unembed.W_U"][:] = 0.0
+    sd["unembed.W_U"][0, 0] = sd["unembed.W_U"][1, 1] = 1.0
+    sd["unembed.b_U"][:] = 0.0
+    return cfg, sd
+
+
+def test_symmetric_ties_through_layernorm_and_gelu_are_never_correct():
+    from depthcert.checkers.accuracy import decide_all
+    from depthcert.checkers.tasks.dataset_file import DatasetTask
+
+    cfg, sd = _symmetric_tie_checkpoint(np.random.default_rng(0))
+    seqs = [["0", "1", "2"], ["2", "2", "2"], ["1", "0", "0"]]
+    oracle = TLOracle(cfg, sd)
+    assert all(abs(oracle.margin([int(t) for t in s], 0)) < 1e-40 for s in seqs)  # exact ties
+    v = decide_all(tl.model_from_state_dict(cfg, sd), DatasetTask(seqs, ["0"] * 3))
+    assert v.correct == 0 and len(v.undecided) + len(v.wrong) == 3
+
+
+def test_the_time_limit_is_checked_before_every_point_decided_in_arb(monkeypatch):
+    """--max-seconds was checked before each batch (8,192 points) only, so a batch of points that
+    climb to the precision cap in arb (about 0.1 s each for this tiny model, far more for larger
+    ones) ran on long past the limit.  With a clock that advances 1 s per reading, the limit
+    passes between the batch check and the first point: no point may be decided after it."""
+    from depthcert.checkers import accuracy
+    from depthcert.checkers.errors import BadInput
+    from depthcert.checkers.tasks.dataset_file import DatasetTask
+
+    cfg, sd = _symmetric_tie_checkpoint(np.random.default_rng(0))
+    seqs = [[str(a), str(b), str(c)] for a in range(3) for b in range(3) for c in range(3)]
+    dec = accuracy.PointDecider(tl.model_from_state_dict(cfg, sd), DatasetTask(seqs, ["0"] * len(seqs)))
+    clock = iter(range(1, 10**6))
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter():
+            return float(next(clock))
+
+    monkeypatch.setattr(accuracy, "time", FakeTime)
+    calls = []
+    decide = dec.decider.decide
+    monkeypatch.setattr(dec.decider, "decide", lambda *a, **k: calls.append(1) or decide(*a, **k))
+    dec._deadline = (FakeTime.perf_counter() + 1.5, 1, "deciding 27 points")  # what stop_after sets
+    with pytest.raises(BadInput, match="ran past the limit"):
+        dec.chunk(0, len(seqs))
+    assert calls == []
