@@ -123,3 +123,21 @@ def test_the_time_limit_is_checked_before_every_point_decided_in_arb(monkeypatch
     with pytest.raises(BadInput, match="ran past the limit"):
         dec.chunk(0, len(seqs))
     assert calls == []
+
+
+@pytest.mark.parametrize("eps", [10**400, 2**1024 - 1])
+def test_an_integer_eps_beyond_float64_is_bad_input(tmp_path, capsys, eps):
+    """JSON allows an integer eps of any size; math.isfinite / float() of one beyond float64 raised
+    OverflowError (exit 4).  It is bad input: exit 2, one line."""
+    from depthcert.cli.verify_model import verify_model_main
+    from depthcert.interop import checkpoint_files as cf
+
+    cfg = dict(n_layers=1, d_model=3, n_heads=1, d_head=2, d_vocab=2, d_vocab_out=2, n_ctx=2, attn_only=True,
+               normalization_type="LN", eps=eps, attention_dir="causal", positional_embedding_type="standard")
+    sd = _state({**cfg, "eps": 1e-5}, np.random.default_rng(1))
+    path = tmp_path / "eps.safetensors"
+    cf.write_safetensors(str(path), sd, {tl.CONFIG_KEY: json.dumps(cfg), "format": "pt"})
+    assert verify_model_main([str(path), "--task", "max-of-k", "--vocab", "2", "--k", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "eps must be a positive finite number" in err and len(err.splitlines()) == 1 and len(err) < 200
+    assert tl.config_from_dict({**cfg, "eps": int(np.finfo(np.float64).max)}).eps == np.finfo(np.float64).max

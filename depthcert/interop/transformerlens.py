@@ -141,8 +141,13 @@ def config_from_dict(cfg) -> TLConfig:
                        "or RMSPre)")
     eps = cfg.get("eps", 1e-5)
     if norm is not None:
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-            raise BadInput(f"TransformerLens config: eps must be a positive finite number, got {eps!r} (a "
+        # an integer eps beyond float64 (JSON allows 10**400) is not finite either: float() would
+        # raise OverflowError, and math.isfinite does the same on such an int
+        finite = isinstance(eps, float) and math.isfinite(eps) or \
+            isinstance(eps, int) and not isinstance(eps, bool) and abs(eps) <= int(np.finfo(np.float64).max)
+        if not finite or eps <= 0:
+            shown = repr(eps) if len(repr(eps)) <= 40 else repr(eps)[:20] + "..."
+            raise BadInput(f"TransformerLens config: eps must be a positive finite number, got {shown} (a "
                            "zero-variance stream divides by sqrt(eps))")
     final_rms = cfg.get("final_rms", False)
     if not isinstance(final_rms, bool):
