@@ -55,6 +55,10 @@ class Invalid(ValueError):
 
 # ------------------------------------------------------------------ task labels, re-derived
 
+def _names(prefix, n):
+    return {prefix + str(i) for i in range(n)}
+
+
 def _label_icqa(tokens, params):
     k = params["k"]
     if len(tokens) != 3 * k + 2 or tokens[-1] != "=":
@@ -62,6 +66,8 @@ def _label_icqa(tokens, params):
     qs = [tokens[3 * i] for i in range(k)]
     ans = [tokens[3 * i + 2] for i in range(k)]
     if any(tokens[3 * i + 1] != "=" for i in range(k)) or len(set(qs)) != k or len(set(ans)) != k:
+        return None
+    if not set(qs) <= _names("q", params["n_questions"]) or not set(ans) <= _names("a", params["n_answers"]):
         return None
     if tokens[-2] not in qs:
         return None
@@ -85,7 +91,7 @@ def _pattern_name(p):
 
 def _label_tm(tokens, params):
     l = params["l"]
-    if len(tokens) != l + 1 or tokens[-1] != "<cls>":
+    if len(tokens) != l + 1 or tokens[-1] != "<cls>" or not set(tokens[:l]) <= _names("t", params["alphabet"]):
         return None
     return _pattern_name(_pattern(tokens[:l]))
 
@@ -99,12 +105,18 @@ def _label_ictm(tokens, params):
     ans = [tokens[i * step + l + 1] for i in range(k)]
     if any(tokens[i * step + l] != "=" for i in range(k)) or len(set(ans)) != k:
         return None
-    if len(set(tuple(p) for p in pats)) != k:
+    if len(set(tuple(p) for p in pats)) != k or not set(ans) <= _names("a", params["n_answers"]):
+        return None
+    questions = [t for i in range(k + 1) for t in tokens[i * step: i * step + l]]
+    if not set(questions) <= _names("x", params["alphabet"]):
         return None
     q = _pattern(tokens[k * step: k * step + l])
     if q not in pats:
         return None
-    return ans[pats.index(q)]
+    c = pats.index(q)
+    if params.get("query", "any") == "new" and tokens[k * step: k * step + l] == tokens[c * step: c * step + l]:
+        return None
+    return ans[c]
 
 
 def _label_multihop(tokens, params):
@@ -113,6 +125,10 @@ def _label_multihop(tokens, params):
         return None
     src = [tokens[3 * i] for i in range(k)]
     if len(set(src)) != k or any(tokens[3 * i + 1] != ">" for i in range(k)):
+        return None
+    n = params["n_entities"]
+    names = {chr(ord("a") + i) for i in range(n)} if n <= 26 else _names("e", n)
+    if not set(src) <= names or any(tokens[3 * i + 2] not in src for i in range(k)):
         return None
     f = {src[i]: tokens[3 * i + 2] for i in range(k)}
     x = tokens[-2]
@@ -145,6 +161,8 @@ def _label_copy(tokens, params):
     position; its label is x_i (teacher forcing: training/copy_task.py)."""
     n = params["length"]
     if len(tokens) < n + 1 or len(tokens) > 2 * n or tokens[n] != "|":
+        return None
+    if not set(tokens[:n]) <= _names("t", params["alphabet"]):
         return None
     i = len(tokens) - n - 1
     if list(tokens[n + 1:]) != list(tokens[:i]) or "|" in tokens[:n]:

@@ -97,6 +97,11 @@ def test_edits_break_the_certificate(tm2_certificate):
     c = copy.deepcopy(tm2_certificate)
     c["points"][0]["label"] = "AB" if c["points"][0]["label"] != "AB" else "AA"
     assert cd.classify(c)[0] == "invalid"
+    # a task whose dataset does not hold the points (alphabet 1 has no t1)
+    c = copy.deepcopy(tm2_certificate)
+    c["task"]["params"]["alphabet"] = 1
+    status, msg = cd.classify(c)
+    assert status == "invalid" and "not a point of task tm" in msg, msg
     # more layers claimed than the tree decides: the leaves' points are not determined
     c = copy.deepcopy(tm2_certificate)
     c["layers"] = 2

@@ -84,7 +84,7 @@ def _copy_problem(args):
     return SimpleNamespace(name="copy", params={"length": length, "alphabet": alphabet}, points=pts, causal=True,
                            vocab=task.vocab, classes=task.classes, max_length=2 * length, outputs="all",
                            groups=(), representatives=None, task=task,
-                           task_ref={"name": "copy", "params": {"length": length}},
+                           task_ref={"name": "copy", "params": {"length": length, "alphabet": alphabet}},
                            describe=f"copy (length={length}, alphabet={alphabet})")
 
 
