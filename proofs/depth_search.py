@@ -255,7 +255,7 @@ class DepthSearch:
         if self.stats.nodes > self.max_nodes:
             raise SearchLimit(f"the case split passed --max-clauses {self.max_nodes:,} nodes")
         if time.perf_counter() - self.t0 > self.max_seconds:
-            raise SearchLimit(f"the search passed --max-seconds {self.max_seconds:g}")
+            raise SearchLimit(f"the search used its time share ({self.max_seconds:.0f} s of --max-seconds)")
 
     def _dfs(self, facts, done, k):
         """The refutation subtree (dict) below these facts, or None when a candidate was accepted
