@@ -211,6 +211,25 @@ def _exact_row(nm: "NormMatrices", row: np.ndarray, den: int):
     return m, r
 
 
+def _distinct_rows(flat: np.ndarray):
+    """(distinct rows, index of each row's distinct row), exactly.  Columns equal in every row are
+    left out of the comparison; when the others hold small non-negative integers (one-hot
+    inputs) each row packs injectively into one int64 (value j at bits w j .. w j + w - 1), and
+    the distinct keys are found by a 1-D unique; otherwise np.unique over rows."""
+    if not len(flat):
+        return flat, np.zeros(0, dtype=np.int64)
+    vary = np.nonzero((flat != flat[0]).any(axis=0))[0]
+    sub = flat[:, vary]
+    if sub.size and sub.min() >= 0:
+        w = max(int(sub.max()).bit_length(), 1)
+        if w * len(vary) <= 62:
+            key = (sub << (w * np.arange(len(vary), dtype=np.int64))).sum(axis=1)  # disjoint bit fields
+            _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+            return flat[first], inv
+    _, first, inv = np.unique(sub, axis=0, return_index=True, return_inverse=True)
+    return flat[first], inv
+
+
 def normalize_exact(Hnum: np.ndarray, den: int, nm: "NormMatrices") -> Interval | None:
     """N(X) for the exact stream X = Hnum / den (the input of the first non-rational layer), each
     distinct row computed once from exact rationals (_exact_row) and remembered across batches: a
@@ -221,7 +240,7 @@ def normalize_exact(Hnum: np.ndarray, den: int, nm: "NormMatrices") -> Interval 
         return None
     shape = Hnum.shape
     flat = np.ascontiguousarray(Hnum.reshape(-1, shape[-1]))
-    uniq, inv = np.unique(flat, axis=0, return_inverse=True)
+    uniq, inv = _distinct_rows(flat)
     M = np.empty((len(uniq), nm.k))
     R = np.empty((len(uniq), nm.k))
     for i, row in enumerate(uniq):
