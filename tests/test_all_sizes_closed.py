@@ -324,3 +324,32 @@ def test_family_takes_a_closed_value_and_nothing_else(capsys, tmp_path):
     assert code == 2 and out == "" and err.count("\n") == 1 and "not a closed value" in err
     code, out, err = run(["icqa", "--family", f"{path}:model", "--all-sizes"], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "not a closed value" in err
+
+
+def test_sc_margin_changed_beyond_the_base_cases_is_never_claimed():
+    """The audit's sc kind: a read-out weight equal to 1 at every base case but 7/8 at L = 7. The value
+    carries the polynomial, so the proof never claims margin 1: it finds the first size where the weight
+    is <= 0 (L = 9, exit 1), and the finite check at L = 7 (the same value instantiated) gives 7/8."""
+    from depthcert.constructions import memorization as mem
+    from depthcert.constructions.head_family import Template
+    from depthcert.proofs.all_sizes import prove_sc
+
+    def read(d, n):
+        t = mem.template(d, n)
+        L = n - 1
+
+        def at(h):
+            off, w = t.at(h)
+            return off, w - (L - 1) * (L - 2) * (L - 3) * (L - 4) * (L - 5) * (L - 6) / 5760
+
+        return Template(t.count, at)
+
+    def family(sym):
+        return mem.build(sym, read=read)
+
+    rep = prove_sc(construct=family)
+    assert rep.status == "fails" and rep.exit_code == 1 and rep.failure["size"] == {"L": 9, "M": 2}
+    assert rep.failure["confirmed"].startswith("verify at this size: REFUTED")
+    value = C.value_of(family, mem.symbolic_task())
+    task = make_task("sc", length=7, alphabet=2)
+    assert verify(C.instantiate(value, {"L": 7, "M": 2}, task), task, progress=False).min_margin == Fraction(7, 8)
