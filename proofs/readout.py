@@ -47,7 +47,7 @@ MAX_LP_ROWS = 10_000  # one LP never has more pairs than this, whatever the size
 LP_ROWS_MIN = 2_000  # ... and may always have this many (small datasets: the LP to its optimum)
 POINTS_PER_LP_ROW = 4  # between the two: one pair per this many dataset points
 LP_TOTAL_MIN = 10_000  # pair rows over all rounds: at least this many,
-LP_TOTAL_PER_POINT = 2  # this many per dataset point,
+LP_TOTAL_PER_POINT = 1  # this many per dataset point (l = 6 ternary: 8 rounds, 97% of the optimum, not 10),
 LP_TOTAL_MAX = 100_000  # never more than this
 COMPETITORS = 8  # first competitor classes per vector (nearest vectors of other labels)
 ADDED_PER_ROUND = 8  # most violated competitor classes per vector added per round
