@@ -141,3 +141,47 @@ def test_an_integer_eps_beyond_float64_is_bad_input(tmp_path, capsys, eps):
     err = capsys.readouterr().err.strip()
     assert "eps must be a positive finite number" in err and len(err.splitlines()) == 1 and len(err) < 200
     assert tl.config_from_dict({**cfg, "eps": int(np.finfo(np.float64).max)}).eps == np.finfo(np.float64).max
+
+
+def _printed_enclosure(out: str):
+    from fractions import Fraction
+
+    line = next(x for x in out.splitlines() if x.startswith("min margin"))
+    lo, hi = line.split("in [", 1)[1].split("]", 1)[0].split(", ")
+    return Fraction(lo), Fraction(hi)
+
+
+def test_the_printed_margin_enclosure_is_rounded_outward(capsys):
+    """verify-model printed the enclosure's ends with float(...):.10g (round to nearest): the
+    Max-of-K example's [0.151206217463..., 0.151206217464...] came out as the point
+    [0.1512062175, 0.1512062175], which excludes the true margin.  Printed ends now contain it."""
+    from depthcert.checkers.accuracy import decide_all
+    from depthcert.checkers.tasks import make_task
+    from depthcert.cli.verify_model import load_any_model, verify_model_main
+
+    ckpt = os.path.join(os.path.dirname(__file__), "..", "training", "checkpoints", "max_of_k_v64_k4.safetensors")
+    assert verify_model_main([ckpt, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--show", "0"]) == 0
+    lo, hi = _printed_enclosure(capsys.readouterr().out)
+    task = make_task("max-of-k", vocab=64, k=2)
+    exact = decide_all(load_any_model(ckpt, None, task), task).margin
+    assert lo <= exact[0] <= exact[1] <= hi
+
+
+def test_a_margin_beyond_float64_is_printed_not_an_internal_error(tmp_path, capsys):
+    """Weights of 1e300 give logits and margins of about 1e600 (arb decides them); the human
+    output converted the enclosure with float() and ended in exit 4 after half the lines."""
+    from depthcert.checkers.accuracy import decide_all
+    from depthcert.checkers.tasks import make_task
+    from depthcert.cli.verify_model import verify_model_main
+
+    cfg = dict(n_layers=1, d_model=3, n_heads=1, d_head=2, d_vocab=2, d_vocab_out=2, n_ctx=2, attn_only=True,
+               normalization_type=None, attention_dir="causal", positional_embedding_type="standard")
+    sd = _state(cfg, np.random.default_rng(3))
+    sd["unembed.W_U"] *= 1e300
+    sd["embed.W_E"] *= 1e300
+    path = tmp_path / "big.safetensors"
+    tl.write_checkpoint(str(path), cfg, sd, dtype=np.float64)
+    assert verify_model_main([str(path), "--task", "max-of-k", "--vocab", "2", "--k", "2", "--show", "0"]) == 0
+    lo, hi = _printed_enclosure(capsys.readouterr().out)
+    exact = decide_all(tl.model_from_state_dict(cfg, sd), make_task("max-of-k", vocab=2, k=2)).margin
+    assert lo <= exact[0] <= exact[1] <= hi and exact[0] > 10**500

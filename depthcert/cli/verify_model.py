@@ -18,8 +18,8 @@ import time
 
 from depthcert.checkers.budget import DEFAULT_MAX_SECONDS
 from depthcert.checkers.errors import BadInput
-from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, data_file, margin_json,
-                                  plural, positive_int, run_main, task_from_args, tasks_help)
+from depthcert.cli.common import (EXIT_UNDECIDED, PRECISION_LIMIT, _Parser, add_task_options, data_file, enclosure_text,
+                                  margin_json, plural, positive_int, run_main, task_from_args, tasks_help)
 
 EXIT_REFUTED = 1
 MAX_LISTED = 2_000_000  # --wrong-out refuses to list more points than this (the counts stay exact)
@@ -151,7 +151,11 @@ def _fmt_margin(m) -> str:
         return "-"
     if m[0] == m[1]:
         return exact_text(m[0])
-    return f"in [{float(m[0]):.10g}, {float(m[1]):.10g}] (certified enclosure)"
+    # rounded outward (10 digits), as verify-construction prints it: float(...):.10g rounded to
+    # nearest, so a tight enclosure printed ends that exclude the true margin, and a margin
+    # beyond float64 (1e600 from weights of 1e300) raised OverflowError (exit 4)
+    lo, hi = enclosure_text(m)
+    return f"in [{lo}, {hi}] (certified enclosure)"
 
 
 def write_points(path: str, task, verdict) -> None:
