@@ -213,3 +213,26 @@ def test_compare_float_finds_a_float32_rounding(tmp_path):
     assert f32["disagreements"] == f32["float_wrong_certified_correct"] == 1 and f32["correct"] == 0
     assert f32["first_disagreements"] == [{"point": 0, "certified": "correct", "float": "wrong"}]
     assert f64["disagreements"] == 0 and f64["correct"] == 1
+
+
+def test_compare_float_maps_tokens_by_name(tmp_path):
+    """A dataset over the tokens "2", "3", "10" of the Max-of-K checkpoint: the task's token ids
+    (sorted names: "10" first) are not the model's rows; the float forward must read the rows the
+    certified run reads (by name), so it agrees with the certified decision on every point."""
+    import itertools
+
+    toks = ["2", "3", "10"]
+    seqs = [list(s) for s in itertools.product(toks, repeat=4)]
+    data = {"format": "depthcert.dataset", "version": 1, "sequences": seqs,
+            "labels": [max(s, key=int) for s in seqs]}
+    path = tmp_path / "max-of-3-tokens.json"
+    path.write_text(json.dumps(data))
+    out = subprocess.run([sys.executable, "-m", "depthcert.cli.verify_model",
+                          os.path.join(CKPT, "max_of_k_v64_k4.safetensors"), "--dataset", str(path),
+                          "--compare-float", "--json"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["points"] == 81 and d["correct"] > 60
+    for name in ("float32", "float64"):
+        f = d["float_comparison"][name]
+        assert f["disagreements"] == 0 and f["correct"] == d["correct"], (name, f)

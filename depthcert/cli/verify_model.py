@@ -250,7 +250,7 @@ def _main(argv) -> int:
         from depthcert.interop.float_forward import compare_with_verdict
         from depthcert.interop.transformerlens import read_checkpoint
 
-        floats = compare_with_verdict(*read_checkpoint(args.checkpoint, args.config), task, v)
+        floats = compare_with_verdict(*read_checkpoint(args.checkpoint, args.config), task, v, model)
     robust, t_robust = None, time.perf_counter()
     if args.robustness:
         from depthcert.proofs.robustness import model_robustness_report

@@ -120,10 +120,12 @@ MAX_LISTED = 100  # disagreements listed per dtype (the counts are complete)
 MAX_BATCH_ENTRIES = 1 << 25  # activations per batch of the float forward (about 256 MB in float64)
 
 
-def compare_with_verdict(cfg: dict, sd: dict, task, verdict, dtypes=("float32", "float64"),
+def compare_with_verdict(cfg: dict, sd: dict, task, verdict, model=None, dtypes=("float32", "float64"),
                          batch_size: int = 4096) -> dict:
     """For each dtype: the float brute force over every point of `task` and where it disagrees with
-    the certified decision `verdict` (an AccuracyVerdict).  A point the certificate left undecided
+    the certified decision `verdict` (an AccuracyVerdict) of the exact `model` (whose names map the
+    task's tokens and classes to embedding rows and logits, as the certified run maps them; None:
+    task id k is row k).  A point the certificate left undecided
     is not a disagreement; it is counted apart.  Returns {dtype: {"correct", "wrong", "seconds",
     "disagreements", "float_correct_certified_wrong", "float_wrong_certified_correct",
     "undecided", "first_disagreements": [{"point", "certified", "float"}]}}."""
@@ -131,6 +133,13 @@ def compare_with_verdict(cfg: dict, sd: dict, task, verdict, dtypes=("float32", 
 
     if task.outputs != "last":
         raise BadInput("--compare-float reads the last position only; this dataset labels every position")
+    tokens, class_rows = None, None
+    if model is not None:
+        from depthcert.checkers.exhaustive import check_compatible, token_rows
+
+        class_map = check_compatible(model, task)
+        class_rows = np.array([class_map[i] for i in range(len(task.classes))], dtype=np.int64)
+        tokens = token_rows(model, task)
     wrong = np.zeros(task.size, dtype=bool)
     wrong[np.asarray(verdict.wrong, dtype=np.int64)] = True
     undecided = np.zeros(task.size, dtype=bool)
@@ -145,7 +154,9 @@ def compare_with_verdict(cfg: dict, sd: dict, task, verdict, dtypes=("float32", 
         ok = np.zeros(task.size, dtype=bool)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             for b in task.batches(batch_size):
-                ok[b.index] = float_correct(fwd, b.ids, b.labels)
+                ids = b.ids if tokens is None else tokens[b.ids]
+                labels = b.labels if class_rows is None else class_rows[b.labels]
+                ok[b.index] = float_correct(fwd, ids, labels)
         seconds = time.perf_counter() - t0
         decided = ~undecided
         fc_cw = np.flatnonzero(decided & ok & wrong)
