@@ -1,6 +1,7 @@
 """Benchmark: whole commands against the fastest plain float64 forward over the same points.
 
-    python benchmarks/bench_all.py            (every row, each in its own process: several minutes)
+    python benchmarks/bench_all.py            (every row, each in its own process: tens of minutes;
+                                               tm heads l=7 alone took 11 min on 2 loaded cores)
     python benchmarks/bench_all.py --quick    (small sizes, one process: the test suite's smoke run)
     python benchmarks/bench_all.py --row NAME (one row; --json for its fields)
 
