@@ -1,0 +1,87 @@
+"""Audit of the closed-value mechanism (--all-sizes) with attack variants of its own: each changed
+closed value ends in a refusal, exit 3 with the reason, or exit 1 -- never a proof whose range holds
+a size where the value is wrong.  Values are changed through the public data (closed.ClosedModel,
+ClosedHeadFamily) and given with --family; the gate polynomials are 0 at every base size."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from depthcert.cli.common import run_main
+from depthcert.cli.verify_construction import _verify_construction
+
+FAMILIES = textwrap.dedent('''
+    from dataclasses import replace
+    from fractions import Fraction
+    from depthcert.constructions import closed as C
+    from depthcert.constructions.copy_matching import closed_value
+    from depthcert.constructions.memorization import closed_value as sc_value
+
+    def P(v, size):
+        return C._poly_of(size, tuple(p.name for p in v.params), v.range, "audit")
+
+    def gate(n):  # 0 for n = 1 .. 5
+        return (n - 1) * (n - 2) * (n - 3) * (n - 4) * (n - 5)
+
+    def rows_before_tokens(sym):
+        """a stream-only set of size gate(n_a) placed before the token rows: at n_a >= 6 every
+        token's one-hot lands on a pad row"""
+        v = closed_value(False)
+        return replace(v, sets=tuple(sorted(v.sets + (("X", P(v, gate(sym.n_a))),))),
+                       stream=(C.ClosedSegment("pad", "X", ("pad:X",)),) + v.stream)
+
+    def answer_set_resized(sym):
+        v = closed_value(False)
+        return replace(v, sets=tuple((n, P(v, sym.n_a + gate(sym.n_a)) if n == "A" else p) for n, p in v.sets))
+
+    def layer_repeated_by_gate(sym):
+        v = closed_value(False)
+        return replace(v, layers=(v.layers[0], replace(v.layers[1], repeat=P(v, 1 + gate(sym.n_a)))))
+
+    def layer_repeated_twice(sym):
+        v = closed_value(False)
+        return replace(v, layers=(v.layers[0], replace(v.layers[1], repeat=(((0, 0, 0), Fraction(2)),))))
+
+    def sc_token_block_widened(sym):
+        """Theorem 1's token block d = 2 M (slots, d' and read-out moved with it): the derivation's
+        conditions all hold, but d is not the vocabulary's M + 1 tokens from M = 2 on"""
+        v = sc_value(); h, L, M = sym.h, sym.L, sym.M
+        d = 2 * M
+        cv = replace(v.copy.v[0], row=P(v, h * d))
+        return replace(v, d=P(v, d), dim=P(v, (L + 1) * d), copy=replace(v.copy, v=(cv,)), read_offset=P(v, h * d))
+''')
+
+
+@pytest.fixture(scope="module")
+def fam(tmp_path_factory):
+    path = tmp_path_factory.mktemp("audit") / "audit_families.py"
+    path.write_text(FAMILIES)
+    return str(path)
+
+
+def run(argv, capsys):
+    code = run_main(_verify_construction, argv)
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.mark.parametrize("fn", ["rows_before_tokens", "answer_set_resized", "layer_repeated_by_gate"])
+def test_a_value_wrong_from_a_size_on_is_never_proven(fam, fn, capsys):
+    code, out = run(["icqa", "--family", f"{fam}:{fn}", "--all-sizes"], capsys)
+    assert code == 3, out
+    assert "NOT PROVEN FOR ALL SIZES" in out and "reason" in out
+
+
+def test_a_constant_repeat_is_read_as_that_many_layers(fam, capsys):
+    code, out = run(["icqa", "--family", f"{fam}:layer_repeated_twice", "--all-sizes"], capsys)
+    assert code == 0 and "margin      651 " in out, out
+    for sizes in (["--k", "2", "--n-questions", "3", "--n-answers", "4"], ["--k", "3", "--n-questions", "4", "--n-answers", "3"]):
+        code, out = run(["icqa", "--family", f"{fam}:layer_repeated_twice", *sizes, "--all-sizes"], capsys)
+        assert code == 0 and "margin 651 = the proof's margin there" in out, out
+
+
+def test_a_head_family_whose_token_block_is_not_the_vocabulary_is_never_proven(fam, capsys):
+    code, out = run(["sc", "--family", f"{fam}:sc_token_block_widened", "--all-sizes"], capsys)
+    assert code in (1, 2, 3), out
+    assert "PROVEN FOR ALL SIZES" not in out.replace("NOT PROVEN FOR ALL SIZES", "")
