@@ -85,3 +85,10 @@ def test_a_head_family_whose_token_block_is_not_the_vocabulary_is_never_proven(f
     code, out = run(["sc", "--family", f"{fam}:sc_token_block_widened", "--all-sizes"], capsys)
     assert code in (1, 2, 3), out
     assert "PROVEN FOR ALL SIZES" not in out.replace("NOT PROVEN FOR ALL SIZES", "")
+
+
+def test_the_instance_line_names_every_size_it_instantiates(capsys):
+    """multi-hop linear's value is in hops and N: the instance line says both (it said only N)."""
+    code, out = run(["multihop", "--k", "2", "--variant", "linear", "--hops", "3", "--n-entities", "3", "--all-sizes"],
+                    capsys)
+    assert code == 3 and "instance    N=3, hops=3: the proven value instantiated" in out, out

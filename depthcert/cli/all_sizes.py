@@ -138,15 +138,15 @@ def _instance(rep: Report, task, args, construct=None) -> str:
     sym = None
     if rep.status in ("proven", "partial") and rep.lumped is not None and all(p.name in values for p in rep.lumped[2]):
         sym = symbolic_margin(rep, values)
-    text = _size_text(values) + ": built, "
+    at = {**values, **({"hops": task.hops} if task.name == "multihop" else {})}  # the sizes instantiated
+    text = _size_text(at) + ": built, "
     try:
         value = rep.value
-        at = {**values, **({"hops": task.hops} if task.name == "multihop" else {})}
         if value is not None and value.range.contains({n: at.get(n, 0) for n in value.range.names}):
             from depthcert.constructions.closed import instantiate
 
             model = instantiate(value, at, task)  # the value proven, at these sizes
-            text = _size_text(values) + ": the proven value instantiated, "
+            text = _size_text(at) + ": the proven value instantiated, "
         elif construct is not None:
             return text.replace("built, ", "") + "outside the value's range: not built"
         else:
