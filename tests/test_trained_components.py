@@ -337,3 +337,25 @@ def test_a_tie_through_a_layernorm_is_undecided_with_the_reason():
     H, den = Evaluator(dec.prefix_model()).logits_all(ids)
     d = dec.decide(H[0], den, [(1, int(task.point(int(v.undecided[0])).label))])
     assert d.status == "undecided" and "square roots" in d.limit and "precision cap (256 bits)" in d.limit
+
+
+def test_the_support_table_names_every_config_field():
+    """docs/trained-models.md's table lists every field of HookedTransformerConfig.to_dict() (so a
+    field added by a new TransformerLens release is noticed), and no field twice."""
+    pytest.importorskip("transformer_lens")
+    import re
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from transformer_lens import HookedTransformerConfig
+
+        fields = set(HookedTransformerConfig(n_layers=1, d_model=4, n_heads=1, d_head=4, d_vocab=3, n_ctx=2,
+                                             act_fn="relu").to_dict())
+    doc = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                            "trained-models.md")).read()
+    table = doc.split("### What is supported: every field of `HookedTransformerConfig`")[1].split("\n\n")[2]
+    named = []
+    for line in table.splitlines()[2:]:
+        named += re.findall(r"`(\w+)`", line.split(" | ")[0])
+    assert len(named) == len(set(named))
+    assert set(named) == fields, (sorted(fields - set(named)), sorted(set(named) - fields))
