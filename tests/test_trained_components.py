@@ -359,3 +359,18 @@ def test_the_support_table_names_every_config_field():
         named += re.findall(r"`(\w+)`", line.split(" | ")[0])
     assert len(named) == len(set(named))
     assert set(named) == fields, (sorted(fields - set(named)), sorted(set(named) - fields))
+
+
+def test_norm_and_gelu_models_are_not_exported_nor_written_as_weights_files():
+    from depthcert.checkers.errors import BadInput
+    from depthcert.checkers.weights_file import model_to_json
+
+    rng = np.random.default_rng(9)
+    for change in ({"normalization_type": "RMS"}, {"attn_only": False, "d_mlp": 3, "act_fn": "gelu"}):
+        cfg = {**dict(n_layers=1, d_model=3, n_heads=1, d_head=2, d_vocab=2, n_ctx=2, attn_only=True,
+                      normalization_type=None), **change}
+        model = tl.model_from_state_dict(cfg, _fill(cfg, {}, rng))
+        with pytest.raises(BadInput, match="LayerNorm/RMSNorm or gelu/silu"):
+            tl.export_state_dict(model)
+        with pytest.raises(BadInput, match="LayerNorm/RMSNorm or gelu/silu"):
+            model_to_json(model)
