@@ -1378,6 +1378,9 @@ def _check_variant(cert: dict, data) -> None:
     if cert.get("variant") not in VARIANTS.get(task, set()) | {"family"}:
         raise Invalid(f"variant {cert.get('variant')!r} is not a variant of task {task!r} with a proof for every size "
                       f"({', '.join(sorted(VARIANTS.get(task, ()))) or 'none'})")
+    if cert.get("kind") == "every-hops" and (task, cert.get("variant")) != ("multihop", "linear"):
+        raise Invalid(f"an every-hops certificate is multi-hop linear's (one hop layer repeated hops times), not "
+                      f"{task} {cert.get('variant')}'s")
     if data is not cert and data.get("variant") not in (None, cert["variant"]) and not str(
             data.get("variant")).startswith("family "):
         raise Invalid(f"the report's variant {data.get('variant')!r} is not the certificate's {cert['variant']!r}")

@@ -92,3 +92,20 @@ def test_the_instance_line_names_every_size_it_instantiates(capsys):
     code, out = run(["multihop", "--k", "2", "--variant", "linear", "--hops", "3", "--n-entities", "3", "--all-sizes"],
                     capsys)
     assert code == 3 and "instance    N=3, hops=3: the proven value instantiated" in out, out
+
+
+def test_an_every_hops_certificate_relabelled_to_another_variant_is_rejected_alone(capsys):
+    """The standalone checker (not only --rebuild) refuses multi-hop linear's every-hops tables named
+    doubling or paper: neither is proven for every hops."""
+    import json
+
+    from depthcert.proofs import check_all_sizes as C
+
+    code, out = run(["multihop", "--k", "2", "--variant", "linear", "--all-sizes", "--json"], capsys)
+    data = json.loads(out[out.index("{"):])
+    assert C.check_data(data)[0] == 0
+    for variant in ("doubling", "paper"):
+        d = json.loads(json.dumps(data))
+        d["variant"] = d["certificate"]["variant"] = variant
+        with pytest.raises(C.Invalid, match="every-hops certificate is multi-hop linear's"):
+            C.check_data(d)
