@@ -109,3 +109,12 @@ def test_an_every_hops_certificate_relabelled_to_another_variant_is_rejected_alo
         d["variant"] = d["certificate"]["variant"] = variant
         with pytest.raises(C.Invalid, match="every-hops certificate is multi-hop linear's"):
             C.check_data(d)
+
+
+def test_a_size_outside_the_proofs_range_is_checked_not_compared(capsys):
+    """tm ternary at l = 3 is proven for m >= 3; at m = 2 the finite build is verified, and no proof's
+    margin exists there to disagree with (it said DISAGREES and FAILS, exit 1, on a verified model)."""
+    code, out = run(["tm", "--variant", "ternary", "--l", "3", "--alphabet", "2", "--all-sizes"], capsys)
+    assert code == 3, out
+    assert "instance    m=2: outside the proof's range (m >= 3), built at these sizes, verify verified" in out, out
+    assert "DISAGREES" not in out and "FAILS" not in out

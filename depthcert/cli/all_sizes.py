@@ -140,9 +140,11 @@ def _instance(rep: Report, task, args, construct=None) -> str:
         sym = symbolic_margin(rep, values)
     at = {**values, **({"hops": task.hops} if task.name == "multihop" else {})}  # the sizes instantiated
     text = _size_text(at) + ": built, "
+    value = rep.value
+    # sizes outside the proven value's range (tm's m < l): the finite build is checked, never compared with the proof
+    inside = value is None or value.range.contains({n: at.get(n, 0) for n in value.range.names})
     try:
-        value = rep.value
-        if value is not None and value.range.contains({n: at.get(n, 0) for n in value.range.names}):
+        if value is not None and inside:
             from depthcert.constructions.closed import instantiate
 
             model = instantiate(value, at, task)  # the value proven, at these sizes
@@ -151,6 +153,8 @@ def _instance(rep: Report, task, args, construct=None) -> str:
             return text.replace("built, ", "") + "outside the value's range: not built"
         else:
             model = constructions.build(task, args.variant, args.as_printed).model
+            if not inside:
+                text = _size_text(at) + f": outside the proof's range ({value.range.describe()}), built at these sizes, "
         pp = plan_points(model, task, "auto")
         if pp.n_eval > CONFIRM_MAX_POINTS:
             if rep.status in ("proven", "partial"):
@@ -170,7 +174,9 @@ def _instance(rep: Report, task, args, construct=None) -> str:
     got = "none (a single class)" if v.min_margin is None else str(format_rational(v.min_margin))
     text += (f"verify {v.verdict} on {v.points_total} point{'' if v.points_total == 1 else 's'} "
              f"({v.points_checked} evaluated), margin {got}")
-    if rep.lumped is not None and rep.status in ("proven", "partial") and all(p.name in values for p in rep.lumped[2]):
+    if not inside:
+        pass  # no proof's margin there to compare with
+    elif rep.lumped is not None and rep.status in ("proven", "partial") and all(p.name in values for p in rep.lumped[2]):
         if sym == v.min_margin:
             text += " = the proof's margin there"
         else:
