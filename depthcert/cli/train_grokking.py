@@ -33,6 +33,8 @@ def _main(argv) -> int:
         raise BadInput(f"--out-dir {args.out_dir}: folder does not exist")
     if not 2 <= args.p <= 1000:
         raise BadInput(f"--p must be in 2 .. 1000, got {args.p}")
+    if not 0 < args.stop_at_test_accuracy <= 1:
+        raise BadInput(f"--stop-at-test-accuracy must be in (0, 1], got {args.stop_at_test_accuracy}")
     if not 0 < args.lr < 1:
         raise BadInput(f"--lr must be in (0, 1), got {args.lr}")
     if args.before_step >= args.steps:
