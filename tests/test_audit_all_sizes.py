@@ -118,3 +118,34 @@ def test_a_size_outside_the_proofs_range_is_checked_not_compared(capsys):
     assert code == 3, out
     assert "instance    m=2: outside the proof's range (m >= 3), built at these sizes, verify verified" in out, out
     assert "DISAGREES" not in out and "FAILS" not in out
+
+
+STATEFUL = textwrap.dedent('''
+    from dataclasses import replace
+    from fractions import Fraction
+    from depthcert.constructions import closed as C
+    from depthcert.constructions.copy_matching import closed_value
+
+    CALLS = [0]
+
+    def counts_its_calls(sym):
+        """the paper's value on the first call, its read-out negated on every later call"""
+        CALLS[0] += 1
+        v = closed_value(False)
+        if CALLS[0] == 1:
+            return v
+        return replace(v, W_O=C.ClosedTable(tuple((k, tuple((m, -c) for m, c in p)) for k, p in v.W_O.entries)))
+''')
+
+
+def test_a_family_function_runs_once_per_run(tmp_path, capsys):
+    """A function that keeps state between calls: --all-sizes proves the value its first call makes,
+    the one the finite check (a run of its own) builds; the hashes agree."""
+    path = tmp_path / "stateful.py"
+    path.write_text(STATEFUL)
+    code, out = run(["icqa", "--family", f"{path}:counts_its_calls", "--all-sizes"], capsys)
+    assert code == 0, out
+    proven = out.split("value       ")[1].split()[0]
+    code, out = run(["icqa", "--family", f"{path}:counts_its_calls", "--k", "2", "--n-questions", "2",
+                     "--n-answers", "3"], capsys)
+    assert code == 0 and f"value       {proven}" in out, out

@@ -61,6 +61,25 @@ def family_construction(spec: str, task):
                         f"the closed value {content_hash_of(value)} instantiated", symbolic=value)
 
 
+def _called_once(fn, value):
+    """fn as the prover calls it: the value fn made on its first call, for the same symbols (fn runs
+    once per run, as in the finite check, so a function that counts its calls or keeps state proves
+    the value the finite check builds); other symbols (a count family's residue cases) call fn."""
+    from depthcert.constructions.closed import ClosedCount, fixed_of
+
+    if type(value) is ClosedCount:
+        return fn
+
+    def construct(sym):
+        if (tuple(sym.range.params) == tuple(value.params)
+                and dict(getattr(value, "fixed", ())) == {k: v for k, v in fixed_of(sym).items()
+                                                         if hasattr(value, "fixed")}):
+            return value
+        return fn(sym)
+
+    return construct
+
+
 def content_hash_of(value) -> str:
     from depthcert.constructions.closed import content_hash
 
@@ -94,11 +113,13 @@ def verify_all_sizes(args, task) -> int:
         from depthcert.proofs.all_sizes import family_value
 
         try:
-            family_value(construct, task)
+            made = family_value(construct, task)
         except NotAValue as exc:
             raise BadInput(f"--family {family}: not a closed value: {exc}") from None
         except NotClosed:
             pass  # a function that tried to read a size: the proof says why (exit 3)
+        else:
+            construct = _called_once(construct, made)
     proven_readout = ("family's own" if family else
                       "lemma3" if task.name == "sc" and args.as_printed else READOUT_OF.get(task.name, "paper"))
     readout = getattr(args, "readout", "auto")
@@ -150,7 +171,8 @@ def _instance(rep: Report, task, args, construct=None) -> str:
             model = instantiate(value, at, task)  # the value proven, at these sizes
             text = _size_text(at) + ": the proven value instantiated, "
         elif construct is not None:
-            return text.replace("built, ", "") + "outside the value's range: not built"
+            return text.replace("built, ", "") + ("outside the value's range: not built" if value is not None
+                                                  else "not built (no value proven)")
         else:
             model = constructions.build(task, args.variant, args.as_printed).model
             if not inside:
