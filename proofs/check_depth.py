@@ -279,6 +279,7 @@ class Evaluator:
 
     def __init__(self, points, layers, heads, causal):
         self.points, self.layers, self.heads, self.causal = points, layers, heads, causal
+        self.labels = {y for _, y in points}
         self.memo = {}
 
     def visible(self, n, i):
@@ -520,6 +521,10 @@ def _check_leaf(ev, leaf, facts, where):
             raise Invalid(w + ": negative coefficient")
         if c == ev.points[p][1]:
             raise Invalid(w + ": coefficient on the point's own label")
+        if c not in ev.labels:
+            # the contradiction compares the label's logit with class c's: c must be a class the
+            # model has, so it must be the label of a listed point
+            raise Invalid(w + ": class " + repr(c) + " is not the label of any listed point")
         if mu == 0:
             continue
         positive = True

@@ -87,6 +87,12 @@ def test_edits_break_the_certificate(tm2_certificate):
     leaf = _leaves(c["tree"], [])[0]
     leaf["farkas"][0][2] = 7
     assert cd.classify(c)[0] == "invalid"
+    # a class no listed point carries (the model need not have such a logit)
+    c = copy.deepcopy(tm2_certificate)
+    leaf = _leaves(c["tree"], [])[0]
+    leaf["farkas"][0][1] = "ZZ"
+    status, msg = cd.classify(c)
+    assert status == "invalid" and "not the label of any listed point" in msg, msg
     # a maximal set left out of a split: "possible but not covered"
     c = copy.deepcopy(tm2_certificate)
     split = _splits(c["tree"], [])[0]
