@@ -482,7 +482,11 @@ def model_linf_radius(model: Model, task, verdict, opts: dict, progress: bool = 
                   "pushed by eps against the hidden vector of the correct point with the smallest margin, that point "
                   "then decided wrong by the certified path"}
     if upper is None:
-        out["note"] = "no correct point to break" if worst is None else "no explicit perturbation found"
+        out["note"] = ("no explicit perturbation found" if worst is not None else
+                       "no correct point to break" if verdict.correct == 0 else
+                       # correct points whose margins the unperturbed ball pass could not bound
+                       # (an infinite ball: weights of 1e300 give scores of 1e600 inside exp)
+                       "the ball pass bounds no correct point's margin: nothing to push against")
     return out
 
 

@@ -185,3 +185,29 @@ def test_a_margin_beyond_float64_is_printed_not_an_internal_error(tmp_path, caps
     lo, hi = _printed_enclosure(capsys.readouterr().out)
     exact = decide_all(tl.model_from_state_dict(cfg, sd), make_task("max-of-k", vocab=2, k=2)).margin
     assert lo <= exact[0] <= exact[1] <= hi and exact[0] > 10**500
+
+
+def test_robustness_does_not_claim_there_is_no_correct_point_when_balls_cannot_bound_them(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """At weights of 1e300 the unperturbed weight-ball pass bounds no margin (exp of a ball of
+    width ~1e580); --robustness then said "no correct point to break" beside 2 correct points,
+    and printed "certified >= None"."""
+    from depthcert.checkers.accuracy import decide_all
+    from depthcert.checkers.tasks import make_task
+    from depthcert.cli.verify_construction import _print_robustness
+    from depthcert.proofs import robustness
+
+    cfg = dict(n_layers=1, d_model=3, n_heads=1, d_head=2, d_vocab=2, d_vocab_out=2, n_ctx=2, attn_only=True,
+               normalization_type=None, attention_dir="causal", positional_embedding_type="standard")
+    sd = _state(cfg, np.random.default_rng(3))
+    sd["unembed.W_U"] *= 1e300
+    sd["embed.W_E"] *= 1e300
+    task = make_task("max-of-k", vocab=2, k=2)
+    model = tl.model_from_state_dict(cfg, sd, vocab=task.vocab, classes=task.classes)
+    v = decide_all(model, task)
+    assert v.correct == 2
+    monkeypatch.setattr(robustness, "MAX_HALVINGS", 3)  # every halving fails alike; 3 keep the test fast
+    r = robustness.model_linf_radius(model, task, v, {})
+    assert r["certified_lower"] is None and r["note"] != "no correct point to break"
+    _print_robustness({"linf_radius": r})
+    assert "None" not in capsys.readouterr().out

@@ -429,7 +429,7 @@ def _print_robustness(r: dict) -> None:
     bits = r.get("min_fraction_bits") or {}
     print("robustness:")
     if lin:
-        print(f"  linf radius  certified >= {lin.get('certified_lower', '-')}, broken at <= {lin.get('broken_upper', '-')}"
+        print(f"  linf radius  certified >= {lin.get('certified_lower') or '-'}, broken at <= {lin.get('broken_upper') or '-'}"
               + (f" ({lin['note']})" if lin.get("note") else ""))
     if bits:
         print(f"  fewest bits  {bits.get('bits', '-')} fractional bits verify; {bits.get('fails', '-')}"
