@@ -37,6 +37,7 @@ class DepthOutcome:
     seconds: float = 0.0
     candidates: int = 0
     unrealised: int = 0
+    padded_from: int = 0  # a model found with this many heads per layer, padded with zero-value heads
     notes: tuple = field(default_factory=tuple)
 
 
@@ -50,6 +51,34 @@ def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, pr
     """Upper bound first (the search pruned to orderings with bilinear scores, on a larger subset),
     then, if no model came out, the lower-bound search of R(L, H) itself."""
     t0 = time.perf_counter()
+    if heads > 1:
+        # a model with fewer heads is a model with `heads` heads (pad_heads); verified again padded
+        fewer, fewer_reasons = _fewer_heads(problem, layers, heads, max_nodes // 4, t0 + min((deadline - t0) / 6, 45.0),
+                                            progress, verify_model)
+        if fewer is not None:
+            return fewer
+    else:
+        fewer_reasons = []
+    half = time.perf_counter() + min((deadline - time.perf_counter()) / 4, 60.0)
+    up = _upper(problem, layers, heads, max_nodes // 2, half, progress, verify_model)
+    if up.kind == "model":
+        return up
+    sq = _squares_first(problem, layers, heads, max_nodes - up.nodes, deadline - (deadline - t0) / 8, progress)
+    if sq is not None:
+        return sq
+    low = _decide(problem, layers, heads, max_nodes - up.nodes, deadline, start=4, progress=progress,
+                  verify_model=verify_model)
+    if low.kind != "open":
+        return low
+    padded = "".join(f"; padded search with {r}" for r in fewer_reasons)
+    return DepthOutcome(layers, "open", reason=f"upper-bound search: {up.reason}; lower-bound search: {low.reason}"
+                                               f"{padded}",
+                        subset=low.subset, nodes=up.nodes + low.nodes, seconds=time.perf_counter() - t0,
+                        candidates=up.candidates + low.candidates, unrealised=up.unrealised + low.unrealised)
+
+
+def _upper(problem, layers: int, heads: int, max_nodes: int, deadline: float, progress, verify_model) -> DepthOutcome:
+    """The upper-bound search: R(L, H) pruned to orderings with bilinear scores and read-outs."""
     layout = Layout(problem.vocab, problem.max_length, layers, heads)
     orbits = Orbits(layout, problem.groups) if problem.groups else None
     memo = {}
@@ -66,21 +95,60 @@ def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, pr
         return readout(feats, [pt[1] for pt, _ in done], problem.classes, layout.d[-1], orbits,
                        exact=False) is not None
 
-    half = t0 + min((deadline - t0) / 4, 60.0)
-    up = _decide(problem, layers, heads, max_nodes // 2, half, start=8, progress=progress, verify_model=verify_model,
-                 filter=bilinear, first=problem.representatives, separable=separable)
-    if up.kind == "model":
-        return up
-    sq = _squares_first(problem, layers, heads, max_nodes - up.nodes, deadline - (deadline - t0) / 8, progress)
-    if sq is not None:
-        return sq
-    low = _decide(problem, layers, heads, max_nodes - up.nodes, deadline, start=4, progress=progress,
-                  verify_model=verify_model)
-    if low.kind != "open":
-        return low
-    return DepthOutcome(layers, "open", reason=f"upper-bound search: {up.reason}; lower-bound search: {low.reason}",
-                        subset=low.subset, nodes=up.nodes + low.nodes, seconds=time.perf_counter() - t0,
-                        candidates=up.candidates + low.candidates, unrealised=up.unrealised + low.unrealised)
+    return _decide(problem, layers, heads, max_nodes, deadline, start=8, progress=progress, verify_model=verify_model,
+                   filter=bilinear, first=problem.representatives, separable=separable)
+
+
+def pad_heads(weights: dict, heads: int) -> dict:
+    """The same hardmax model with `heads` heads per layer.  A layer adds (1/m) sum_i W_Vi (head i's
+    average) for its m heads (checkers/model.py), so each W_V is scaled by heads/m and the added heads
+    have W_QK = 0 (they attend uniformly) and W_V = 0 (they add nothing): a model with fewer heads
+    per layer is a model with more."""
+    from fractions import Fraction
+
+    from depthcert.proofs.depth_realize import _fmt
+
+    def scaled(M, f):
+        return [[_fmt(Fraction(v) * f) for v in row] for row in M]
+
+    out = dict(weights)
+    layers = []
+    for layer in weights["layers"]:
+        hs = layer["heads"]
+        m = len(hs)
+        if m > heads:
+            raise ValueError(f"pad_heads: a layer has {m} heads, more than {heads}")
+        d = len(hs[0]["W_QK"])
+        zero = [[0] * d for _ in range(d)]
+        new = [dict(h, W_V=scaled(h["W_V"], Fraction(heads, m))) for h in hs]
+        new += [{"W_QK": [row[:] for row in zero], "W_V": [row[:] for row in zero], "attention": "hardmax"}
+                for _ in range(heads - m)]
+        layers.append(dict(layer, heads=new))
+    out["layers"] = layers
+    return out
+
+
+def _fewer_heads(problem, layers, heads, max_nodes, deadline, progress, verify_model):
+    """(a verified model with `heads` heads per layer made from one with fewer (pad_heads) or None,
+    the reasons of the searches that found none)."""
+    reasons = []
+    for fewer in range(1, heads):
+        t0 = time.perf_counter()
+        share = t0 + (deadline - t0) / (heads - fewer)
+        if share - t0 <= 0:
+            break
+        got = _upper(problem, layers, fewer, max_nodes, share, progress, verify_model)
+        if got.kind != "model":
+            reasons.append(f"{fewer} head{'s' if fewer > 1 else ''}: {got.reason}")
+            continue
+        padded = pad_heads(got.weights, heads)
+        ok, margin = verify_model(padded)
+        if ok:
+            return DepthOutcome(layers, "model", weights=padded, margin=margin, subset=got.subset, nodes=got.nodes,
+                                seconds=time.perf_counter() - t0, candidates=got.candidates,
+                                unrealised=got.unrealised, padded_from=fewer), reasons
+        reasons.append(f"{fewer} head{'s' if fewer > 1 else ''}: the padded model failed verification")
+    return None, reasons
 
 
 def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, start: int = 4,

@@ -264,6 +264,8 @@ def _report(prob, args, outcomes, seconds, wrote):
         elif o.kind == "model":
             d["model"] = {"d_model": len(o.weights["W_O"][0]), "verified": True, "min_margin": _margin(o.margin),
                           "points_checked": len(prob.points)}
+            if o.padded_from:
+                d["model"]["padded_from_heads"] = o.padded_from
         else:
             d["reason"] = o.reason
         depths.append(d)
@@ -286,6 +288,9 @@ def _human(prob, args, outcomes, report):
         elif o.kind == "model":
             lines.append(f"  L={o.layers}  verified model: hardmax, d'={len(o.weights['W_O'][0])}, every point "
                          f"({len(prob.points)}) correct, min margin {_fmt_margin(o.margin)}, {o.seconds:.1f} s")
+            if o.padded_from:
+                lines.append(f"        found with {plural(o.padded_from, 'head')} per layer and padded with zero-value "
+                             f"heads to {h} (a model with fewer heads is one with more); verified with {h}")
         else:
             lines.append(f"  L={o.layers}  open: {o.reason}")
     if report["exact"]:

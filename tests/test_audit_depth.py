@@ -1,0 +1,125 @@
+"""Audit of find-depth (docs/depth.md): monotonicity in the head count, checker edits, the relaxation.
+
+A model with fewer heads per layer is a model with more (zero-value heads, W_V rescaled for the
+layer's 1/m), so find-depth --heads H may answer with a padded model, verified with H heads on every
+point.  The checker must refuse certificates edited in ways tests/test_depth.py does not cover.
+"""
+from __future__ import annotations
+
+import copy
+import glob
+import json
+import os
+
+import pytest
+
+from depthcert.cli.common import run_main
+from depthcert.cli.find_depth import _find_depth
+from depthcert.proofs import check_depth as cd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TM2 = os.path.join(ROOT, "proofs", "certificates", "depth", "tm-l2-alphabet2-L1-H1.json")
+
+
+def test_two_heads_use_a_verified_one_head_model_padded(tmp_path, capsys):
+    """copy length 2: one layer of one head fits; so one layer of two heads does (it was 'open')."""
+    out = tmp_path / "w.json"
+    code = run_main(_find_depth, ["--task", "copy", "--length", "2", "--alphabet", "2", "--heads", "2",
+                                  "--max-layers", "1", "--max-seconds", "120", "--json", "--export", str(out)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["exact"] and doc["minimal_depth"] == 1, doc
+    model = doc["depths"][0]["model"]
+    assert model["verified"] and model["padded_from_heads"] == 1, model
+    w = json.load(open(out))
+    assert [len(layer["heads"]) for layer in w["layers"]] == [2]
+    # the padded head adds nothing: zero values; the found head's W_V is doubled (the layer's 1/2)
+    pad = w["layers"][0]["heads"][1]
+    assert all(v == 0 for row in pad["W_V"] for v in row)
+    # re-verified independently of the search, with two heads, on every point
+    from depthcert.cli.find_depth import _copy_problem
+    from depthcert.cli.find_depth import _verify_model
+    from types import SimpleNamespace
+
+    prob = _copy_problem(SimpleNamespace(length=2, alphabet=2))
+    assert _verify_model(prob, w)[0]
+    # a 2-head file is no longer a model if the rescaling is left out
+    from depthcert.proofs.depth import pad_heads
+
+    one = copy.deepcopy(w)
+    one["layers"][0]["heads"] = one["layers"][0]["heads"][:1]
+    halved = pad_heads(one, 1)
+    assert halved["layers"][0]["heads"][0]["W_V"] == w["layers"][0]["heads"][0]["W_V"]
+
+
+def test_pad_heads_rescales_values_exactly():
+    from depthcert.proofs.depth import pad_heads
+
+    w = {"layers": [{"heads": [{"W_QK": [[1, 0], [0, 1]], "W_V": [[3, "1/2"], [0, 1]], "attention": "hardmax"}],
+                     "causal": False}], "W_O": [[1, 0]]}
+    p = pad_heads(w, 3)
+    hs = p["layers"][0]["heads"]
+    assert len(hs) == 3 and hs[0]["W_V"] == [[9, "3/2"], [0, 3]] and hs[0]["W_QK"] == [[1, 0], [0, 1]]
+    assert hs[1]["W_V"] == [[0, 0], [0, 0]] and hs[2]["W_QK"] == [[0, 0], [0, 0]]
+    assert w["layers"][0]["heads"][0]["W_V"] == [[3, "1/2"], [0, 1]]  # the input is not changed
+    with pytest.raises(ValueError):
+        pad_heads(p, 2)
+
+
+def _tm2():
+    with open(TM2, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _leaf(node):
+    while "farkas" not in node:
+        node = node["children"][0]["node"]
+    return node
+
+
+@pytest.mark.parametrize("edit,status", [
+    (lambda c: c["points"].append(copy.deepcopy(c["points"][0])), "malformed"),           # a point twice
+    # a huge number: malformed where Python limits int strings, else an exact number that breaks the sum
+    (lambda c: _leaf(c["tree"])["farkas"][0].__setitem__(2, "9" * 5000), ("malformed", "invalid")),
+    (lambda c: _leaf(c["tree"])["farkas"][0].__setitem__(2, 1.0), "malformed"),         # a float
+    (lambda c: _leaf(c["tree"])["farkas"][0].__setitem__(0, True), "malformed"),        # a bool as point
+    (lambda c: c["tree"]["children"][0].__setitem__("max", [2]), "malformed"),          # a case listed twice
+    (lambda c: c.__setitem__("heads", 2), "invalid"),               # a head the tree never splits on
+    (lambda c: c["tree"].__setitem__("children", []), "invalid"),   # a split with no cases
+    (lambda c: c["tree"]["split"].__setitem__("position", 0), "invalid"),  # another selection
+    (lambda c: (c.__setitem__("task", None), c["points"][0].__setitem__("label", "AB")), "invalid"),
+    (lambda c: c["points"].__setitem__(slice(0, 2), c["points"][1::-1]), "invalid"),  # points reordered
+    (lambda c: c["points"][0].__setitem__("tokens", ["t0", "t2", "<cls>"]), "invalid"),  # not a point of the task
+])
+def test_checker_refuses_more_edits(edit, status):
+    c = _tm2()
+    assert cd.classify(c)[0] == "valid"
+    edit(c)
+    assert cd.classify(c)[0] in ((status,) if isinstance(status, str) else status)
+
+
+def test_layer_one_vectors_do_not_determine_the_selected_set():
+    """Two different layer-1 representations with the same vector (docs/depth.md, section 1): the
+    relaxation treats them as distinct, which only widens R(L, H)."""
+    q = cd.rep0(("a", "b", "c"), 2)
+    one = ("r", 1, q, (frozenset({("x", "a", 0), ("x", "b", 1)}),))
+    two = ("r", 1, q, (frozenset({("x", "b", 0), ("x", "a", 1)}),))
+    assert one != two and cd.vector(one, {}) == cd.vector(two, {})
+
+
+def test_stored_certificates_are_points_of_their_task():
+    """Every stored certificate's points are points of the dataset find-depth builds for its task."""
+    from depthcert.checkers.tasks import make_task
+
+    for path in sorted(glob.glob(os.path.join(ROOT, "proofs", "certificates", "depth", "*.json"))):
+        with open(path, encoding="utf-8") as fh:
+            c = json.load(fh)
+        params = dict(c["task"]["params"])
+        if c["task"]["name"] == "composition":  # its params are named L and N, its options otherwise
+            params = {"n_functions": params.pop("L"), "domain": params.pop("N")}
+        t = make_task(c["task"]["name"], **params)
+        index = {}
+        for b in t.batches():
+            for ids, lab in zip(b.ids, b.labels):
+                index[tuple(str(t.vocab[i]) for i in ids)] = str(t.classes[lab])
+        for p in c["points"]:
+            assert index.get(tuple(p["tokens"])) == p["label"], (path, p)
