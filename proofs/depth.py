@@ -220,15 +220,18 @@ def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, s
                                 nodes=n_nodes, leaves=n_leaves, seconds=time.perf_counter() - t0, candidates=cands,
                                 unrealised=unreal)
         if kind == "refuted" or res == 0:
-            return _open(layers, f"no ordering with bilinear scores fits {len(subset)} points", subset, nodes, cands,
+            return _open(layers, f"the search found no ordering with bilinear scores that fits {len(subset)} points "
+                                 "(pruned by floating-point LPs: a search result, not a proof)", subset, nodes, cands,
                          unreal, t0)
         # every candidate on the subset had orderings without bilinear scores
         why = reasons[-1] if reasons else "no candidate was realisable"
         if len(subset) == len(pts):
-            return _open(layers, f"R({layers}, {heads}) fits all {len(pts)} points ({res} candidate(s), so no "
-                                 f"certificate exists at this depth), but none is realisable with bilinear scores "
-                                 f"({why})", subset, nodes, cands, unreal, t0)
-        return _open(layers, f"{res} candidate(s) fit the relaxed class on {len(subset)} points but none is "
+            return _open(layers, f"the search fitted R({layers}, {heads}) to all {len(pts)} points ({res} "
+                                 f"candidate(s); separability by floating-point LPs, not checked exactly: no "
+                                 f"certificate was found at this depth), but none is realisable with bilinear "
+                                 f"scores ({why})", subset, nodes, cands, unreal, t0)
+        return _open(layers, f"{res} candidate(s) fit the relaxed class on {len(subset)} points (floating-point LPs) "
+                             f"but none is "
                              f"realisable with bilinear scores ({why})", subset, nodes, cands, unreal, t0)
     return _open(layers, f"the search/realisation loop stopped after {max_rounds} rounds or the time limit "
                          f"({len(subset)} of {len(pts)} points)", subset, nodes, cands, unreal, t0)
