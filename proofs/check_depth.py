@@ -55,8 +55,32 @@ class Invalid(ValueError):
 
 # ------------------------------------------------------------------ task labels, re-derived
 
+class _Names:
+    """The tokens prefix + "0", ..., prefix + str(n - 1), tested by parsing (a certificate's size
+    parameter may be huge: nothing of size n is built)."""
+
+    def __init__(self, prefix, n):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError("a size parameter must be an int, got " + repr(n))
+        self.prefix, self.n = prefix, n
+
+    def __ge__(self, tokens):
+        return all(self._has(t) for t in tokens)
+
+    def __contains__(self, t):
+        return self._has(t)
+
+    def _has(self, t):
+        if not isinstance(t, str) or not t.startswith(self.prefix):
+            return False
+        digits = t[len(self.prefix):]
+        if not digits or not digits.isascii() or not digits.isdigit() or (digits[0] == "0" and digits != "0"):
+            return False
+        return len(digits) <= len(str(self.n)) and int(digits) < self.n
+
+
 def _names(prefix, n):
-    return {prefix + str(i) for i in range(n)}
+    return _Names(prefix, n)
 
 
 def _label_icqa(tokens, params):
@@ -127,6 +151,8 @@ def _label_multihop(tokens, params):
     if len(set(src)) != k or any(tokens[3 * i + 1] != ">" for i in range(k)):
         return None
     n = params["n_entities"]
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError("n_entities must be an int")
     names = {chr(ord("a") + i) for i in range(n)} if n <= 26 else _names("e", n)
     if not set(src) <= names or any(tokens[3 * i + 2] not in src for i in range(k)):
         return None

@@ -123,3 +123,21 @@ def test_stored_certificates_are_points_of_their_task():
                 index[tuple(str(t.vocab[i]) for i in ids)] = str(t.classes[lab])
         for p in c["points"]:
             assert index.get(tuple(p["tokens"])) == p["label"], (path, p)
+
+
+def test_a_huge_size_parameter_is_not_enumerated():
+    """The label rules test vocabulary membership by parsing: alphabet 10^9 used to build a set of
+    10^9 names (a minute and gigabytes, then an internal error); the 4 points are points of that task."""
+    import time
+
+    c = _tm2()
+    c["task"]["params"]["alphabet"] = 10**9
+    t0 = time.perf_counter()
+    assert cd.classify(c)[0] == "valid"
+    assert time.perf_counter() - t0 < 5
+    c["task"]["params"]["alphabet"] = "2"
+    assert cd.classify(c)[0] == "malformed"
+    c["task"]["params"]["alphabet"] = 1
+    assert cd.classify(c)[0] == "invalid"
+    names = cd._names("t", 12)
+    assert "t11" in names and "t12" not in names and "t011" not in names and "t" not in names and "t\u0663" not in names
