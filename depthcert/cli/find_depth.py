@@ -29,7 +29,7 @@ DEFAULT_MAX_LAYERS = 3
 MAX_HEADS = 4
 MAX_POINTS = 5_000
 
-RULES_OUT = ("attention-only transformers with average-hard (hardmax) attention, {h} per layer, {l}, "
+RULES_OUT = ("attention-only transformers with average-hard (hardmax) attention, {h} per layer, at most {l}, "
              "one-hot token and position inputs, linear values, any width and any weights, a linear "
              "read-out at the last position{c} (every such model is in R(L, H); docs/depth.md)")
 NOT_RULED_OUT = ("softmax or ReLU attention, MLP sublayers, layer normalisation, more heads per layer, "
@@ -303,7 +303,7 @@ def _human(prob, args, outcomes, report):
                      + (f", at most {up}" if up else f", more than {args.max_layers} not excluded"))
     lo = report["lower_bound"] - 1
     if lo >= 1:
-        lines.append("rules out: " + RULES_OUT.format(h=h, l=plural(lo, "layer"),
+        lines.append("rules out: " + RULES_OUT.format(h=h + (" or fewer" if args.heads > 1 else ""), l=plural(lo, "layer"),
                                                       c=", causal" if prob.causal else "")
                      .replace("{l}", plural(lo, "layer")))
         lines.append("does not rule out: " + NOT_RULED_OUT)
