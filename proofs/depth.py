@@ -227,10 +227,12 @@ def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, s
         why = reasons[-1] if reasons else "no candidate was realisable"
         if len(subset) == len(pts):
             return _open(layers, f"the search fitted R({layers}, {heads}) to all {len(pts)} points ({res} "
-                                 f"candidate(s); separability by floating-point LPs, not checked exactly: no "
+                                 f"candidate{'' if res == 1 else 's'}; separability by floating-point LPs, not checked "
+                                 f"exactly: no "
                                  f"certificate was found at this depth), but none is realisable with bilinear "
                                  f"scores ({why})", subset, nodes, cands, unreal, t0)
-        return _open(layers, f"{res} candidate(s) fit the relaxed class on {len(subset)} points (floating-point LPs) "
+        return _open(layers, f"{res} candidate{' fits' if res == 1 else 's fit'} the relaxed class on {len(subset)} points "
+                             f"(floating-point LPs) "
                              f"but none is "
                              f"realisable with bilinear scores ({why})", subset, nodes, cands, unreal, t0)
     return _open(layers, f"the search/realisation loop stopped after {max_rounds} rounds or the time limit "
