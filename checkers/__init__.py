@@ -1,8 +1,12 @@
 """depthcert.checkers: the trusted kernel, the code every verdict rests on, and nothing else.
 
 The kernel list (closed: a kernel module imports only kernel modules, the standard library, numpy,
-python-flint and tqdm for progress bars; every .py file of this folder is listed here; checked by
-tests/test_kernel_boundary.py):
+python-flint, tqdm for progress bars, threadpoolctl (one BLAS thread per forked worker), and of scipy
+two functions it trusts for a stated reason: scipy.special.erfc, assumed accurate to ERFC_REL
+(2^-40 relative) on [ERFC_LOW, ERFC_HIGH] -- an assumption, checked against arb on 6,000 arguments
+by tests/test_trained_components.py, not proven -- and scipy.sparse's CSR matrix product, trusted
+to sum each dot product's non-zero float64 products in some order, which Higham's bound covers;
+every .py file of this folder is listed here; checked by tests/test_kernel_boundary.py):
 
     errors.py                BadInput, the one exception for bad input
     budget.py                resource guards: weight entries and estimated seconds, refused before use
@@ -13,11 +17,17 @@ tests/test_kernel_boundary.py):
     softmax_intervals.py     certified float64 intervals for softmax models, over whole batches
     softmax_balls.py         certified ball-arithmetic decisions for softmax models
     softmax_ties.py          exact decision of softmax ties (Lindemann-Weierstrass normal form)
+    norm_activation_intervals.py  certified float64 intervals of LayerNorm/RMSNorm and gelu/silu
+                             (the float stage of softmax_intervals; erfc from scipy, ERFC_REL above)
+    norm_activation_balls.py  LayerNorm/RMSNorm and gelu/silu in arb balls (the per-point stage of
+                             softmax_balls)
     attention_tables.py      certified float64 tables of one-layer attention-only softmax models
     weight_balls.py          ball forward passes over weight intervals and float-format rounding (the
                              certified linf radius and float16/bfloat16/float32 verdicts of --robustness)
     trace.py                 per-point Fraction forward pass (the wider classes' slow reference)
     symmetry.py              the equivariance proof behind orbit representatives
+    label_rules.py           every task's label from its definition, in plain Python (symmetry.py
+                             recomputes each orbit representative's label with it)
     exhaustive.py            verify(): every point, strict argmax, verdicts
     shards.py                runs split into index ranges (processes, clusters), merged in index order
     journal.py               finished chunks on disk, so a killed run resumes with the same verdict

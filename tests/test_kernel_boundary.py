@@ -45,6 +45,10 @@ OUTSIDE_ROOMS = {os.path.join("depthcert", "__init__.py"): {"checkers"},
 USER_NAMED_MODULES = {os.path.join("depthcert", "cli", "all_sizes.py"),  # --family MODULE:FUNCTION
                       os.path.join("depthcert", "cli", "verify_tracr.py")}  # verify-tracr MODULE:FUNCTION
 KERNEL_THIRD_PARTY = {"numpy", "flint", "tqdm", "threadpoolctl"}  # tqdm: the progress bar only; threadpoolctl: one BLAS thread per forked worker
+# scipy: only these names, each trusted for the reason checkers/__init__.py states: erfc to ERFC_REL
+# (checked against arb by tests/test_trained_components.py), the CSR product as float64 sums of the
+# non-zero products in some order (Higham's bound covers any order and subset)
+KERNEL_SCIPY = {"scipy.special": {"erfc"}, "scipy.sparse": {"csr_matrix"}}
 
 
 def kernel_modules() -> list[str]:
@@ -131,6 +135,8 @@ def kernel_violations(imported: set[str], kernel: set[str]) -> list[str]:
         if n.startswith("depthcert."):
             if room_of(n) != "checkers" or not _kernel_path(n, kernel):
                 bad.append(n)
+        elif n in KERNEL_SCIPY:
+            continue  # which names it takes: test_kernel_takes_from_scipy_only_the_trusted_names
         elif n.split(".")[0] not in KERNEL_THIRD_PARTY | set(sys.stdlib_module_names) | {"__future__"}:
             bad.append(n)
     return sorted(bad)
@@ -237,9 +243,37 @@ def test_kernel_imports_only_kernel_stdlib_numpy_flint():
     assert not bad, "\n".join(bad)
 
 
+def scipy_names(source: str) -> set[str]:
+    """Every 'module.name' a source takes from scipy (a bare `import scipy...` gives the module)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "scipy"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "scipy":
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def _trusted_scipy(name: str) -> bool:
+    module, _, attr = name.rpartition(".")
+    return attr in KERNEL_SCIPY.get(module, set())
+
+
+def test_kernel_takes_from_scipy_only_the_trusted_names():
+    bad = []
+    for path in python_files("checkers"):
+        bad += [f"{os.path.relpath(path, ROOT)} takes {n}" for n in scipy_names(open(path).read())
+                if not _trusted_scipy(n)]
+    assert not bad, "\n".join(bad)
+    for line in ("from scipy.special import gammaln", "import scipy.special", "from scipy.sparse import linalg",
+                 "from scipy import special"):
+        assert not all(_trusted_scipy(n) for n in scipy_names(line)), line
+    assert all(_trusted_scipy(n) for n in scipy_names("from scipy.special import erfc"))
+
+
 def test_kernel_rule_catches_a_non_kernel_import():
     kernel = set(kernel_modules())
-    for line in ("import scipy", "import highspy", "from depthcert.proofs.dependence import decide_task",
+    for line in ("import scipy", "from scipy import special", "import scipy.optimize", "import highspy", "from depthcert.proofs.dependence import decide_task",
                  "from depthcert.checkers.no_such_module import x", "import sympy"):
         assert kernel_violations(imports(line, "depthcert.checkers.m"), kernel), line
     assert not kernel_violations(imports("from depthcert.checkers.tasks.base import Task\nimport numpy",
