@@ -69,10 +69,24 @@ def test_generic_names_are_not_importable_outside_the_repository(tmp_path):
 
 
 def test_stored_certificates_ship_with_the_package():
+    """Every stored certificate (the top level, all_sizes/, depth/) is a .json file that
+    pyproject.toml's package data names, so an installed package holds it."""
+    import fnmatch
+    import tomllib
+
     from depthcert.proofs import theorems
 
-    names = sorted(os.listdir(theorems.CERT_DIR))
-    assert names and all(n.endswith(".json") for n in names)
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        globs = tomllib.load(fh)["tool"]["setuptools"]["package-data"]["depthcert.proofs.certificates"]
+    files = []
+    for here, dirs, names in os.walk(theorems.CERT_DIR):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        files += [os.path.relpath(os.path.join(here, n), theorems.CERT_DIR).replace(os.sep, "/") for n in names]
+    files = [f for f in files if f != "__init__.py"]
+    assert files and all(f.endswith(".json") for f in files), files
+    assert {"all_sizes", "depth"} <= {f.split("/")[0] for f in files if "/" in f}
+    unshipped = [f for f in files if not any(fnmatch.fnmatchcase(f, g) and f.count("/") == g.count("/") for g in globs)]
+    assert not unshipped, unshipped
 
 
 def test_public_api_exports_resolve():
