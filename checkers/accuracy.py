@@ -124,7 +124,7 @@ class PointDecider:
     """Decides index ranges of one (model, task); built once per process."""
 
     def __init__(self, model: Model, task, start_precision: int | None = None, max_precision: int | None = None,
-                 force_exact: bool = False, method: str = "auto"):
+                 force_exact: bool = False, method: str = "auto", deadline: tuple | None = None):
         from depthcert.checkers import softmax_balls as sb
         from depthcert.checkers.exhaustive import check_compatible, token_rows
 
@@ -142,7 +142,7 @@ class PointDecider:
 
             self.decider = sb.SoftmaxDecider(model, start_precision or sb.START_PRECISION,
                                              max_precision or sb.MAX_PRECISION)
-            self.prefix = Evaluator(self.decider.prefix_model(), force_exact=force_exact)
+            self.prefix = Evaluator(self.decider.prefix_model(), force_exact=force_exact, deadline=deadline)
             if method not in METHODS:
                 raise BadInput(f"method must be one of {', '.join(METHODS)}, got {method!r}")
             why = reason_not_applicable(model) if method in ("auto", "tables") else f"method {method}"
@@ -162,7 +162,7 @@ class PointDecider:
         else:
             from depthcert.checkers.evaluate import Evaluator
 
-            self.ev = Evaluator(model, force_exact=force_exact)
+            self.ev = Evaluator(model, force_exact=force_exact, deadline=deadline)
             self.path = f"exact ({self.ev.path})"
 
     def _interval_forward(self):
@@ -183,12 +183,13 @@ class PointDecider:
                 self._tables[n] = None  # scores too far apart for float64: arb decides
         return self._tables[n]
 
-    def stop_after(self, seconds: float, what: str) -> None:
+    def stop_after(self, seconds: float, what: str, start: float | None = None) -> None:
         """From now on, deciding stops (BadInput, checkers/budget.py) before a batch, and the
-        big-integer pass before a layer, once `seconds` have passed (--max-seconds: no estimate
-        bounds a model's time, its numbers can have thousands of digits)."""
-        self._deadline = (time.perf_counter() + seconds, seconds, what)
-        (self.ev if self.model.is_rational else self.prefix).stop_after(seconds, what)
+        big-integer pass before a layer, once `seconds` have passed since `start` (perf_counter;
+        default now) (--max-seconds: no estimate bounds a model's time, its numbers can have
+        thousands of digits)."""
+        self._deadline = ((time.perf_counter() if start is None else start) + seconds, seconds, what)
+        (self.ev if self.model.is_rational else self.prefix).stop_after(seconds, what, start)
 
     def chunk(self, lo: int, hi: int, batch_size: int = 8192) -> ChunkAccuracy:
         correct, wrong, undecided, least = 0, [], [], _Least()

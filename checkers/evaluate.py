@@ -111,7 +111,9 @@ class IntegerModel:
         return np.array(M, dtype=np.float64)
 
 
-def integerize(model: Model) -> IntegerModel:
+def integerize(model: Model, deadline: tuple | None = None) -> IntegerModel:
+    """The integer model; deadline (perf_counter time, seconds, what): the a-priori bound stops
+    (BadInput) once it has passed (--max-seconds: weights of thousands of digits make it slow)."""
     if model.has_softmax:
         raise ValueError("softmax attention is not rational: evaluate with checkers.softmax_balls")
     if not model.is_rational:
@@ -155,7 +157,7 @@ def integerize(model: Model) -> IntegerModel:
                                layer.causal, x_scale, lam, mlp, g, tuple(dens)))
     C, c = _int_matrix(model.W_O)
     per_layer: list = []
-    bound = magnitude_bound(model, layers, C, per_layer)
+    bound = magnitude_bound(model, layers, C, per_layer, deadline)
     # The bound skips weights that only ever meet exact zeros (rows or columns no input reaches),
     # which is sound only while such weights stay finite in float64: 0 * inf is NaN (a weight
     # pair of 2^1023 in an unreached row gave a wrong verdict), and ints >= 2^1024 do not convert.
@@ -179,13 +181,22 @@ def _vmax(v) -> int:
     return int(max(v, default=0))
 
 
-def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None = None) -> int:
+def _check_deadline(deadline: tuple | None) -> None:
+    if deadline is not None and time.perf_counter() > deadline[0]:
+        from depthcert.checkers.budget import time_limit_passed
+
+        raise time_limit_passed(deadline[2], deadline[1])
+
+
+def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None = None,
+                    deadline: tuple | None = None) -> int:
     """An upper bound on |every partial sum| in the integer forward pass, for any input, or
     BOUND_UNKNOWN once the bound passes MAX_STREAM_BITS // 3 bits before a layer (that
     layer and every later one: BOUND_UNKNOWN in per_layer).
 
     hb[f] bounds |G[f, j]| over all columns j and all inputs; n = max_length columns.
     per_layer, if given, receives the running bound after each layer (the stream alone).
+    deadline (perf_counter time, seconds, what): checked before every head and MLP (BadInput).
     """
     n = model.max_length
     hb = np.zeros(model.dim, dtype=object)
@@ -199,6 +210,7 @@ def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None 
         if layer.A:
             new = hb * layer.x_scale
             for A, B, coef, kind in zip(layer.A, layer.B, layer.coef, layer.kinds or ("relu",) * len(layer.A)):
+                _check_deadline(deadline)
                 smax = int(hb @ _absmat(A) @ hb)  # |h_j^T A h_k| and all its partial sums
                 vb = _absmat(B) @ hb  # |B h_j| per row
                 # relu: sum_j relu(s_jk) |h_j| <= n smax hb; hardmax: sum_j N[j, k] = lam
@@ -208,6 +220,7 @@ def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None 
             hb = new
             worst = max(worst, _vmax(hb))
         if layer.mlp is not None:
+            _check_deadline(deadline)
             mlp = layer.mlp
             zb = _absmat(mlp.P1) @ hb + _absmat(mlp.beta1g)  # pre-activation, all partial sums
             hb = hb * mlp.x_scale + _absmat(mlp.P2) @ zb + _absmat(mlp.beta2g)
@@ -315,8 +328,8 @@ class Evaluator:
     margin needs, so no batch holds B x C thousand-bit logits.
     """
 
-    def __init__(self, model: Model, force_exact: bool = False):
-        self.im = integerize(model)
+    def __init__(self, model: Model, force_exact: bool = False, deadline: tuple | None = None):
+        self.im = integerize(model, deadline)
         self.model = model
         self.use_float = self.im.use_float and not force_exact
         self.checked = not self.use_float and not force_exact and _checkable(self.im)
@@ -399,10 +412,11 @@ class Evaluator:
                  for lo in range(0, len(token_ids), step)]
         return np.concatenate(parts, axis=0), 1
 
-    def stop_after(self, seconds: float, what: str) -> None:
+    def stop_after(self, seconds: float, what: str, start: float | None = None) -> None:
         """From now on, the big-integer pass stops (BadInput) before a layer (of any sub-batch) once
-        `seconds` have passed (a run past --max-seconds; checkers/budget.py)."""
-        self._deadline = (time.perf_counter() + seconds, seconds, what)
+        `seconds` have passed since `start` (perf_counter; default now): a run past --max-seconds
+        (checkers/budget.py)."""
+        self._deadline = ((time.perf_counter() if start is None else start) + seconds, seconds, what)
 
     def exact_batch_points(self, n: int) -> int:
         """Points per big-integer sub-batch: about EXACT_MEMORY_BYTES of integers in flight, from

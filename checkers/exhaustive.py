@@ -313,7 +313,10 @@ def verify(
                                          runner, journal, progress, t0, chunk_points, balls)
         return _verify_balls(model, task, plan, class_map, class_rows, tokens, batch_size, progress,
                              force_exact, t0, **(balls or {}))
-    ev = Evaluator(model, force_exact=force_exact)
+    limit = seconds_limit()
+    # the a-priori bound of a model with big integers is slow too (weights of thousands of digits)
+    ev = Evaluator(model, force_exact=force_exact,
+                   deadline=None if limit is None else (t0 + limit, limit, "bounding the model's exact numbers"))
     rate = FLOAT_OPS_PER_SECOND if ev.use_float else (CHECKED_OPS_PER_SECOND if ev.checked else EXACT_OPS_PER_SECOND)
     what = f"evaluating {plan.n_eval} points ({ev.path}, {model.n_layers} layer{'s' if model.n_layers != 1 else ''}, d' = {model.dim})"
     estimate = plan.n_eval * forward_ops(model, task.length) / rate
@@ -324,12 +327,11 @@ def verify(
         charge_seconds(per_point * plan.n_eval, what, f"measured on a batch of {batch_size} of them")
     else:
         charge_seconds(estimate, what)
-    limit = seconds_limit()
     if limit is not None and not ev.use_float:
         # big integers: with no a-priori bound the numbers can grow doubly exponentially in depth,
         # and with one the a-priori rate still ignores their size (weights of thousands of digits),
         # so no estimate bounds the time: the big-integer pass checks --max-seconds before every layer
-        ev.stop_after(limit, what)
+        ev.stop_after(limit, what, start=t0)
     if plan.indices is None:
         batches = task.batches(batch_size)
     else:

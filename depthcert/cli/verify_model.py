@@ -78,10 +78,12 @@ def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str |
     from depthcert.checkers.budget import time_limit_passed
 
     t0 = time.perf_counter()
-    dec = PointDecider(model, task, **opts)  # validates compatibility before any worker starts
     what = f"deciding {plural(task.size, 'point')}"
+    # the limit counts from here: building the decider (the exact model's a-priori bound) included
+    deadline = (t0 + max_seconds, max_seconds, what) if max_seconds is not None else None
+    dec = PointDecider(model, task, deadline=deadline, **opts)  # validates compatibility before any worker starts
     if max_seconds is not None:
-        dec.stop_after(max_seconds, what)
+        dec.stop_after(max_seconds, what, start=t0)
 
     def check_time():
         if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
