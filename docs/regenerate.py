@@ -67,7 +67,8 @@ FIELDS = {
     "points covered": lambda d: str(d["points_covered"]),
     "evaluated": lambda d: str(d["points_checked"]),
     "inputs": lambda d: f"{d['inputs']:,}",
-    "verdict": lambda d: d["verdict"].replace("_", " "),
+    "verdict": lambda d: d["verdict"].replace("_", " ") + (
+        f" {d['minimal_depth']}" if d["verdict"] == "minimal_depth" else ""),
     "min margin": _margin,
     "read-out": lambda d: d.get("readout", "-"),
 }
