@@ -149,6 +149,16 @@ def bounded_pow(base: int, exp: int, limit: int = INDEX_LIMIT) -> int | None:
     return bounded_product((base for _ in range(exp)), limit)
 
 
+def point_indices(index, size: int) -> np.ndarray:
+    """index as a 1-D int64 array of dataset points 0 .. size-1 (a point outside is bad input)."""
+    index = np.asarray(index, dtype=np.int64)
+    if index.ndim != 1:
+        raise ValueError("index must be a 1-D array")
+    if len(index) and (index.min() < 0 or index.max() >= size):
+        raise BadInput(f"point index outside the dataset (0 .. {size - 1})")
+    return index
+
+
 def check_vocabulary(size: int, what: str) -> None:
     """Refuse, before any token is named, a vocabulary no model can embed (one row per token)."""
     from depthcert.checkers.layout import MAX_DIM

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from depthcert.checkers.errors import BadInput, TooManyPoints
-from depthcert.checkers.tasks.base import INDEX_LIMIT, Task, _check_int, bounded_pow
+from depthcert.checkers.tasks.base import point_indices, INDEX_LIMIT, Task, _check_int, bounded_pow
 
 MAX_LENGTH = 4096  # no model can read longer sequences (checkers/layout.MAX_DIM rows hold the positions)
 
@@ -86,11 +86,7 @@ class Composition(Task):
         return self._steps(self._digits(index))
 
     def _digits(self, index) -> np.ndarray:
-        index = np.asarray(index, dtype=np.int64)
-        if index.ndim != 1:
-            raise ValueError("index must be a 1-D array")
-        if len(index) and (index.min() < 0 or index.max() >= self.size):
-            raise BadInput(f"point index outside the dataset (0 .. {self.size - 1})")
+        index = point_indices(index, self.size)
         ids = np.empty((len(index), self.length), dtype=np.int64)
         r = index.copy()
         for pos in range(self.length - 1, -1, -1):

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from depthcert.checkers.errors import BadInput, TooManyPoints
-from depthcert.checkers.tasks.base import INDEX_LIMIT, Task, _check_int, bounded_product, check_vocabulary
+from depthcert.checkers.errors import TooManyPoints
+from depthcert.checkers.tasks.base import point_indices, INDEX_LIMIT, Task, _check_int, bounded_product, check_vocabulary
 
 MAX_LENGTH = 4096
 
@@ -50,11 +50,7 @@ class Induction(Task):
         return f"{self.V} * {self.n - 2} * {self.V - 1}^{self.n - 2}"
 
     def decode(self, index):
-        index = np.asarray(index, dtype=np.int64)
-        if index.ndim != 1:
-            raise ValueError("index must be a 1-D array")
-        if len(index) and (index.min() < 0 or index.max() >= self.size):
-            raise BadInput(f"point index outside the dataset (0 .. {self.size - 1})")
+        index = point_indices(index, self.size)
         n, W = self.n, self.V - 1
         head, r = index // self.rest, index % self.rest
         t, j = head // (n - 2), head % (n - 2)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from depthcert.checkers.errors import BadInput, TooManyPoints
-from depthcert.checkers.tasks.base import INDEX_LIMIT, Task, _check_int, bounded_pow
+from depthcert.checkers.errors import TooManyPoints
+from depthcert.checkers.tasks.base import point_indices, INDEX_LIMIT, Task, _check_int, bounded_pow
 
 MAX_VOCAB = 1 << 16
 MAX_K = 4096
@@ -46,11 +46,7 @@ class MaxOfK(Task):
         return f"{self.V}^{self.K}"
 
     def decode(self, index):
-        index = np.asarray(index, dtype=np.int64)
-        if index.ndim != 1:
-            raise ValueError("index must be a 1-D array")
-        if len(index) and (index.min() < 0 or index.max() >= self.size):
-            raise BadInput(f"point index outside the dataset (0 .. {self.size - 1})")
+        index = point_indices(index, self.size)
         ids = np.empty((len(index), self.K), dtype=np.int64)
         r = index.copy()
         for pos in range(self.K - 1, -1, -1):

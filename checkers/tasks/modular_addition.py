@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from depthcert.checkers.errors import BadInput
-from depthcert.checkers.tasks.base import RESPONSE, Task, _check_int, check_vocabulary
+from depthcert.checkers.tasks.base import point_indices, RESPONSE, Task, _check_int, check_vocabulary
 
 MAX_MODULUS = 1 << 12
 
@@ -39,11 +38,7 @@ class ModularAddition(Task):
         return f"{self.p}^2"
 
     def decode(self, index):
-        index = np.asarray(index, dtype=np.int64)
-        if index.ndim != 1:
-            raise ValueError("index must be a 1-D array")
-        if len(index) and (index.min() < 0 or index.max() >= self.size):
-            raise BadInput(f"point index outside the dataset (0 .. {self.size - 1})")
+        index = point_indices(index, self.size)
         a, b = index // self.p, index % self.p
         ids = np.stack([a, b, np.full_like(a, self.p)], axis=1)
         return ids, (a + b) % self.p
