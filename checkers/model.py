@@ -126,6 +126,16 @@ class Norm(_ExactEq):
     def size(self) -> int:
         return self.P.shape[0]
 
+    def centered_P(self) -> np.ndarray:
+        """The exact (k, d') matrix giving c = Pc h: P with its column means subtracted (layernorm),
+        P itself (rmsnorm)."""
+        P = self.P
+        if self.kind != "layernorm":
+            return P
+        k = P.shape[0]
+        mean = [sum(P[:, j], Fraction(0)) / k for j in range(P.shape[1])]
+        return np.array([[P[i, j] - mean[j] for j in range(P.shape[1])] for i in range(k)], dtype=object)
+
     def check(self, d: int, constant: int | None, where: str) -> None:
         if self.P.ndim != 2 or self.P.shape[1] != d or self.P.shape[0] < 1:
             raise BadInput(f"{where} P has shape {self.P.shape}, expected (k >= 1, {d})")

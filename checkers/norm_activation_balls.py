@@ -48,11 +48,8 @@ class NormBall:
     def __init__(self, N: Norm, constant: int, dim: int):
         import flint
 
-        P = np.asarray(N.P, dtype=object)
+        P = N.centered_P()
         k = P.shape[0]
-        if N.kind == "layernorm":
-            mean = [sum(P[:, j], Fraction(0)) / k for j in range(P.shape[1])]
-            P = np.array([[P[i, j] - mean[j] for j in range(P.shape[1])] for i in range(k)], dtype=object)
         self.Pq = flint.fmpq_mat([[_fmpq(v) for v in row] for row in P])
         self.Parb = None  # arb copies per precision: at()
         self.k, self.eps, self.offset, self.constant, self.dim = k, _fmpq(N.eps), N.offset, constant, dim

@@ -117,11 +117,8 @@ class NormMatrices:
     """A Norm's floats: Pc (centered for layernorm) as ExactMatrix.right(), 1/k, eps, sqrt(k)."""
 
     def __init__(self, N: Norm, constant: int, dim: int):
-        P = np.asarray(N.P, dtype=object)
+        P = N.centered_P()
         k = P.shape[0]
-        if N.kind == "layernorm":
-            mean = [sum(P[:, j], Fraction(0)) / k for j in range(P.shape[1])]
-            P = np.array([[P[i, j] - mean[j] for j in range(P.shape[1])] for i in range(k)], dtype=object)
         self.Pc = P  # exact Fractions, for normalize_exact
         self.eps_exact = N.eps
         self.exact_rows: dict = {}  # distinct exact input rows -> (n midpoints, radii), across batches
