@@ -52,6 +52,20 @@ def float_forward(cfg, sd, task, dtype, batch: int = 1 << 16):
     return seconds, (np.concatenate(wrong) if wrong else np.zeros(0, dtype=np.int64))
 
 
+def margin_text(m) -> str:
+    """The certified margin enclosure as verify-model prints it: exact when its ends agree, else
+    rounded outward (lower end down, upper end up), so the printed interval still contains it."""
+    from depthcert.checkers.rational import exact_text
+    from depthcert.cli.common import enclosure_text
+
+    if m is None:
+        return "none (no correct input)"
+    if m[0] == m[1]:
+        return exact_text(m[0])
+    lo, hi = enclosure_text(m)
+    return f"in [{lo}, {hi}] (certified enclosure)"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT)
@@ -94,7 +108,7 @@ def main(argv=None) -> int:
         print(f"{name:<10} {t:>9.1f} {v.seconds / t:>7.1f} {task.size - len(fw):>12,} {len(fw):>8,} {'-':>9} {len(dis):>8,}")
     print()
     print(f"certified accuracy {v.correct:,}/{task.size:,} ({100 * v.correct / task.size:.4f}%); "
-          f"min margin over correct inputs in [{float(v.margin[0]):.6g}, {float(v.margin[1]):.6g}]")
+          f"min margin over correct inputs {margin_text(v.margin)}")
     print(f"path: {v.path} ({v.by_tables:,} inputs decided in float64 with the proven bound, {v.by_balls:,} in arb); "
           f"{v.notes[0]}")
     print(f"ratio certified / float32 forward = {v.seconds / t32:.1f}, certified / float64 forward = {v.seconds / t64:.1f}")
