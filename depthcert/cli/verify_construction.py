@@ -443,9 +443,14 @@ def _print_robustness(r: dict) -> None:
 
 
 def _show_point(args, task, model, theorem, balls=None) -> int:
-    """Evaluate one dataset point and show every checked position's logits and margin."""
+    """Evaluate one dataset point and show every checked position's logits and margin.  Under
+    --max-seconds as the whole run is (checkers/exhaustive.py: verify): the a-priori bound and the
+    big-integer pass stop before a layer once the limit has passed, and a softmax point before
+    each position's decision (BadInput, exit 2, naming the limit)."""
+    from depthcert.checkers.budget import seconds_limit
     from depthcert.checkers.exhaustive import check_compatible, token_rows
 
+    t0 = time.perf_counter()
     if args.point >= task.size:
         raise BadInput(f"--point {args.point} is outside the dataset (0 .. {task.size - 1})")
     rows = check_compatible(model, task)
@@ -456,11 +461,11 @@ def _show_point(args, task, model, theorem, balls=None) -> int:
     n = ids.shape[1]
     checks = [(n - 1, int(labels[0]))] if labels.ndim == 1 else \
         [(k, int(y)) for k, y in enumerate(labels[0]) if y >= 0]
+    limit = seconds_limit()
+    deadline = None if limit is None else (t0 + limit, limit, f"evaluating point {args.point}")
     if model.has_softmax:
-        return _show_point_balls(args, task, model, theorem, balls, p, ids, checks, rows)
-    from depthcert.checkers.evaluate import Evaluator
-
-    ev = Evaluator(model, force_exact=args.exact)
+        return _show_point_balls(args, task, model, theorem, balls, p, ids, checks, rows, deadline)
+    ev = _point_evaluator(model, args.exact, deadline)
     if labels.ndim == 1:
         num, den = ev.logits(ids)
         per_pos = {n - 1: num[0]}
@@ -482,14 +487,28 @@ def _show_point(args, task, model, theorem, balls=None) -> int:
     return _print_point(args, task, theorem, p, results)
 
 
-def _show_point_balls(args, task, model, theorem, balls, p, ids, checks, rows) -> int:
+def _point_evaluator(model, exact: bool, deadline):
+    """The evaluator of one shown point; deadline (perf_counter time, seconds, what) or None: the
+    a-priori bound and every layer of the big-integer pass stop once it has passed."""
     from depthcert.checkers.evaluate import Evaluator
+
+    if deadline is None:
+        return Evaluator(model, force_exact=exact)
+    ev = Evaluator(model, force_exact=exact, deadline=deadline)
+    ev.stop_after(deadline[1], deadline[2], start=deadline[0] - deadline[1])
+    return ev
+
+
+def _show_point_balls(args, task, model, theorem, balls, p, ids, checks, rows, deadline=None) -> int:
+    from depthcert.checkers.budget import time_limit_passed
     from depthcert.checkers.softmax_balls import SoftmaxDecider
 
     dec = SoftmaxDecider(model, **(balls or {}))
-    H, den = Evaluator(dec.prefix_model(), force_exact=args.exact).logits_all(ids)
+    H, den = _point_evaluator(dec.prefix_model(), args.exact, deadline).logits_all(ids)
     results = []
     for k, y_task in checks:  # one decision per position, so every position is shown
+        if deadline is not None and time.perf_counter() > deadline[0]:
+            raise time_limit_passed(deadline[2], deadline[1])
         d = dec.decide(H[0], den, [(k, rows[y_task])], logits=True)
         status = {"correct": True, "wrong": False}.get(d.status)
         results.append({"position": k, "expected": model.classes[rows[y_task]],
