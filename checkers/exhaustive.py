@@ -568,8 +568,7 @@ class BallRun:
                     from depthcert.checkers.softmax_balls import PathsDisagree
 
                     raise PathsDisagree(f"point {index}", "float64 intervals", "wrong", "arb balls",
-                                        f"correct (margin in [{float(d.margin[0]):.6g}, {float(d.margin[1]):.6g}])"
-                                        if d.margin is not None else "correct")
+                                        PathsDisagree.correct(d.margin))
                 if ordered:
                     summary.add(index, d)
                 else:
@@ -796,12 +795,11 @@ def _refined(decider, H, den, labels, lo: float, hi: float, index: int = -1):
     d = decider.decide(H, den, labels)
     decider.precisions_used = used
     lo_q, hi_q = Fraction(float(lo)), Fraction(float(hi))
-    said = f"correct (margin in [{float(lo):.6g}, {float(hi):.6g}])"
+    said = PathsDisagree.correct((lo_q, hi_q))
     if d.status == "wrong":
         raise PathsDisagree(f"point {index}", "float64 intervals", said, "arb balls", "wrong")
     if d.status == "correct" and d.margin is not None and (d.margin[0] > hi_q or d.margin[1] < lo_q):
-        raise PathsDisagree(f"point {index}", "float64 intervals", said, "arb balls",
-                            f"correct (margin in [{float(d.margin[0]):.6g}, {float(d.margin[1]):.6g}])")
+        raise PathsDisagree(f"point {index}", "float64 intervals", said, "arb balls", PathsDisagree.correct(d.margin))
     if d.status != "correct" or d.margin is None:  # balls that do not separate add nothing
         return PointDecision("correct", (lo_q, hi_q), d.position, -1, (), 53)
     return PointDecision("correct", (max(lo_q, d.margin[0]), min(hi_q, d.margin[1])), d.position, d.other, (),

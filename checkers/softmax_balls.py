@@ -70,6 +70,27 @@ class PathsDisagree(RuntimeError):
         super().__init__(f"certified paths disagree at {point}: {first} says {said_first}, "
                          f"{second} says {said_second}")
 
+    @staticmethod
+    def correct(margin) -> str:
+        """What a path said of a correct point: "correct (margin in [lo, hi])", the enclosure's
+        ends rounded outward to 10 digits in exact decimal arithmetic (a float() of a margin
+        beyond float64, like 1e400, would raise OverflowError and hide the disagreement)."""
+        if margin is None:
+            return "correct"
+        return f"correct (margin in [{_outward(margin[0], up=False)}, {_outward(margin[1], up=True)}])"
+
+
+def _outward(q, up: bool, digits: int = 10) -> str:
+    """q rounded to `digits` significant digits towards +inf (up) or -inf, as "d.ddde+N"; the
+    division is exact decimal arithmetic, so any size of rational is safe."""
+    from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
+
+    q = Fraction(q)
+    if q == 0:
+        return "0"
+    ctx = Context(prec=digits, Emax=10**12, Emin=-10**12, rounding=ROUND_CEILING if up else ROUND_FLOOR)
+    return format(ctx.divide(Decimal(q.numerator), Decimal(q.denominator)).normalize(ctx), "e")
+
 
 class Undecidable(Exception):
     """Raised inside one attempt when a hardmax argmax cannot be settled at this precision."""

@@ -52,3 +52,64 @@ def test_one_point_within_the_limit_is_shown(capsys):
     code = run_main(_verify_construction, ["icqa", "--k", "2", "--point", "3", "--max-seconds", "1", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["verdict"] == "correct" and out["point"] == 3
+
+
+def _huge_margin_model():
+    """One softmax head with zero scores; logit x = 10^400 at every point, logit y = 0: every
+    margin of label x is 10^400, beyond float64."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    from depthcert.checkers.layout import Layout
+    from depthcert.checkers.model import Head, Layer, Model
+
+    lay = Layout.of(("token", 2), ("position", 2))
+    zeros = np.array([[Fraction(0)] * 4 for _ in range(4)], dtype=object)
+    WO = np.array([[10**400, 10**400, 0, 0], [0, 0, 0, 0]], dtype=object)
+    return Model(("a", "b"), 2, ("x", "y"), lay, (Layer((Head(zeros, zeros.copy(), attention="softmax"),)),), WO)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("lie", ["wrong_for_correct", "disjoint_margin"])
+def test_paths_disagree_prints_margins_beyond_float64(tmp_path, capsys, monkeypatch, lie):
+    """Where the intervals and the balls disagree on a point whose margin is 10^400, the message
+    names both answers with the balls' enclosure in exact decimal, rounded outward (a float() of
+    it raised OverflowError: exit 4 with no word of the disagreement)."""
+    import numpy as np
+
+    from depthcert.checkers import exhaustive
+    from depthcert.checkers.weights_file import model_to_json
+
+    def lying(intervals, Hnum, den, labels, class_rows, n):  # the float64 intervals made to lie
+        B = Hnum.shape[0]
+        status = np.full(B, -1 if lie == "wrong_for_correct" else 1, dtype=np.int8)
+        return status, np.full(B, 1.0), np.full(B, 2.0), np.full(B, n - 1)
+
+    monkeypatch.setattr(exhaustive, "_interval_decisions", lying)
+    w, d = tmp_path / "w.json", tmp_path / "d.json"
+    w.write_text(json.dumps(model_to_json(_huge_margin_model())))
+    d.write_text(json.dumps({"format": "depthcert.dataset", "version": 1, "sequences": [["a", "b"]], "labels": ["x"]}))
+    assert run_main(_verify_construction, ["--weights", str(w), "--dataset", str(d)]) == 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("internal error: PathsDisagree: certified paths disagree at point 0"), err
+    assert "arb balls says correct (margin in [" in err[0] and "e+400]" in err[0], err
+    lo, hi = err[0].split("arb balls says correct (margin in [")[1].split("]")[0].split(", ")
+    from decimal import Decimal
+
+    assert Decimal(lo) <= 10**400 <= Decimal(hi), (lo, hi)
+    if lie == "disjoint_margin":
+        assert "float64 intervals says correct (margin in [1e+0, 2e+0])" in err[0], err
+
+
+def test_outward_decimal_encloses_any_rational():
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from depthcert.checkers.softmax_balls import _outward
+
+    for q in (Fraction(10**400, 3), Fraction(-1, 3), Fraction(1, 2**8192), Fraction(-10**5000, 7), Fraction(5, 4)):
+        lo, hi = Decimal(_outward(q, up=False)), Decimal(_outward(q, up=True))
+        assert Fraction(lo) <= q <= Fraction(hi) and hi - lo <= abs(Decimal(q.numerator) / Decimal(q.denominator)) * Decimal("1e-9")
