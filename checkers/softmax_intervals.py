@@ -225,7 +225,7 @@ def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = Fal
         R = np.empty_like(m)
         np.multiply(_absmax(X.m), cs, out=R)
         if X.r is not None:
-            R += X.r @ A_T
+            R += _matmul(X.r, A_T)
     else:  # the same bound for every row of a point: a radius array of shape (B, 1, d_out)
         R = _absmax(X.m) * cs
         if X.r is not None:  # Holder again: sum_j xr_j A_ij <= max_j xr_j as_i, one more product
@@ -239,15 +239,28 @@ def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = Fal
 
 
 def _matmul(Xm, Wm_T):
-    """Xm @ Wm_T.  A batch whose entries are mostly 0 (the one-hot stream entering the first layer)
-    is multiplied as a sparse matrix: each dot product then sums only its non-zero products, in
-    some order, and Higham's bound for length k (gamma_k, k eta) covers any order and any subset."""
-    if Xm.ndim >= 2 and Xm.size >= 4096 and np.count_nonzero(Xm) * 8 <= Xm.size:
-        from scipy.sparse import csr_matrix
+    """Xm @ Wm_T for Xm of shape (..., k): one (rows, k) x (k, e) product (a stacked product runs
+    one small BLAS call per point, about twice as slow here; a sparse product of the one-hot
+    first stream was slower still).  Higham's bound for length k (gamma_k, k eta) covers any
+    order of each dot product's terms, any blocking and FMA, so BLAS's order is covered."""
+    if Xm.ndim <= 2:
+        return Xm @ Wm_T
+    flat = Xm.reshape(-1, Xm.shape[-1])
+    return (flat @ Wm_T).reshape(Xm.shape[:-1] + (Wm_T.shape[1],))
 
-        flat = csr_matrix(Xm.reshape(-1, Xm.shape[-1]))
-        return np.asarray(flat @ Wm_T).reshape(Xm.shape[:-1] + (Wm_T.shape[1],))
-    return Xm @ Wm_T
+
+_BLAS = []  # a threadpoolctl controller, made on first use
+
+
+def _one_blas_thread():
+    """A context in which BLAS runs one thread: the products here are small (rows of a few dozen
+    entries), where a second BLAS thread only waits, and on a loaded machine waits long (a
+    (3584, 42) x (42, 42) product measured 0.5 ms on one thread, 8 ms on two).  Speed only."""
+    if not _BLAS:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
 
 
 def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
@@ -453,7 +466,7 @@ class IntervalForward:
             return None
         Hf = Hnum.astype(np.float64)
         Qf = Hf[:, Hf.shape[1] - q:]
-        S = (Qf @ W_int.T) @ Hf.transpose(0, 2, 1)  # exact integers (B, q, j)
+        S = _matmul(Qf, W_int.T) @ Hf.transpose(0, 2, 1)  # exact integers (B, q, j)
         S *= 2.0 ** -e
         if den != 1:
             S /= float(den * den)
@@ -466,7 +479,7 @@ class IntervalForward:
     CHUNK = 512  # points per pass: every bound is per point, and arrays this small stay in cache
 
     def decide(self, Hnum: np.ndarray, den: int, labels: np.ndarray):
-        with np.errstate(all="ignore"):  # inf/NaN make a point unsure; numpy need not warn
+        with np.errstate(all="ignore"), _one_blas_thread():  # inf/NaN make a point unsure; numpy need not warn
             B = Hnum.shape[0]
             if B <= self.CHUNK:
                 return self._decide(Hnum, den, labels)
@@ -528,7 +541,15 @@ class IntervalForward:
                     else:
                         A, settled = hardmax(S, mask)
                         ok &= settled.all(axis=-1)
-                    term = mul(A, lin(G, v, radius_product=rp), radius_product=True)  # (B, q, d')
+                    if A.m.shape[-2] < G.m.shape[-2]:
+                        # fewer queries than keys (the last layer read at the last position): the
+                        # weighted sum first, (A G) W_V^T, as the float forward does.  Real
+                        # products associate, and mul and lin each enclose their exact product
+                        # for every value of their enclosed operands, so the enclosure holds
+                        # just as for A (G W_V^T), with the value products on q rows, not n.
+                        term = lin(mul(A, G, radius_product=True), v, radius_product=True)
+                    else:
+                        term = mul(A, lin(G, v, radius_product=rp), radius_product=True)  # (B, q, d')
                     upd = term if upd is None else add(upd, term)
                 Q = add(Q, scale(upd, inv_m))
             if mlp is not None:
