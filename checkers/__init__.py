@@ -29,6 +29,8 @@ every .py file of this folder is listed here; checked by tests/test_kernel_bound
     label_rules.py           every task's label from its definition, in plain Python (symmetry.py
                              recomputes each orbit representative's label with it)
     exhaustive.py            verify(): every point, strict argmax, verdicts
+    hidden_table.py          one exact pass over a plan's points: the distinct hidden vectors a read-out is
+                             fitted on, and the verdict of the fitted model from the same table
     shards.py                runs split into index ranges (processes, clusters), merged in index order
     journal.py               finished chunks on disk, so a killed run resumes with the same verdict
     accuracy.py              certified accuracy: every point decided correct / wrong / undecided, counted

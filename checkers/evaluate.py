@@ -459,6 +459,20 @@ class Evaluator:
         except _Exceeded:
             return None
 
+    @property
+    def stream_denominator(self) -> int:
+        """The common denominator of the final residual stream (the logits' is c times it)."""
+        return self.im.layers[-1].g_out if self.im.layers else 1
+
+    def hidden_last(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """(numerators (B, d') of the final stream at the last position, `stream_denominator`):
+        exact (int64, or object ints when a value passes int64), without the classifier."""
+        X, k = self._stream(token_ids, last_only=True)
+        h = X[:, -1, :]
+        if h.dtype != object:
+            h = h.astype(np.int64)  # exact integers below 2^53 (proven or checked)
+        return _scaled(h, k), self.stream_denominator
+
     def logits(self, token_ids: np.ndarray) -> tuple[np.ndarray, int]:
         X, k = self._stream(token_ids, last_only=True)
         return _scaled(self._classify(X[:, -1, :]), k), self.denominator
