@@ -96,15 +96,31 @@ def _matrix(value, where: str, shape: tuple[int | None, int]) -> np.ndarray:
     if rows is not None and len(value) != rows:
         raise BadInput(f"{where}: has {len(value)} rows, expected {rows}")
     out = np.empty((len(value), cols), dtype=object)
+    seen: dict = {}
     for i, row in enumerate(value):
         if not isinstance(row, list):
             raise BadInput(f"{where}[{i}]: expected a list (a row)")
         if len(row) != cols:
             raise BadInput(f"{where}[{i}]: has {len(row)} entries, expected {cols}")
-        for j, v in enumerate(row):
-            out[i, j] = parse_rational(v, f"{where}[{i}][{j}]")
+        out[i] = [_parse_once(v, seen, where, i, j) for j, v in enumerate(row)]
     out.flags.writeable = False
     return out
+
+
+def _parse_once(v, seen: dict, where: str, i: int, j: int | None = None) -> Fraction:
+    """parse_rational(v), each distinct entry parsed once per matrix: weights repeat (0, 1, a few
+    small multiples), and a Fraction per entry, with its regex, gcd and error text, dominated
+    reading a weights file.  Keyed by (type, value), so True (== 1) or 1.0 never meet 1's
+    Fraction: they still reach parse_rational and its refusal."""
+    key = (type(v), v) if type(v) in (str, int) else None
+    if key is not None:
+        q = seen.get(key)
+        if q is not None:
+            return q
+    q = parse_rational(v, f"{where}[{i}]" if j is None else f"{where}[{i}][{j}]")
+    if key is not None:
+        seen[key] = q
+    return q
 
 
 def _vector(value, where: str, size: int) -> np.ndarray:
@@ -113,8 +129,8 @@ def _vector(value, where: str, size: int) -> np.ndarray:
     if len(value) != size:
         raise BadInput(f"{where}: has {len(value)} entries, expected {size}")
     out = np.empty(size, dtype=object)
-    for i, v in enumerate(value):
-        out[i] = parse_rational(v, f"{where}[{i}]")
+    seen: dict = {}
+    out[:] = [_parse_once(v, seen, where, i) for i, v in enumerate(value)]
     out.flags.writeable = False
     return out
 
