@@ -119,17 +119,18 @@ def _generator_maps(model: Model, groups) -> list[tuple[np.ndarray, np.ndarray]]
 
 
 def hidden_vectors(model: Model, task, symmetry: str = "auto", max_points: int | None = None,
-                   batch_size: int = 4096) -> HiddenVectors:
-    """The distinct exact final hidden vectors at the read position, with their labels."""
-    from depthcert.checkers.evaluate import Evaluator
-    from depthcert.checkers.exhaustive import check_compatible, token_rows
+                   batch_size: int = 4096, table=None) -> HiddenVectors:
+    """The distinct exact final hidden vectors at the read position, with their labels, read from a
+    kernel table (checkers/hidden_table.py): `table` when it is this model's and holds the points
+    needed (the verification's one pass), else a table of these points alone."""
+    from depthcert.checkers.exhaustive import Plan, check_compatible
+    from depthcert.checkers.hidden_table import hidden_table
 
     if model.outputs != "last":
         raise BadInput("a fitted read-out needs a model read at the last position (outputs \"last\")")
     if model.has_softmax:
         raise BadInput("a fitted read-out needs an exact model (this one has softmax heads)")
-    class_map = check_compatible(model, task)
-    tokens = token_rows(model, task)
+    check_compatible(model, task)
     ties: tuple = ()
     indices = None
     note = "every point evaluated"
@@ -148,38 +149,22 @@ def hidden_vectors(model: Model, task, symmetry: str = "auto", max_points: int |
                     "the read-out is fitted with the same symmetry")
     n_points = task.size if indices is None else len(indices)
     guard_fit(min(n_points, len(model.classes)), len(model.classes))
-    if max_points is not None and n_points > max_points:
-        raise BadInput(f"fitting a read-out evaluates {n_points} points, above the limit {max_points}; "
-                       f"raise it with --max-points {n_points}")
-    ev = Evaluator(_probe(model))
-    batches = task.batches(batch_size) if indices is None else task.batches_of(indices, batch_size)
-    seen: dict = {}
-    rows, labels = [], []
-    den = ev.denominator
-    for batch in batches:
-        ids = batch.ids if tokens is None else tokens[batch.ids]
-        num, den = ev.logits(ids)
-        ys = np.array([class_map[int(y)] for y in batch.labels], dtype=np.int64)
-        if num.dtype != object:
-            # the batch's distinct (vector, label) rows first (one pass in numpy), then the dictionary
-            both = np.ascontiguousarray(np.concatenate([num.astype(np.int64), ys[:, None]], axis=1))
-            _, first = np.unique(both.view(np.dtype((np.void, both.dtype.itemsize * both.shape[1]))).ravel(),
-                                 return_index=True)
-            pick = np.sort(first)
-            keys = [both[j, :-1].tobytes() for j in pick]
-        else:
-            pick = np.arange(len(num))
-            keys = [tuple(int(v) for v in r) for r in num]
-        for key, j in zip(keys, pick.tolist()):
-            y = int(ys[j])
-            if (key, y) not in seen:
-                seen[(key, y)] = len(rows)
-                rows.append([int(v) for v in num[j]])
-                labels.append(y)
-    X = np.empty((len(rows), model.dim), dtype=object)
-    for i, r in enumerate(rows):
-        X[i, :] = r
-    return HiddenVectors(X, int(den), np.asarray(labels, dtype=np.int64), ties, n_points, note)
+    rows = None
+    if table is not None and table.model is model and table.task is task:
+        rows = table.rows_of_points(np.arange(task.size) if indices is None else indices)
+    if rows is None:
+        if max_points is not None and n_points > max_points:
+            raise BadInput(f"fitting a read-out evaluates {n_points} points, above the limit {max_points}; "
+                           f"raise it with --max-points {n_points}")
+        table = hidden_table(model, task, Plan(indices, n_points, n_points, note), batch_size)
+        rows = table.row_of
+    # the distinct rows in the order the points first meet them
+    _, first = np.unique(rows, return_index=True)
+    pick = rows[np.sort(first)]
+    X = np.empty((len(pick), model.dim), dtype=object)
+    for i, r in enumerate(pick.tolist()):
+        X[i, :] = [int(v) for v in table.X[r]]
+    return HiddenVectors(X, int(table.den), np.asarray(table.labels[pick], dtype=np.int64), ties, n_points, note)
 
 
 LP_SECONDS_PER_SCORE = 2e-5  # constraint generation: ~10 rounds over N x C scores plus the LP (measured here)
