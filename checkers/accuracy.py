@@ -52,7 +52,7 @@ class ChunkAccuracy:
     by_balls: int = 0  # points decided (or left undecided) in arb
     low_index: int = -1  # a correct point whose enclosure gives the margin's lower end (-1: no margin)
     high_index: int = -1  # one whose enclosure gives its upper end
-    limits: tuple = ()  # (index, why undecided) for the first MAX_LIMITS undecided points (not journalled)
+    limits: tuple = ()  # (index, why undecided) for the first MAX_LIMITS undecided points (journalled)
 
     def to_json(self) -> dict:
         return {"lo": self.lo, "hi": self.hi, "correct": self.correct, "wrong": [int(i) for i in self.wrong],

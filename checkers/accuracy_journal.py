@@ -3,13 +3,17 @@
     {"format": "depthcert.accuracy-journal", "version": 2, "model": SHA256, "task": SHA256,
      "options": {...}, "points": N, "chunk": C}                       first line: what the run is
     {"run": R, "lo": 0, "hi": 65536, "correct": 65530, "wrong": [...], "undecided": [], "margin": ["p/q", "p/q"],
-     "low_index": 9, "high_index": 40, "by_tables": 65536, "by_balls": 0, "sum": S}     one line a chunk
+     "low_index": 9, "high_index": 40, "by_tables": 65536, "by_balls": 0,
+     "limits": [[7, "precision cap (4096 bits)"]], "sum": S}                              one line a chunk
 
 R is the SHA-256 of the header line's canonical JSON, S the SHA-256 of the chunk line's canonical
 JSON without "sum" (checkers/journal.py's line_checksum).  "margin" encloses the least margin of
 the chunk's correct points: [least lower end, least upper end] of their enclosures; low_index is
 a correct point whose enclosure gives the lower end, high_index one giving the upper end (-1 both
-when no margin is known).
+when no margin is known).  "limits" gives, for the chunk's first undecided points (at most
+MAX_LIMITS), why each stayed undecided (the limit it reached), so a resumed run names the same
+reasons as the run that decided them; a line without it (written before reasons were kept) reads
+as one with no reasons.
 
 Lines are appended whole and fsync'ed; a partial last line (a crash) is cut off and its chunk
 redone.  A journal of another model (any weight), task, option (precision, tables) or chunk size
@@ -21,15 +25,16 @@ is not JSON, belongs to another run (R differs), fails its checksum, is not a ch
 repeats a chunk with other results, or does not add up (correct + wrong + undecided = the chunk's
 points; wrong and undecided points increasing, inside the chunk; a margin exactly when some point
 is correct, low <= high; low_index and high_index inside the chunk and neither wrong nor
-undecided, -1 exactly when there is no margin) is refused with one line naming the journal line
+undecided, -1 exactly when there is no margin; limits: increasing undecided points of the chunk,
+each with a short printable reason) is refused with one line naming the journal line
 (BadInput: exit 2).  Before anything is printed, verify-model decides again, one point at a time
 with the run's own options (`check_enclosure`), the low_index and high_index points of every chunk
 taken from the journal: the high_index point must be correct with an enclosure reaching down to
 the recorded upper end or below, the low_index point's up to the recorded lower end or above.
 
 Limit.  A forger who recomputes the checksum can still move a wrong point to the correct ones, or
-raise the margin's lower end above the true minimum of the points not named: no other recorded
-point is decided again.  Resume only journals this tool wrote.
+raise the margin's lower end above the true minimum of the points not named, or reword an
+undecided point's reason: no other recorded point is decided again.  Resume only journals this tool wrote.
 """
 from __future__ import annotations
 
@@ -49,7 +54,9 @@ FORMAT = "depthcert.accuracy-journal"
 VERSION = 2
 _KEYS = ("run", "lo", "hi", "correct", "wrong", "undecided", "margin", "low_index", "high_index", "by_tables",
          "by_balls", "sum")
+_OPTIONAL = ("limits",)  # absent on lines written before undecided reasons were journalled
 _RATIONAL = re.compile(r"^-?[0-9]{1,5000}(/[0-9]{1,5000})?$")
+MAX_REASON_CHARS = 500
 
 
 class AccuracyJournal:
@@ -103,9 +110,9 @@ class AccuracyJournal:
             r = json.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
             raise BadInput(f"{where}: not a JSON chunk line") from None
-        if not isinstance(r, dict) or set(r) != set(_KEYS):
+        if not isinstance(r, dict) or not set(_KEYS) <= set(r) <= set(_KEYS) | set(_OPTIONAL):
             raise BadInput(f"{where}: not a chunk line of accuracy journal version {VERSION} (fields "
-                           f"{', '.join(_KEYS)})")
+                           f"{', '.join(_KEYS)}, optionally {', '.join(_OPTIONAL)})")
         check_signature(r, self.run_id, where)
         ints = ("lo", "hi", "correct", "low_index", "high_index", "by_tables", "by_balls")
         lists = ("wrong", "undecided")
@@ -136,9 +143,23 @@ class AccuracyJournal:
                 raise BadInput(f"{where}: {end} {i} is not a correct point of the chunk (-1 only when there is no "
                                "margin)")
         margin = None if m is None else (Fraction(m[0]), Fraction(m[1]))
+        limits = self._limits(r.get("limits", []), set(r["undecided"]), where)
         return ChunkAccuracy(lo, hi, r["correct"], np.asarray(r["wrong"], dtype=np.int64),
                              np.asarray(r["undecided"], dtype=np.int64), margin, r["by_tables"], r["by_balls"],
-                             r["low_index"], r["high_index"])
+                             r["low_index"], r["high_index"], limits)
+
+    @staticmethod
+    def _limits(value, undecided: set, where: str) -> tuple:
+        """The recorded reasons [[point, reason], ...] as ((point, reason), ...), validated."""
+        from depthcert.checkers.accuracy import MAX_LIMITS
+
+        ok = isinstance(value, list) and len(value) <= MAX_LIMITS and all(
+            isinstance(x, list) and len(x) == 2 and type(x[0]) is int and x[0] in undecided and isinstance(x[1], str)
+            and 0 < len(x[1]) <= MAX_REASON_CHARS and x[1].isprintable() for x in value)
+        if not ok or any(a[0] >= b[0] for a, b in zip(value, value[1:])):
+            raise BadInput(f"{where}: limits must list at most {MAX_LIMITS} undecided points of the chunk, increasing, "
+                           f"each with its reason (printable, at most {MAX_REASON_CHARS} characters)")
+        return tuple((i, why) for i, why in value)
 
     def check_enclosure(self, res, low_box, high_box) -> None:
         """A journalled chunk's margin ends against its two named points decided again
@@ -154,7 +175,9 @@ class AccuracyJournal:
                                "the journal records: the line is not this run's result")
 
     def record(self, res) -> None:
-        obj = dict(res.to_json(), run=self.run_id)
+        limits = [[int(i), "".join(c if c.isprintable() else " " for c in why)[:MAX_REASON_CHARS]]
+                  for i, why in res.limits if why]
+        obj = dict(res.to_json(), limits=limits, run=self.run_id)
         obj["sum"] = line_checksum(obj)
         self._append_raw(json.dumps(obj) + "\n")
         self.done[(res.lo, res.hi)] = res

@@ -113,3 +113,85 @@ def test_outward_decimal_encloses_any_rational():
     for q in (Fraction(10**400, 3), Fraction(-1, 3), Fraction(1, 2**8192), Fraction(-10**5000, 7), Fraction(5, 4)):
         lo, hi = Decimal(_outward(q, up=False)), Decimal(_outward(q, up=True))
         assert Fraction(lo) <= q <= Fraction(hi) and hi - lo <= abs(Decimal(q.numerator) / Decimal(q.denominator)) * Decimal("1e-9")
+
+
+EX = "docs/examples/"
+
+
+def _undecided_run(tmp_path, capsys, monkeypatch, extra=()):
+    """verify-model on the prev-token softmax example in balls, journalled in chunks of 20, with
+    every point made undecided for a stated reason (the balls' decision replaced)."""
+    import os
+
+    from depthcert.checkers import softmax_balls
+    from depthcert.cli.verify_model import verify_model_main
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def undecided(self, H, den, labels, logits=False):
+        return softmax_balls.PointDecision("undecided", None, labels[0][0], -1, (), 64,
+                                           limit="precision cap (64 bits); a stated reason")
+
+    j = tmp_path / "run.journal"
+    argv = [os.path.join(root, EX, "prev-token-softmax-20.json"), "--dataset", os.path.join(root, EX, "prev-token-data.json"),
+            "--method", "balls", "--chunk-points", "20", "--journal", str(j), "--json", *extra]
+    with monkeypatch.context() as m:
+        m.setattr(softmax_balls.SoftmaxDecider, "decide", undecided)
+        code = verify_model_main(argv)
+    return code, json.loads(capsys.readouterr().out), j, argv
+
+
+def test_a_resumed_run_names_the_reasons_its_journal_recorded(tmp_path, capsys, monkeypatch):
+    """The reason each undecided point stayed undecided is journalled: a run resumed wholly from
+    the journal (the balls no longer patched: nothing is decided again) names the same reasons."""
+    from depthcert.cli.verify_model import verify_model_main
+
+    code, fresh, j, argv = _undecided_run(tmp_path, capsys, monkeypatch)
+    assert code == 3 and fresh["undecided_points"] == 81 and len(fresh["undecided_limits"]) == 81
+    assert all(x["limit"] == "precision cap (64 bits); a stated reason" for x in fresh["undecided_limits"])
+    lines = [json.loads(x) for x in j.read_text().splitlines()]
+    assert all(len(r["limits"]) == len(r["undecided"]) for r in lines[1:])
+    assert verify_model_main(argv) == 3
+    resumed = json.loads(capsys.readouterr().out)
+    assert resumed["undecided_limits"] == fresh["undecided_limits"]
+
+
+def test_a_journal_without_reasons_still_resumes(tmp_path, capsys, monkeypatch):
+    """A chunk line written before reasons were journalled (no "limits") resumes, with no reasons."""
+    from depthcert.checkers.journal import line_checksum
+    from depthcert.cli.verify_model import verify_model_main
+
+    code, fresh, j, argv = _undecided_run(tmp_path, capsys, monkeypatch)
+    lines = [json.loads(x) for x in j.read_text().splitlines()]
+    for r in lines[1:]:
+        del r["limits"]
+        r["sum"] = line_checksum({k: v for k, v in r.items() if k != "sum"})
+    j.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert verify_model_main(argv) == 3
+    resumed = json.loads(capsys.readouterr().out)
+    assert resumed["undecided_points"] == 81 and resumed["undecided_limits"] == []
+
+
+@pytest.mark.parametrize("limits", [
+    [[0, "a reason"]],  # point 0 is in another chunk
+    [[20, "a\nreason"]],  # not printable
+    [[21, "x"], [20, "x"]],  # not increasing
+    [[20, "x" * 501]],  # too long
+    [[20, ""]],
+    "precision cap",
+], ids=["other-chunk", "newline", "order", "long", "empty", "not-a-list"])
+def test_forged_reasons_are_refused(tmp_path, capsys, monkeypatch, limits):
+    """A chunk line whose reasons were edited (checksum recomputed) is refused: exit 2, one line."""
+    from depthcert.checkers.journal import line_checksum
+    from depthcert.cli.verify_model import verify_model_main
+
+    code, fresh, j, argv = _undecided_run(tmp_path, capsys, monkeypatch)
+    lines = [json.loads(x) for x in j.read_text().splitlines()]
+    r = lines[2]  # the chunk 20..39
+    assert r["lo"] == 20
+    r["limits"] = limits
+    r["sum"] = line_checksum({k: v for k, v in r.items() if k != "sum"})
+    j.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert verify_model_main(argv) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and out.err.startswith(f"error: journal {j} line 3: limits"), out.err
