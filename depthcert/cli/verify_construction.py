@@ -215,11 +215,17 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     readout_name = "max-margin" if (args.readout == "max-margin" or (
         args.readout == "auto" and own == "lemma3" and not args.as_printed)) else own
     readout_note = None
+    table = None  # the one exact pass the fit reads and the verdict is decided from (plain runs)
     if readout_name == "max-margin":
+        table = _one_pass_table(args, model, task)
         phase(args, "fitting the max-margin read-out (LP)")
         # the fit is a search: it uses orbit representatives whenever the layers' equivariance is
         # proven, whatever --symmetry says (which governs the verdict's check of every point)
-        fitted, fit, _ = ro.with_max_margin_readout(model, task, "auto", args.max_points)
+        from dataclasses import replace
+
+        hv = ro.hidden_vectors(model, task, "auto", args.max_points, table=table)
+        fit = ro.fit_max_margin(hv, len(model.classes), task.size)
+        fitted = replace(model, W_O=fit.W_O)
         readout_note = fit.note
         if fit.vector_margin <= 0 and own == "lemma3" and args.readout == "auto":
             # the search found no separating read-out: the paper's existence proof decides instead
@@ -251,18 +257,27 @@ def _verify_construction_guarded(args, t_start: float) -> int:
             f"{args.max_points}; raise it with --max-points {plan.n_eval}"
         )
     export()
-    runner = None
-    if args.dask:
-        from depthcert.cli.cluster import DaskRunner
+    v = None
+    if table is not None:  # the kernel decides the fitted model from the table, or refuses (two passes)
+        from depthcert.checkers.hidden_table import TableMismatch, decide
 
-        runner = DaskRunner(args.dask, args.workers if args.dask == "local" else None)
-    try:
-        v = verify(model, task, batch_size=args.batch_size, progress=None if not args.json else False,
-                   force_exact=args.exact, plan=plan, workers=args.workers, balls=balls, runner=runner,
-                   journal=args.journal, chunk_points=args.chunk_points)
-    finally:
-        if runner is not None:
-            runner.close()
+        try:
+            v = decide(model, table, task, plan)
+        except TableMismatch:
+            v = None
+    if v is None:
+        runner = None
+        if args.dask:
+            from depthcert.cli.cluster import DaskRunner
+
+            runner = DaskRunner(args.dask, args.workers if args.dask == "local" else None)
+        try:
+            v = verify(model, task, batch_size=args.batch_size, progress=None if not args.json else False,
+                       force_exact=args.exact, plan=plan, workers=args.workers, balls=balls, runner=runner,
+                       journal=args.journal, chunk_points=args.chunk_points)
+        finally:
+            if runner is not None:
+                runner.close()
     info = {
         "command": "verify-construction",
         "task": task.name,
@@ -317,6 +332,27 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     else:
         _print_human(info, task, v, description)
     return 0 if v.verified else (EXIT_UNDECIDED if v.verdict == "undecided" else 1)
+
+
+def _one_pass_table(args, model, task):
+    """The kernel's hidden-vector table over the points the verification will cover (its plan for
+    --symmetry, on the layers), for plain runs: read at the last position, exact, in index order, no
+    --point, --exact, --journal or --dask.  None otherwise (the fit and the verification each evaluate)."""
+    from dataclasses import replace
+
+    from depthcert.checkers.exhaustive import plan_points
+    from depthcert.checkers.hidden_table import hidden_table, readable
+
+    if (args.point is not None or args.exact or args.journal or args.dask or readable(model) is not None
+            or getattr(task, "outputs", "last") == "all" or not getattr(task, "index_ordered", True)):
+        return None
+    phase(args, "planning the points (symmetry proof on the layers)")
+    zero = np.full(model.W_O.shape, Fraction(0), dtype=object)
+    plan = plan_points(replace(model, W_O=zero), task, args.symmetry, max_scan=args.max_points)
+    if plan.n_eval > args.max_points:
+        return None  # refused below, with the same line as without a table
+    phase(args, f"evaluating {plural(plan.n_eval, 'point')} (one exact pass for the fit and the verdict)")
+    return hidden_table(model, task, plan, args.batch_size, progress=None if not args.json else False)
 
 
 def _normalized(v, model) -> str | None:
