@@ -66,7 +66,7 @@ def _exact_array(m, where: str) -> np.ndarray:
             m = np.array(m, dtype=object)
         except (ValueError, TypeError):
             raise BadInput(f"{where}: not a rectangular array of exact numbers") from None
-    if m.dtype != object or not all(type(v) is Fraction for v in m.flat):
+    if m.dtype != object or not set(map(type, m.ravel().tolist())) <= {Fraction}:  # one C-level pass
         if m.dtype.kind in "fc":
             raise BadInput(f"{where}: float array ({m.dtype}); weights must be exact (int or Fraction)")
         out = np.empty(m.shape, dtype=object)

@@ -85,7 +85,8 @@ def normalized_margin(margin: Fraction | None, W_O: np.ndarray) -> Fraction | No
     """The exact margin divided by the largest absolute entry of W_O (None without a margin)."""
     if margin is None:
         return None
-    top = max((abs(Fraction(v)) for v in W_O.flat), default=Fraction(0))
+    distinct = {id(v): v for v in np.asarray(W_O).ravel().tolist()}.values()  # entries share objects
+    top = max((abs(Fraction(v)) for v in distinct), default=Fraction(0))
     return None if top == 0 else Fraction(margin) / top
 
 
