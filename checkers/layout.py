@@ -132,9 +132,27 @@ def _as_fraction_array(value, shape: tuple[int, int], where: str) -> np.ndarray:
         src = src.reshape(shape)
     if src.shape != shape:
         raise BadInput(f"{where}: value has shape {src.shape}, the block is {shape}")
-    for idx, v in np.ndenumerate(src):
+    flat = src.ravel().tolist()
+    kinds = set(map(type, flat))
+    if kinds <= {Fraction, int}:  # the common case: ints become Fractions (one per distinct value)
+        if int in kinds:
+            as_fraction = {v: Fraction(v) for v in {v for v in flat if type(v) is int}}
+            flat = [v if type(v) is Fraction else as_fraction[v] for v in flat]
+        arr.ravel()[:] = flat
+        return arr
+    for idx, v in np.ndenumerate(src):  # other kinds: each entry checked (a float is named and refused)
         arr[idx] = exact_number(v, f"{where}[{idx[0]}][{idx[1]}]")
     return arr
+
+
+def _add_nonzero(target: np.ndarray, value: np.ndarray) -> None:
+    """target += value (object arrays of Fractions, same shape), adding only the non-zero entries
+    of value: x + 0 = x, so the sum is the same and a mostly zero block costs no Fraction additions."""
+    flat = value.ravel().tolist()
+    cols = value.shape[1]
+    for k in [k for k, v in enumerate(flat) if v]:
+        i, j = divmod(k, cols)
+        target[i, j] = target[i, j] + flat[k]
 
 
 class BlockMatrix:
@@ -158,7 +176,7 @@ class BlockMatrix:
     def add(self, row_block: str, col_block: str, value) -> "BlockMatrix":
         r, c = self.rows.slice(row_block), self.cols.slice(col_block)
         shape = (r.stop - r.start, c.stop - c.start)
-        self._m[r, c] = self._m[r, c] + _as_fraction_array(value, shape, f"block ({row_block}, {col_block})")
+        _add_nonzero(self._m[r, c], _as_fraction_array(value, shape, f"block ({row_block}, {col_block})"))
         return self
 
     def entry(self, row_block: str, i: int, col_block: str, j: int, value) -> "BlockMatrix":

@@ -51,7 +51,9 @@ def constrained_attention(
     W = content.build().copy()
     if W[r, c].shape != pp.shape:
         raise ValueError(f"mask is {pp.shape}, the ({position_block}, {position_block}) block of the content is {W[r, c].shape}")
-    W[r, c] = W[r, c] + pp
+    # the sum entry by entry, a Fraction addition only where both terms are non-zero
+    W[r, c] = np.array([p if not w else w if not p else w + p
+                        for w, p in zip(W[r, c].ravel().tolist(), pp.ravel().tolist())], dtype=object).reshape(pp.shape)
     W.flags.writeable = False
     return W
 

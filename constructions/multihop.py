@@ -24,6 +24,7 @@ floor(log2 h) + 2 layers.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -447,9 +448,10 @@ def build_dnf(task, as_printed: bool = False) -> Construction:
             facts = [("s", vs[0])] + [(xs[cs[t]], vs[t]) for t in range(h)]
             facts += [(ys[cs[t]], vs[t + 1]) for t in range(h - 1)]
             content = BlockMatrix(lay, lay)
-            for block, v in facts:
-                for e in range(N):
-                    content.add("entity", block, _unit(N, e, N, v))
+            for (block, v), times in Counter(facts).items():  # each fact: column v of (entity, block) + 1
+                column = np.zeros((N, N), dtype=object)
+                column[:, v] = times
+                content.add("entity", block, column)
             allowed = np.zeros((n, n), dtype=bool)
             allowed[key, last] = True
             content.add("position", "position", np.where(allowed, -(2 * h - 1), 0).astype(object))
@@ -463,12 +465,6 @@ def build_dnf(task, as_printed: bool = False) -> Construction:
         f"two layers for any h: {m1} slot heads, then {heads2} AND heads (one per value and pair path)",
         ("no printed version exists; --as-printed builds the same weights",) if as_printed else (),
     )
-
-
-def _unit(rows: int, i: int, cols: int, j: int) -> np.ndarray:
-    out = np.zeros((rows, cols), dtype=object)
-    out[i, j] = 1
-    return out
 
 
 BUILDERS = {"multihop": {"paper": build_paper, "linear": build_linear, "doubling": build_doubling,
