@@ -100,6 +100,16 @@ def gamma(k: int) -> Fraction:
     return Fraction(k, 2**53 - k)  # k u / (1 - k u) with u = 2^-53
 
 
+_GAMMAS: dict = {}
+
+
+def _gamma_up(k: int) -> float:
+    """The smallest float >= gamma_k (cached: a Fraction per call showed in profiles)."""
+    if k not in _GAMMAS:
+        _GAMMAS[k] = _float_up(gamma(k))
+    return _GAMMAS[k]
+
+
 _FACTORS: dict = {}
 
 
@@ -275,9 +285,24 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
     radius_product: the second term as the product Xr (|Ym| + Yr) itself (tighter where a few
     large radii of X meet small entries of Y: attention weights times values)."""
     k = X.m.shape[-1]
-    g = _float_up(gamma(k))
+    g = _gamma_up(k)
     absY = np.abs(Y.m)
     m = X.m @ Y.m
+    if radius_product and X.r is not None and Y.m.ndim == 3 and (Y.r is None or Y.r.shape[-2] == 1):
+        # the same bound with fewer passes over Y when Y's radius is shared by its rows j
+        # (yr_ji = yr_i): the rounding term's max_j |y_ji| by the point's max over all of |Y|
+        # (larger, so still a bound: it is only multiplied by gamma_k), and
+        # sum_j xr_kj (|y_ji| + yr_i) = sum_j xr_kj |y_ji| + (sum_j xr_kj) yr_i, the second term
+        # an upper bound of the row sum (_bound) times yr_i: one more non-negative product in the
+        # float sum of k + 2 (_bound), instead of (|Ym| + Yr) rounded up entry by entry
+        ypt = _rowmax(absY)  # (B, 1, 1)
+        cmax = _up1(g * ypt) if Y.r is None else _up1(Y.r + _up1(g * ypt))
+        R = X.r @ absY
+        R += _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k) * cmax
+        if Y.r is None:
+            return Interval(m, _bound(R, k + 1, extra=k))
+        R += _bound(X.r.sum(axis=-1, keepdims=True), k) * Y.r
+        return Interval(m, _bound(R, k + 2, extra=k))
     # per column i: max_j (yr_ji + gamma_k |y_ji|) <= max_j yr_ji + gamma_k max_j |y_ji| (equal when
     # the radius is shared by every row j); _up1, + and * by g >= 0 are monotone, so rounding the
     # maxima up bounds the maximum of the rounded terms
@@ -368,6 +393,9 @@ def exp_bounds(lo, hi):
     return E_lo, E_hi
 
 
+_LOW_SUMS: dict = {}  # n -> a float <= 1 - 2 gamma_n
+
+
 def softmax(T: Interval, mask) -> Interval:
     """Weights over the last axis (keys) of scaled scores T (..., q, j); mask: keys allowed
     (broadcastable) or None.  With any shift s (the largest midpoint; softmax is shift-invariant
@@ -381,9 +409,10 @@ def softmax(T: Interval, mask) -> Interval:
         E_lo = np.where(mask, E_lo, 0.0)
         E_hi = np.where(mask, E_hi, 0.0)
     n = T.m.shape[-1]
-    g = gamma(n)
+    if n not in _LOW_SUMS:
+        _LOW_SUMS[n] = _float_dn(1 - 2 * gamma(n))
     # |fl(sum) - sum| <= gamma_n sum for non-negative terms: sum >= fl (1 - gamma), <= fl / (1 - gamma)
-    Z_lo = E_lo.sum(axis=-1, keepdims=True) * _float_dn(1 - 2 * g)  # (1 - 2g)(1 + u) <= 1 - g
+    Z_lo = E_lo.sum(axis=-1, keepdims=True) * _LOW_SUMS[n]  # (1 - 2g)(1 + u) <= 1 - g
     Z_hi = E_hi.sum(axis=-1, keepdims=True) * _factor(n)  # F_n (1 - u) >= 1 / (1 - g)
     A_lo = np.maximum(_lo(E_lo / Z_hi), 0.0)
     A_hi = np.minimum(_hi(E_hi / Z_lo), 1.0)
