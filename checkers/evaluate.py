@@ -51,11 +51,22 @@ BOUND_UNKNOWN = 1 << (MAX_STREAM_BITS + 1)
 def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
     """(integer object array N, denominator q) with M = N / q (any shape; entries ints or
     Fractions, read through .numerator / .denominator without building new Fractions)."""
-    flat = [v if isinstance(v, (int, Fraction)) else Fraction(v) for v in M.flat]
-    q = lcm(*{v.denominator for v in flat}) if flat else 1
+    flat = np.asarray(M, dtype=object).ravel().tolist()
+    distinct = {id(v): v if isinstance(v, (int, Fraction)) else Fraction(v) for v in flat}  # entries share objects
+    q = lcm(*{v.denominator for v in distinct.values()}) if flat else 1
+    num = {k: v.numerator * (q // v.denominator) for k, v in distinct.items()}
     N = np.empty(len(flat), dtype=object)
-    N[:] = [v.numerator * (q // v.denominator) for v in flat] if q != 1 else [v.numerator for v in flat]
+    N[:] = [num[id(v)] for v in flat]
     return N.reshape(M.shape), q
+
+
+def _all_below(mats, limit: int) -> bool:
+    """Every entry of these integer object arrays has |v| < limit (max and min in C, no abs per entry)."""
+    for M in mats:
+        flat = np.asarray(M, dtype=object).ravel().tolist()
+        if flat and not (max(flat) < limit and -min(flat) < limit):
+            return False
+    return True
 
 
 def hardmax_lcm(max_length: int) -> int:
@@ -164,7 +175,7 @@ def integerize(model: Model, deadline: tuple | None = None) -> IntegerModel:
     # Every integer weight below 2^53 keeps each unbounded product finite and each zero exact.
     mats = [M for L in layers for M in L.A + L.B] + [C]
     mats += [M for L in layers if L.mlp for M in (L.mlp.P1, L.mlp.beta1g, L.mlp.P2, L.mlp.beta2g)]
-    small = all(abs(v) < FLOAT_EXACT_LIMIT for M in mats for v in M.flat)
+    small = _all_below(mats, FLOAT_EXACT_LIMIT)
     small = small and (lam < FLOAT_EXACT_LIMIT or not any("hardmax" in L.kinds for L in layers))
     # layers whose every value is proven below 2^53 a priori: a checked run needs no abs pass there
     proven = 0
@@ -346,7 +357,7 @@ class Evaluator:
             self._float_w = self._weights(_float, static=False)
             self._abs_w = self._weights(lambda M: _float(_absmat(M)), static=False)
         C = self.im.C
-        self.big_classifier = any(abs(v) >= FLOAT_EXACT_LIMIT for v in C.flat)
+        self.big_classifier = not _all_below([C], FLOAT_EXACT_LIMIT)
         self._CT = C.T
         self._CTf = None if self.big_classifier else _float(C.T)
         self._CTa = None if self.big_classifier else _float(_absmat(C.T))
@@ -605,7 +616,7 @@ def _checkable(im: IntegerModel) -> bool:
         mats = list(L.A) + list(L.B)
         if L.mlp is not None:
             mats += [L.mlp.P1, L.mlp.beta1, L.mlp.P2, L.mlp.beta2]
-        if any(abs(v) >= FLOAT_EXACT_LIMIT for M in mats for v in M.flat):
+        if not _all_below(mats, FLOAT_EXACT_LIMIT):
             return False
         if "hardmax" in L.kinds and L.lam >= FLOAT_EXACT_LIMIT:
             return False
