@@ -70,14 +70,21 @@ def test_generic_names_are_not_importable_outside_the_repository(tmp_path):
 
 def test_stored_certificates_ship_with_the_package():
     """Every stored certificate (the top level, all_sizes/, depth/) is a .json file that
-    pyproject.toml's package data names, so an installed package holds it."""
+    pyproject.toml's package data names, so an installed package holds it; each folder is a
+    listed package of its own (a data folder under a package but not listed made setuptools warn
+    "Package ... is absent from the `packages` configuration")."""
     import fnmatch
     import tomllib
 
     from depthcert.proofs import theorems
 
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
-        globs = tomllib.load(fh)["tool"]["setuptools"]["package-data"]["depthcert.proofs.certificates"]
+        cfg = tomllib.load(fh)["tool"]["setuptools"]
+    base = "depthcert.proofs.certificates"
+    globs = [(name[len(base):].lstrip(".").replace(".", "/") + "/" if name != base else "") + g
+             for name, pats in cfg["package-data"].items() if name == base or name.startswith(base + ".")
+             for g in pats]
+    assert {base + ".all_sizes", base + ".depth"} <= set(cfg["packages"])
     files = []
     for here, dirs, names in os.walk(theorems.CERT_DIR):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
@@ -105,3 +112,37 @@ def test_pyproject_maps_every_folder_under_depthcert():
         cfg = tomllib.load(fh)["tool"]["setuptools"]
     assert all(p == "depthcert" or p.startswith("depthcert.") for p in cfg["packages"])
     assert {cfg["package-dir"][f"depthcert.{g}"] for g in GENERIC} == set(GENERIC)
+
+
+def test_a_built_wheel_holds_every_data_file_without_warnings(tmp_path):
+    """A non-editable wheel, built from the files pyproject.toml names, holds every stored
+    certificate (find-depth, check-certificate and the all-sizes proofs read them), the JSON
+    schema and the docs examples, and the build prints no "absent from the `packages`
+    configuration" warning."""
+    import glob
+    import shutil
+    import zipfile
+
+    pytest.importorskip("setuptools")
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.safetensors", "*.pt")
+    for folder in ("depthcert", "checkers", "constructions", "proofs", "training", "docs/examples"):
+        shutil.copytree(os.path.join(ROOT, folder), src / folder, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), src / name)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
+                        "--no-index", "-w", str(tmp_path / "dist"), "-v"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "absent from the `packages` configuration" not in r.stdout + r.stderr
+    (wheel,) = glob.glob(str(tmp_path / "dist" / "*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    want = set()
+    for pattern, where in (("proofs/certificates/**/*.json", "depthcert/proofs/certificates/"),
+                           ("depthcert/schema/*.json", "depthcert/schema/"),
+                           ("docs/examples/*.json", "depthcert/examples/")):
+        top = pattern.split("*")[0]
+        for f in glob.glob(os.path.join(ROOT, pattern), recursive=True):
+            want.add(where + os.path.relpath(f, os.path.join(ROOT, top)).replace(os.sep, "/"))
+    assert any("/all_sizes/" in w for w in want) and any("/depth/" in w for w in want)
+    assert not want - names, sorted(want - names)
