@@ -52,11 +52,12 @@ def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
     """(integer object array N, denominator q) with M = N / q (any shape; entries ints or
     Fractions, read through .numerator / .denominator without building new Fractions)."""
     flat = np.asarray(M, dtype=object).ravel().tolist()
-    distinct = {id(v): v if isinstance(v, (int, Fraction)) else Fraction(v) for v in flat}  # entries share objects
+    ids = list(map(id, flat))  # entries share objects: each distinct one is converted once (C-level passes)
+    distinct = {k: v if isinstance(v, (int, Fraction)) else Fraction(v) for k, v in dict(zip(ids, flat)).items()}
     q = lcm(*{v.denominator for v in distinct.values()}) if flat else 1
     num = {k: v.numerator * (q // v.denominator) for k, v in distinct.items()}
     N = np.empty(len(flat), dtype=object)
-    N[:] = [num[id(v)] for v in flat]
+    N[:] = list(map(num.__getitem__, ids))
     return N.reshape(M.shape), q
 
 
