@@ -38,6 +38,21 @@ CASES = constructions()
 HAS_SYMMETRY = "symmetry" in inspect.signature(verify).parameters
 
 
+_MUTANTS: dict = {}  # label -> [(name, where, old, kind, new, mutant, oracle verdict)], built once per run
+
+
+def oracle_checked_mutants(label, task, model):
+    """The case's seeded single-entry mutants with the oracle's verdict of each (the oracle is by
+    far the slowest part; test_single_entry_mutations_agree_with_oracle and
+    test_parallel_chunks_agree_with_oracle check the same mutants against it)."""
+    if label not in _MUTANTS:
+        _MUTANTS[label] = [
+            (name, where, old, kind, new, mutant, oracle_verdict(mutant, task))
+            for name, where, old, kind, new in mutations(label, model, PER_CASE_TASK.get(task.name, PER_CASE))
+            for mutant in [model.with_weight(where, new)]]
+    return _MUTANTS[label]
+
+
 def _verify_triple(model, task, batch_size=2048, **kw):
     v = verify(model, task, batch_size=batch_size, progress=False, **kw)
     ce = v.counterexample
@@ -59,12 +74,10 @@ def test_single_entry_mutations_agree_with_oracle(label, task, construction):
     model = construction.model
     rng = random.Random(label)
     mismatches = []
-    for name, where, old, kind, new in mutations(label, model, PER_CASE_TASK.get(task.name, PER_CASE)):
-        mutant = model.with_weight(where, new)
+    for name, where, old, kind, new, mutant, want in oracle_checked_mutants(label, task, model):
         # vary the batch size: the verdict, margin and counterexample must not depend on it
         bs = rng.choice((1, 3, 7, 2048))
         got = _verify_triple(mutant, task, bs)
-        want = oracle_verdict(mutant, task)
         if got != want:
             mismatches.append((name, where, f"{old} -> {new} ({kind})", bs, got, want))
         if HAS_SYMMETRY:
@@ -173,9 +186,7 @@ def test_parallel_chunks_agree_with_oracle(label, task, construction, monkeypatc
     monkeypatch.setattr(exhaustive, "PARALLEL_MIN_POINTS", 1)
     model = construction.model
     picked = {}
-    for name, where, old, kind, new in mutations(label, model, PER_CASE_TASK.get(task.name, PER_CASE)):
-        mutant = model.with_weight(where, new)
-        want = oracle_verdict(mutant, task)
+    for name, where, old, kind, new, mutant, want in oracle_checked_mutants(label, task, model):
         picked.setdefault(want[0], (mutant, want))
         if len(picked) == 2:
             break
