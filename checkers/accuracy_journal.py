@@ -48,7 +48,7 @@ import numpy as np
 
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.journal import (_canonical, append_line, check_signature, cut_partial_line, line_checksum,
-                                        model_fingerprint, read_lines, task_fingerprint)
+                                        margin_text, model_fingerprint, read_lines, task_fingerprint)
 
 FORMAT = "depthcert.accuracy-journal"
 VERSION = 2
@@ -168,10 +168,10 @@ class AccuracyJournal:
                 ("upper", res.high_index, high_box, high_box is not None and high_box[0] <= res.margin[1]),
                 ("lower", res.low_index, low_box, low_box is not None and low_box[1] >= res.margin[0])):
             if not ok:
-                got = "is not correct" if box is None else f"has margin in [{float(box[0]):.6g}, {float(box[1]):.6g}]"
+                got = "is not correct" if box is None else f"has margin in [{margin_text(box[0])}, {margin_text(box[1])}]"
                 value = res.margin[1] if end == "upper" else res.margin[0]
                 raise BadInput(f"journal {self.path} line {self.line_of[(res.lo, res.hi)]}: point {index} of the "
-                               f"chunk's recorded margin {end} end {float(value):.6g}, decided again, {got}, not what "
+                               f"chunk's recorded margin {end} end {margin_text(value)}, decided again, {got}, not what "
                                "the journal records: the line is not this run's result")
 
     def record(self, res) -> None:

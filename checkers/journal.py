@@ -84,6 +84,21 @@ def _canonical(obj: dict) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
 
+def margin_text(q) -> str:
+    """A margin in a refusal: 6 significant digits ("2e-06"), or for a rational beyond float64's
+    range (a forged 10^400, where float() raises OverflowError) the exact decimal to 10 digits."""
+    q = Fraction(q)
+    try:
+        x = float(q)
+    except OverflowError:
+        x = None
+    if x is not None and (x != 0 or q == 0) and abs(x) < float("inf"):
+        return f"{x:.6g}"
+    from depthcert.checkers.softmax_balls import _outward
+
+    return _outward(q, up=q < 0)  # rounded towards 0: the digits shown are the number's own
+
+
 def line_checksum(obj: dict) -> str:
     """SHA-256 of a chunk line's canonical JSON, its "sum" field left out."""
     return hashlib.sha256(_canonical({k: v for k, v in obj.items() if k != "sum"})).hexdigest()
@@ -323,9 +338,9 @@ class Journal:
                 ("high", res.high_index, high_box, high_box is not None and high_box[0] <= res.high),
                 ("low", res.low_index, low_box, low_box is not None and low_box[1] >= res.low)):
             if not ok:
-                got = "no margin enclosure" if box is None else f"margin in [{float(box[0]):.6g}, {float(box[1]):.6g}]"
+                got = "no margin enclosure" if box is None else f"margin in [{margin_text(box[0])}, {margin_text(box[1])}]"
                 raise BadInput(f"journal {self.path} line {self.line_of[key]}: point {index} of the chunk's recorded "
-                               f"margin {end} {float(getattr(res, end)):.6g}, decided again, has {got}, not what the "
+                               f"margin {end} {margin_text(getattr(res, end))}, decided again, has {got}, not what the "
                                "journal records: the line is not this run's result")
 
     def inconsistency(self, res) -> str:

@@ -195,3 +195,39 @@ def test_forged_reasons_are_refused(tmp_path, capsys, monkeypatch, limits):
     assert verify_model_main(argv) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err.count("\n") == 1 and out.err.startswith(f"error: journal {j} line 3: limits"), out.err
+
+
+def test_a_forged_margin_beyond_float64_is_refused_not_an_internal_error(tmp_path, capsys):
+    """A journal line whose margin was raised to 10^400 (checksum recomputed) is refused with exit
+    2 and one line; the refusal's float() of the margin raised OverflowError (exit 4)."""
+    import os
+
+    from depthcert.checkers.journal import line_checksum
+    from depthcert.cli.verify_model import verify_model_main
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    j = tmp_path / "run.journal"
+    argv = [os.path.join(root, EX, "prev-token-softmax-20.json"), "--dataset", os.path.join(root, EX, "prev-token-data.json"),
+            "--chunk-points", "20", "--journal", str(j), "--json"]
+    assert verify_model_main(argv) == 0
+    capsys.readouterr()
+    lines = [json.loads(x) for x in j.read_text().splitlines()]
+    big = str(10**400)
+    lines[2]["margin"] = [big, big]
+    lines[2]["sum"] = line_checksum({k: v for k, v in lines[2].items() if k != "sum"})
+    j.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert verify_model_main(argv) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.count("\n") == 1 and out.err.startswith(f"error: journal {j} line 3: "), out.err
+    assert "recorded margin lower end 1e+400, decided again, has margin in [" in out.err, out.err
+
+
+def test_margin_text_of_any_rational():
+    from fractions import Fraction
+
+    from depthcert.checkers.journal import margin_text
+
+    assert margin_text(Fraction(1, 500000)) == "2e-06" and margin_text(0) == "0"
+    assert margin_text(Fraction(10**400, 3)) == "3.333333333e+399"
+    assert margin_text(-Fraction(10**400, 3)) == "-3.333333333e+399"
+    assert margin_text(Fraction(1, 3 * 10**400)) == "3.333333333e-401"
