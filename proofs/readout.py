@@ -36,19 +36,22 @@ from depthcert.checkers.errors import BadInput
 from depthcert.checkers.model import Model
 
 MAX_SCORE_ENTRIES = 50_000_000  # distinct vectors x classes held as float64 scores (400 MB)
-MAX_LP_ROUNDS = 12
-# The LP's cost is bounded by design, and grows with the dataset (a smaller size never gets a larger
-# budget than a larger one): one LP has at most lp_caps(points)[0] pairs, and all rounds together at
-# most lp_caps(points)[1] pair rows (each round's pairs counted once per solve).  Past either, the
-# best W_O found so far (or the cheap read-out: lifting or cosine) is kept, rounded and checked exactly
-# as always.  (Measured: one interior-point LP round costs about rows x LP variables; l = 6 ternary's
-# optimum needs ~65,000 pair rows over 10 rounds, l = 7's first round alone 14,000 pairs.)
-MAX_LP_ROWS = 10_000  # one LP never has more pairs than this, whatever the size
-LP_ROWS_MIN = 2_000  # ... and may always have this many (small datasets: the LP to its optimum)
-POINTS_PER_LP_ROW = 4  # between the two: one pair per this many dataset points
-LP_TOTAL_MIN = 10_000  # pair rows over all rounds: at least this many,
-LP_TOTAL_PER_POINT = 1  # this many per dataset point (l = 6 ternary: 8 rounds, 97% of the optimum, not 10),
-LP_TOTAL_MAX = 100_000  # never more than this
+# The LP's cost is bounded by design and grows with the dataset (a smaller size never gets a larger
+# budget than a larger one).  One HiGHS model is kept across the rounds of constraint generation: the
+# violated pairs are appended as rows and dual simplex restarts from the last optimal basis (a warm
+# start: measured 4x less than a fresh interior-point LP per round on tm l = 5).  Its work is counted
+# deterministically (never in seconds: the margins printed must not depend on the machine's load) as
+# simplex iterations x (rows + columns) of the LP they run on, summed over the rounds, and capped by
+# lp_budget(points, dim): LP_WORK_PER_POINT_DIM per dataset point and hidden dimension (the plain
+# forward over the dataset costs about points x dim x layers x width), at least LP_WORK_MIN, at most
+# LP_WORK_MAX.  Past the budget, the best W_O found so far (or the cheap read-out: lifting or cosine,
+# mixed in) is kept, rounded and checked exactly as always.  (Measured: about 3e-8 s per work unit,
+# so the fit costs at most about half the plain float64 forward at the tm rows of bench_all.)
+MAX_LP_ROUNDS = 40
+MAX_LP_ROWS = 10_000  # one LP never has more pairs than this (its memory), whatever the size
+LP_WORK_PER_POINT_DIM = 4
+LP_WORK_MIN = 50_000  # about 2 ms
+LP_WORK_MAX = 200_000_000  # about 6 s
 COMPETITORS = 8  # first competitor classes per vector (nearest vectors of other labels)
 ADDED_PER_ROUND = 8  # most violated competitor classes per vector added per round
 GRID_BITS = (4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48)
@@ -79,6 +82,8 @@ class Readout:
     vectors: int
     rounds: int
     note: str
+    lp_work: int = 0  # simplex iterations x (rows + columns) spent, summed over the rounds
+    lp_budget: int = 0  # the most it could spend (lp_budget)
 
 
 def normalized_margin(margin: Fraction | None, W_O: np.ndarray) -> Fraction | None:
@@ -236,16 +241,18 @@ def _min_margin(S: np.ndarray, y: np.ndarray) -> int:
     return int(min(own - best))
 
 
-def _exact_min_margin(X: np.ndarray, Wq: np.ndarray, y: np.ndarray, Xf: np.ndarray | None = None) -> int:
+def _exact_min_margin(X: np.ndarray, Wq: np.ndarray, y: np.ndarray, Xf: np.ndarray | None = None,
+                      xa: int | None = None) -> int:
     """min over i and c != y_i of (Wq[y_i] - Wq[c]) . X[i], exactly.
 
     Wq = hi 2^k + lo with both halves small enough that X @ half^T is exact in float64; the
     margins hi part and lo part are then exact floats, their float combination locates the
     minimum up to a relative 2^-40, and the few candidates within that slack are combined in
     Python integers.  Falls back to exact scores when even the halves do not fit.  Xf: X as
-    float64 (exact: the caller's copy, to save the conversion)."""
+    float64 (exact: the caller's copy, to save the conversion); xa: max |X| (the caller's)."""
     N, d = X.shape
-    xa = max((abs(int(v)) for v in X.flat), default=0)
+    if xa is None:
+        xa = max((abs(int(v)) for v in X.flat), default=0)
     wa = int(np.abs(Wq).max()) if Wq.size else 0
     Xf = np.asarray(X, dtype=np.float64) if Xf is None else Xf
     ar = np.arange(N)
@@ -271,23 +278,82 @@ def _exact_min_margin(X: np.ndarray, Wq: np.ndarray, y: np.ndarray, Xf: np.ndarr
     return min(int(Mh[i, c]) * 2**k + int(Ml[i, c]) for i, c in cand)
 
 
-def lp_caps(points: int) -> tuple[int, int]:
-    """(most pairs in one LP, most pair rows over all rounds) for a dataset of `points` points:
-    both non-decreasing in points and bounded above."""
-    per_lp = min(MAX_LP_ROWS, max(LP_ROWS_MIN, points // POINTS_PER_LP_ROW))
-    total = min(LP_TOTAL_MAX, max(LP_TOTAL_MIN, LP_TOTAL_PER_POINT * points))
-    return per_lp, max(total, per_lp)
+def lp_budget(points: int, dim: int) -> int:
+    """The LP's work budget (simplex iterations x (rows + columns), summed over the rounds) for a
+    dataset of `points` points whose hidden vectors have `dim` coordinates: non-decreasing in both,
+    at least LP_WORK_MIN, at most LP_WORK_MAX."""
+    return int(min(LP_WORK_MAX, max(LP_WORK_MIN, LP_WORK_PER_POINT_DIM * max(points, 0) * max(dim, 1))))
+
+
+class _MarginLP:
+    """max t subject to the active pairs' rows and the box, as one HiGHS model kept across rounds:
+    new pairs are appended as rows and dual simplex restarts from the last basis (a warm start)."""
+
+    def __init__(self, n_var: int):
+        import highspy
+
+        from depthcert.proofs.dependence import _quiet_highs
+
+        self.h = h = _quiet_highs()
+        h.setOptionValue("solver", "simplex")
+        h.setOptionValue("simplex_strategy", 1)  # dual simplex: the added rows leave the last basis dual feasible
+        h.setOptionValue("presolve", "off")  # so that every round starts from the last basis
+        h.setOptionValue("random_seed", 0)
+        self.n_col = n_var + 1
+        cost = np.zeros(self.n_col)
+        cost[-1] = -1.0
+        inf = highspy.kHighsInf
+        h.addCols(self.n_col, cost, np.concatenate([-np.ones(n_var), [-inf]]), np.concatenate([np.ones(n_var), [inf]]),
+                  0, np.zeros(self.n_col + 1, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
+        self.rows = 0
+        self.inf = inf
+
+    def add(self, A) -> None:
+        """Append the rows A x >= 0 (A: scipy CSR, one row per pair)."""
+        P = A.shape[0]
+        self.h.addRows(P, np.zeros(P), np.full(P, self.inf), A.nnz, A.indptr.astype(np.int32),
+                       A.indices.astype(np.int32), A.data.astype(np.float64))
+        self.rows += P
+
+    def solve(self, max_iterations: int) -> tuple[str, np.ndarray, int]:
+        """(status "optimal" / "limit" / other, the primal point, simplex iterations used)."""
+        import highspy
+
+        h = self.h
+        h.setOptionValue("simplex_iteration_limit", int(max_iterations))
+        h.run()
+        st = h.getModelStatus()
+        its = int(h.getInfo().simplex_iteration_count)
+        sol = np.array(h.getSolution().col_value, dtype=np.float64)
+        if st == highspy.HighsModelStatus.kOptimal:
+            return "optimal", sol, its
+        if st == highspy.HighsModelStatus.kIterationLimit:
+            return "limit", sol, its
+        return h.modelStatusToString(st), sol, its
+
+
+def _pair_rows(pairs: np.ndarray, Xf: np.ndarray, y: np.ndarray, var: np.ndarray, n_var: int):
+    """The rows (W_y - W_c) . x_i - t >= 0 of the pairs (i, c) over the LP's variables (tied
+    entries share a variable: their coefficients are summed)."""
+    import scipy.sparse as sp
+
+    I, Cc = pairs[:, 0], pairs[:, 1]
+    P, d = len(pairs), Xf.shape[1]
+    data = np.concatenate([Xf[I], -Xf[I], -np.ones((P, 1))], axis=1).ravel()
+    cols = np.concatenate([var[y[I]], var[Cc], np.full((P, 1), n_var)], axis=1).ravel()
+    rowi = np.repeat(np.arange(P), 2 * d + 1)
+    keep = data != 0
+    A = sp.csr_matrix((data[keep], (rowi[keep], cols[keep])), shape=(P, n_var + 1))
+    A.sum_duplicates()
+    A.eliminate_zeros()
+    return A
 
 
 def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None) -> Readout:
     """The LP above by constraint generation, rounded to the coarsest good dyadic grid.
 
-    points: the dataset's size (the verification's cost), which sets the LP's budget (lp_caps);
+    points: the dataset's size (the verification's cost), which sets the LP's budget (lp_budget);
     hv.points by default."""
-    import scipy.sparse as sp
-
-    from depthcert.proofs.dependence import _run_lp
-
     N, d = hv.X.shape
     C = n_classes
     if C < 2:
@@ -343,56 +409,55 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         M0[np.arange(N), y] = np.inf
         if M_lift is None or M0.min() > M_lift.min():
             W_lift, M_lift, lift = W0, M0, name
-    per_lp, total = lp_caps(hv.points if points is None else points)
-    solved = 0  # pair rows solved over all rounds (the budget's measure)
-    over_cap = len(active) > per_lp
-    skipped = W_lift is not None and over_cap  # even the first LP is over the cap: the cheap read-out is kept
-    if skipped:
+    budget = lp_budget(hv.points if points is None else points, d)
+    work = 0  # simplex iterations x (rows + columns), summed over the rounds (the budget's measure)
+    bound = None  # the last optimal round's t: the restricted LP bounds the optimum from above
+    solved_rounds = 0
+    over_cap = len(active) > MAX_LP_ROWS
+    skipped = W_lift is not None and (over_cap or budget // (min(len(active), MAX_LP_ROWS) + n_var + 1) < 1)
+    if skipped:  # even the first LP is over the cap or the budget: the cheap read-out is kept
         best_W, best_low = W_lift, float(M_lift.min())
     elif over_cap:  # no cheap read-out to fall back on: the first LP keeps each vector's nearest competitors first
         order = sorted(active, key=lambda p: (first_rank.get(p, COMPETITORS), p))
-        active = set(order[:per_lp])
+        active = set(order[:MAX_LP_ROWS])
     budget_left = True
+    lp = None if skipped else _MarginLP(n_var)
+    new_pairs = sorted(active)
     for rounds in range(1, 0 if skipped else MAX_LP_ROUNDS + 1):
-        pairs = np.array(sorted(active), dtype=np.int64)
-        I, Cc = pairs[:, 0], pairs[:, 1]
-        P = len(pairs)
-        solved += P
-        data = np.concatenate([Xf[I], -Xf[I]], axis=1).ravel()
-        cols = np.concatenate([var[y[I]], var[Cc]], axis=1).ravel()
-        rowi = np.repeat(np.arange(P), 2 * d)
-        keep = data != 0
-        A = sp.coo_matrix((data[keep], (rowi[keep], cols[keep])), shape=(P, n_var + 1)).tocsc()
-        A = A + sp.coo_matrix((-np.ones(P), (np.arange(P), np.full(P, n_var))), shape=(P, n_var + 1)).tocsc()
-        cost = np.zeros(n_var + 1)
-        cost[-1] = -1.0
-        col_lo = np.concatenate([-np.ones(n_var), [-np.inf]])
-        col_hi = np.concatenate([np.ones(n_var), [np.inf]])
-        status, sol = _run_lp(cost, A, np.zeros(P), np.full(P, np.inf), col_lo, col_hi, interior=True)
-        if status != "optimal":
+        lp.add(_pair_rows(np.array(new_pairs, dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var))
+        size = lp.rows + lp.n_col
+        limit = (budget - work) // size
+        if limit < 1 and best_W is not None:
+            budget_left = False
+            break
+        status, sol, its = lp.solve(max(limit, 1))
+        work += its * size
+        if status not in ("optimal", "limit"):
             raise BadInput(f"the max-margin LP ended with status {status!r}")
-        W = sol[:n_var][var]
-        t = float(sol[-1])
+        solved_rounds = rounds
+        W = np.clip(sol[:n_var], -1.0, 1.0)[var]  # an iteration-limited basis may leave the box
         S = Xf @ W.T
         M = S[np.arange(N), y][:, None] - S
         M[np.arange(N), y] = np.inf
-        # t bounds the optimum from above (fewer constraints), min M from below (this W on every
-        # pair): stop when they agree to far better than the grid rounding below keeps
-        if M.min() > best_low:
+        if best_W is None or M.min() > best_low:
             best_W, best_low = W, float(M.min())
-        if M.min() >= t - STOP_GAP * max(abs(t), 1e-12):
-            converged = True
-            break
+        if status == "optimal":
+            t = bound = float(sol[-1])
+            # t bounds the optimum from above (fewer constraints), min M from below (this W on every
+            # pair): stop when they agree to far better than the grid rounding below keeps
+            if M.min() >= t - STOP_GAP * max(abs(t), 1e-12):
+                converged = True
+                break
         if lift is not None:  # the relaxed solution may break pairs it never saw: mix in the cheap read-out
             lam, low = _best_mix(M, M_lift)
             if low > best_low:
                 best_W, best_low, mixed = (1 - lam) * W + lam * W_lift, low, lam
-        # the active set grows by the violated pairs: each vector's most violated competitors, the
-        # most violated first overall, as many as the cap on one LP and the total budget leave room for
-        room = min(per_lp, total - solved) - len(active)
-        if room <= 0:
+        if status == "limit":
             budget_left = False
             break
+        # the active set grows by the violated pairs: each vector's most violated competitors, the
+        # most violated first overall, as many as the cap on one LP leaves room for
+        room = MAX_LP_ROWS - lp.rows
         bad = M < t - STOP_GAP * max(abs(t), 1e-12)
         new = []
         for i in np.nonzero(bad.any(axis=1))[0]:
@@ -405,12 +470,13 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
                     taken += 1
                     if taken == ADDED_PER_ROUND:
                         break
-        if not new:
+        if not new or room <= 0:
             break
         new.sort()
-        if len(new) > room:
-            budget_left = False
-        active.update((i, c) for _, i, c in new[:room])
+        new_pairs = [(i, c) for _, i, c in new[:room]]
+        active.update(new_pairs)
+    rounds = solved_rounds
+    t = bound if bound is not None else 0.0
     W = best_W
     if W.size:  # a vector added to every row changes no margin (and keeps the ties): centre each column
         W = W - (W.max(axis=0) + W.min(axis=0)) / 2
@@ -426,7 +492,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         top_q = int(np.abs(Wq).max())
         if top_q == 0:
             continue
-        m = _exact_min_margin(hv.X, Wq, y, Xint)
+        m = _exact_min_margin(hv.X, Wq, y, Xint, scale if hv.X.size else 0)
         norm = Fraction(m, hv.den * top_q)
         if best is None or norm > best[1]:
             best = (bits, norm, Wq)
@@ -442,20 +508,24 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         W_O[c, r] = Fraction(int(v), den)
     W_O.flags.writeable = False
     note = (f"max-margin read-out: LP over {N} distinct hidden vectors x {C} classes ({rounds} round{'s' if rounds != 1 else ''} of "
-            f"constraint generation), entries multiples of 2^-{bits}")
+            f"constraint generation, warm-started dual simplex), entries multiples of 2^-{bits}")
     if skipped:
+        why = (f"has {len(active):,} pairs, above the cap {MAX_LP_ROWS:,}" if over_cap else
+               f"needs more than its work budget {budget:,} for one simplex iteration")
         note = (f"max-margin read-out: the LP over {N} distinct hidden vectors x {C} classes was not solved (its "
-                f"first round has {len(active):,} pairs, above the cap {per_lp:,}): the {lift} read-out, entries "
-                f"multiples of 2^-{bits}, reaches {float(norm):.4g}; no LP bound computed")
+                f"first round {why}): the {lift} read-out, entries multiples of 2^-{bits}, reaches "
+                f"{float(norm):.4g}; no LP bound computed")
     elif not converged:
-        why = "at the LP budget" if not budget_left else ("after the round limit" if rounds == MAX_LP_ROUNDS else "")
-        note += (f"; constraint generation stopped {why + ' ' if why else ''}at {len(active):,} pairs ({solved:,} solved in "
-                 f"all; caps {per_lp:,} per LP, {total:,} in all) before the LP optimum: the best W_O found "
+        why = ("at the LP's work budget" if not budget_left else
+               "after the round limit" if rounds == MAX_LP_ROUNDS else f"at the cap of {MAX_LP_ROWS:,} pairs per LP")
+        note += (f"; constraint generation stopped {why} ({work:,} of {budget:,} work units: simplex iterations x "
+                 f"LP size; {lp.rows:,} pairs) before the LP optimum: the best W_O found "
                  + (f"(mixed with the {lift} read-out, weight {mixed:.6f}) " if mixed is not None else "")
-                 + f"reaches {float(norm):.4g}, the LP's bound is {lp_norm:.4g}")
-    if lp_norm <= 0 and not skipped:
+                 + f"reaches {float(norm):.4g}, "
+                 + (f"the LP's bound is {lp_norm:.4g}" if bound is not None else "no LP bound computed"))
+    if bound is not None and lp_norm <= 0:
         note += "; the LP found no positive margin (no linear read-out separates these vectors)"
-    return Readout(W_O, bits, lp_norm, norm, N, rounds, note)
+    return Readout(W_O, bits, lp_norm, norm, N, rounds, note, work, budget)
 
 
 def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray | None:

@@ -1,6 +1,8 @@
-"""The max-margin read-out's cost is bounded by design (proofs/readout.py lp_caps) and its cheap
+"""The max-margin read-out's cost is bounded by design (proofs/readout.py lp_budget) and its cheap
 fallback is exact: small sizes, seconds."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -8,45 +10,36 @@ import pytest
 from depthcert.checkers.exhaustive import verify
 from depthcert.checkers.tasks import make_task
 from depthcert.constructions import registry
-from depthcert.proofs import dependence
 from depthcert.proofs import readout as ro
 
 
-def test_lp_caps_grow_with_the_points_and_are_bounded():
-    sizes = [1, 64, 3_125, 46_656, 823_543, 10**9]
-    caps = [ro.lp_caps(n) for n in sizes]
-    for (a1, t1), (a2, t2) in zip(caps, caps[1:]):
-        assert a1 <= a2 and t1 <= t2
-    assert caps[-1] == (ro.MAX_LP_ROWS, ro.LP_TOTAL_MAX)
-    assert all(per <= total for per, total in caps)
-
-
-def _counting_lp(monkeypatch):
-    rows = []
-    real = dependence._run_lp
-
-    def run(cost, A, *args, **kw):
-        rows.append(A.shape[0])
-        return real(cost, A, *args, **kw)
-
-    monkeypatch.setattr(dependence, "_run_lp", run)
-    return rows
+def test_lp_budget_grows_with_the_points_and_the_width_and_is_bounded():
+    sizes = [0, 1, 64, 3_125, 46_656, 823_543, 10**9]
+    for dim in (1, 14, 56):
+        budgets = [ro.lp_budget(n, dim) for n in sizes]
+        assert budgets == sorted(budgets)
+        assert budgets[0] == ro.LP_WORK_MIN and budgets[-1] == ro.LP_WORK_MAX
+    assert all(ro.lp_budget(n, 14) <= ro.lp_budget(n, 56) for n in sizes)
 
 
 def test_a_smaller_dataset_never_gets_more_lp_work(monkeypatch):
+    # the work (simplex iterations x LP size, deterministic) never exceeds the budget, and a
+    # smaller dataset never spends more of it than a larger one (a small minimum, so that the
+    # small sizes stop at their budgets: the fitted read-out then still verifies exactly)
+    monkeypatch.setattr(ro, "LP_WORK_MIN", 500)
     task = make_task("tm", l=4, alphabet=4)
     model = registry.build(task, "heads", lemma3=False).model
     hv = ro.hidden_vectors(model, task)
-    monkeypatch.setattr(ro, "LP_ROWS_MIN", 40)
-    monkeypatch.setattr(ro, "LP_TOTAL_MIN", 60)
-    solved = {}
-    for points in (10, 400, 100_000):
-        rows = _counting_lp(monkeypatch)
-        ro.fit_max_margin(hv, len(model.classes), points)
-        solved[points] = sum(rows)
-        per_lp, total = ro.lp_caps(points)
-        assert all(r <= per_lp for r in rows) and sum(rows) <= total
-    assert solved[10] <= solved[400] <= solved[100_000] and solved[10] < solved[100_000]
+    work = {}
+    for points in (10, 400, 4_000, 100_000):
+        fit = ro.fit_max_margin(hv, len(model.classes), points)
+        assert fit.lp_budget == ro.lp_budget(points, hv.X.shape[1]) and 0 < fit.lp_work <= fit.lp_budget
+        work[points] = fit.lp_work
+        v = verify(replace(model, W_O=fit.W_O), task, symmetry="off")
+        assert v.verified == (fit.vector_margin > 0)
+        if v.verified:
+            assert ro.normalized_margin(v.min_margin, fit.W_O) == fit.vector_margin
+    assert work[10] <= work[400] <= work[4_000] <= work[100_000] and work[10] < work[100_000]
 
 
 @pytest.mark.parametrize("variant", ["heads", "ternary"])
@@ -55,9 +48,8 @@ def test_the_cheap_fallback_is_verified_exactly(monkeypatch, variant):
     # separates every vector, and its margin is what the exact verification of every point finds
     monkeypatch.setattr(ro, "MAX_LP_ROWS", 1)
     task = make_task("tm", l=4, alphabet=4)
-    rows = _counting_lp(monkeypatch)
     fitted, fit, _ = ro.with_max_margin_readout(registry.build(task, variant, lemma3=False).model, task)
-    assert rows == [] and "was not solved" in fit.note and fit.vector_margin > 0
+    assert fit.lp_work == 0 and fit.rounds == 0 and "was not solved" in fit.note and fit.vector_margin > 0
     v = verify(fitted, task, symmetry="off")
     assert v.verified and ro.normalized_margin(v.min_margin, fitted.W_O) == fit.vector_margin
 
