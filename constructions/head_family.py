@@ -125,13 +125,24 @@ def template_readout(template: Template, task, dim: int) -> np.ndarray:
     offset(h) + s_h (the labels are distinct, so rows do not collide)."""
     W = zeros(len(task.classes), dim)
     count = _int(template.count, "read-out positions")
-    at = [template.at(h) for h in range(count)]
+    at = [(_int(offset, "read-out row"), _num(w)) for offset, w in (template.at(h) for h in range(count))]
+    # how often each (row, column) gets each distinct weight, counted in integers; the entries are
+    # then the exact sums (one Fraction per distinct entry value), not one Fraction addition per hit
+    weights = list(dict.fromkeys(w for _, w in at))
+    hits = np.zeros((len(weights), len(task.classes), dim), dtype=np.int64)
     for batch in task.batches(4096):
         ids, labels = np.asarray(batch.ids), np.asarray(batch.labels)
         for h, (offset, w) in enumerate(at):
-            cols = _int(offset, "read-out row") + ids[:, h]
+            cols = offset + ids[:, h]
             if len(cols) and (cols.min() < 0 or cols.max() >= dim):
                 raise ValueError(f"a read-out row outside the stream of {dim} rows")
-            W[labels, cols] = W[labels, cols] + _num(w)
+            np.add.at(hits[weights.index(w)], (labels, cols), 1)
+    rows, cols = np.nonzero(hits.any(axis=0))
+    entries = {}
+    for r, c, n in zip(rows.tolist(), cols.tolist(), map(tuple, hits[:, rows, cols].T.tolist())):
+        value = entries.get(n)
+        if value is None:
+            value = entries[n] = sum((k * w for k, w in zip(n, weights) if k), Fraction(0))
+        W[r, c] = value
     W.flags.writeable = False
     return W
