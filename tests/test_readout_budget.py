@@ -1,0 +1,74 @@
+"""The max-margin read-out's LP work is deterministic and bounded by lp_budget (proofs/readout.py):
+counted in simplex iterations x LP size, never seconds; small sizes, seconds."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from depthcert.checkers.exhaustive import verify
+from depthcert.checkers.tasks import make_task
+from depthcert.constructions import registry
+from depthcert.proofs import readout as ro
+
+
+def _fit_inputs(variant, l=4, alphabet=4):
+    task = make_task("tm", l=l, alphabet=alphabet)
+    model = registry.build(task, variant, lemma3=False).model
+    return task, model, ro.hidden_vectors(model, task)
+
+
+def test_budget_is_monotone_in_points_and_width_and_bounded():
+    points = sorted({0, 1, 2, 7, 100, 3_125, 46_656, 823_543, 10**7, 10**12})
+    for dim in (1, 2, 12, 30, 56, 1_000):
+        b = [ro.lp_budget(n, dim) for n in points]
+        assert b == sorted(b) and ro.LP_WORK_MIN <= min(b) and max(b) <= ro.LP_WORK_MAX
+    for n in points:
+        b = [ro.lp_budget(n, dim) for dim in (1, 2, 12, 30, 56, 1_000)]
+        assert b == sorted(b)
+
+
+@pytest.mark.parametrize("variant", ["heads", "ternary"])
+def test_work_never_exceeds_the_budget_and_grows_with_the_points(monkeypatch, variant):
+    monkeypatch.setattr(ro, "LP_WORK_MIN", 300)
+    task, model, hv = _fit_inputs(variant)
+    work = []
+    for points in (4, 40, 400, 4_000, 40_000):
+        fit = ro.fit_max_margin(hv, len(model.classes), points)
+        assert fit.lp_work <= fit.lp_budget == ro.lp_budget(points, hv.X.shape[1])
+        work.append(fit.lp_work)
+    assert work == sorted(work) and work[0] < work[-1]
+
+
+@pytest.mark.parametrize("variant", ["heads", "ternary"])
+def test_a_fit_stopped_at_its_budget_verifies_exactly(monkeypatch, variant):
+    # a budget of a few simplex iterations: the best candidate (the iteration-limited LP point mixed
+    # with the cheap read-out) is rounded, and its margin is what the check of every point finds
+    monkeypatch.setattr(ro, "LP_WORK_PER_POINT_DIM", 0)
+    task, model, hv = _fit_inputs(variant, l=3, alphabet=4)
+    n_var = ro._tied_variables(len(model.classes), hv.X.shape[1], hv.ties)[1]
+    monkeypatch.setattr(ro, "LP_WORK_MIN", 5 * (n_var + 1 + 4 * len(hv.labels)))
+    fit = ro.fit_max_margin(hv, len(model.classes), task.size)
+    assert 0 < fit.lp_work <= fit.lp_budget and "work budget" in fit.note
+    v = verify(replace(model, W_O=fit.W_O), task, symmetry="off")
+    assert v.verified == (fit.vector_margin > 0)
+    if v.verified:
+        assert ro.normalized_margin(v.min_margin, fit.W_O) == fit.vector_margin
+
+
+def test_the_fit_is_deterministic():
+    task, model, hv = _fit_inputs("ternary")
+    a = ro.fit_max_margin(hv, len(model.classes), 50)
+    b = ro.fit_max_margin(hv, len(model.classes), 50)
+    assert a.lp_work == b.lp_work and a.note == b.note and a.vector_margin == b.vector_margin
+    assert np.array_equal(a.W_O, b.W_O)
+
+
+def test_a_budget_that_suffices_reaches_the_lp_optimum():
+    # tm l = 3: the whole LP fits in the minimum budget; the rounded read-out is within the grid's
+    # tolerance of the LP's bound
+    task, model, hv = _fit_inputs("heads", l=3, alphabet=3)
+    fit = ro.fit_max_margin(hv, len(model.classes), task.size)
+    assert "stopped" not in fit.note and fit.lp_work <= fit.lp_budget
+    assert float(fit.vector_margin) >= fit.lp_margin * (1 - 2**-7)
