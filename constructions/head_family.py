@@ -138,11 +138,15 @@ def template_readout(template: Template, task, dim: int) -> np.ndarray:
                 raise ValueError(f"a read-out row outside the stream of {dim} rows")
             np.add.at(hits[weights.index(w)], (labels, cols), 1)
     rows, cols = np.nonzero(hits.any(axis=0))
-    entries = {}
-    for r, c, n in zip(rows.tolist(), cols.tolist(), map(tuple, hits[:, rows, cols].T.tolist())):
-        value = entries.get(n)
-        if value is None:
-            value = entries[n] = sum((k * w for k, w in zip(n, weights) if k), Fraction(0))
-        W[r, c] = value
+    if len(rows):
+        per_entry = hits[:, rows, cols].T  # (entries, distinct weights)
+        if len(weights) == 1:  # a 1-D unique (the row-wise one sorts far slower)
+            counts, which = np.unique(per_entry[:, 0], return_inverse=True)
+            counts = counts[:, None]
+        else:
+            counts, which = np.unique(per_entry, axis=0, return_inverse=True)
+        values = np.empty(len(counts), dtype=object)
+        values[:] = [sum((k * w for k, w in zip(n, weights) if k), Fraction(0)) for n in counts.tolist()]
+        W[rows, cols] = values[np.asarray(which).ravel()]
     W.flags.writeable = False
     return W
