@@ -186,7 +186,8 @@ def integerize(model: Model, deadline: tuple | None = None) -> IntegerModel:
 
 
 def _absmat(M: np.ndarray) -> np.ndarray:
-    return np.vectorize(abs, otypes=[object])(M)
+    """|M| entry by entry, exact (an object array stays one: numpy calls abs on each entry in C)."""
+    return np.abs(M if M.dtype == object else M.astype(object))
 
 
 def _vmax(v) -> int:
