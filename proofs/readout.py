@@ -289,7 +289,7 @@ class _MarginLP:
     """max t subject to the active pairs' rows and the box, as one HiGHS model kept across rounds:
     new pairs are appended as rows and dual simplex restarts from the last basis (a warm start)."""
 
-    def __init__(self, n_var: int):
+    def __init__(self, n_var: int, t_max: float):
         import highspy
 
         from depthcert.proofs.dependence import _quiet_highs
@@ -303,7 +303,9 @@ class _MarginLP:
         cost = np.zeros(self.n_col)
         cost[-1] = -1.0
         inf = highspy.kHighsInf
-        h.addCols(self.n_col, cost, np.concatenate([-np.ones(n_var), [-inf]]), np.concatenate([np.ones(n_var), [inf]]),
+        # t <= t_max = 2 max_i |x_i|_1, which every box-bounded W_O respects: the LP stays bounded even
+        # where HiGHS drops a tiny coefficient
+        h.addCols(self.n_col, cost, np.concatenate([-np.ones(n_var), [-inf]]), np.concatenate([np.ones(n_var), [t_max]]),
                   0, np.zeros(self.n_col + 1, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
         self.rows = 0
         self.inf = inf
@@ -362,12 +364,20 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
     if N * C > MAX_SCORE_ENTRIES:
         raise BadInput(f"a max-margin read-out for {N:,} distinct hidden vectors x {C:,} classes needs "
                        f"{N * C:,} scores, above the limit {MAX_SCORE_ENTRIES:,}; use --readout lemma3 or smaller sizes")
-    if hv.X.size:
-        scale = max(abs(int(v)) for v in hv.X.flat) or 1
+    try:  # the exact integers in int64 when they fit (numpy's max), else Python's
+        Xi = np.asarray(hv.X, dtype=np.int64).reshape(N, d)
+        xa = int(np.abs(Xi).max()) if Xi.size else 0
+        if xa < 0:  # -2^63 has no int64 absolute value
+            raise OverflowError
+    except OverflowError:
+        Xi, xa = None, max((abs(int(v)) for v in hv.X.flat), default=0)
+    scale = xa or 1
+    if Xi is not None and scale < 2**52:  # exact floats: each quotient rounded once, as int / int is
+        Xint = Xi.astype(np.float64)
+        Xf = Xint / scale
     else:
-        scale = 1
-    Xf = np.array([[int(v) / scale for v in row] for row in hv.X], dtype=np.float64).reshape(N, d)
-    Xint = np.asarray(hv.X, dtype=np.float64).reshape(N, d) if scale < 2**52 else None  # exact integers
+        Xint = None
+        Xf = np.array([[int(v) / scale for v in row] for row in hv.X], dtype=np.float64).reshape(N, d)
     y = hv.labels
     var, n_var = _tied_variables(C, d, hv.ties)
     # first competitors: the classes of each vector's nearest vectors (Euclidean) of other labels
@@ -421,7 +431,9 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         order = sorted(active, key=lambda p: (first_rank.get(p, COMPETITORS), p))
         active = set(order[:MAX_LP_ROWS])
     budget_left = True
-    lp = None if skipped else _MarginLP(n_var)
+    at_cap = False
+    lp = None if skipped else _MarginLP(n_var, 2 * float(np.abs(Xf).sum(axis=1).max()) if N else 0.0)
+    failed = None  # a status other than optimal or the iteration limit: the best so far is kept
     new_pairs = sorted(active)
     for rounds in range(1, 0 if skipped else MAX_LP_ROUNDS + 1):
         lp.add(_pair_rows(np.array(new_pairs, dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var))
@@ -433,7 +445,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         status, sol, its = lp.solve(max(limit, 1))
         work += its * size
         if status not in ("optimal", "limit"):
-            raise BadInput(f"the max-margin LP ended with status {status!r}")
+            failed = status
+            break
         solved_rounds = rounds
         W = np.clip(sol[:n_var], -1.0, 1.0)[var]  # an iteration-limited basis may leave the box
         S = Xf @ W.T
@@ -470,6 +483,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
                     taken += 1
                     if taken == ADDED_PER_ROUND:
                         break
+        if room <= 0:
+            at_cap = True
         if not new or room <= 0:
             break
         new.sort()
@@ -477,7 +492,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         active.update(new_pairs)
     rounds = solved_rounds
     t = bound if bound is not None else 0.0
-    W = best_W
+    W = best_W if best_W is not None else np.zeros((C, d))
     if W.size:  # a vector added to every row changes no margin (and keeps the ties): centre each column
         W = W - (W.max(axis=0) + W.min(axis=0)) / 2
     wmax = float(np.abs(W).max()) if W.size else 0.0
@@ -492,7 +507,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         top_q = int(np.abs(Wq).max())
         if top_q == 0:
             continue
-        m = _exact_min_margin(hv.X, Wq, y, Xint, scale if hv.X.size else 0)
+        m = _exact_min_margin(hv.X, Wq, y, Xint, xa)
         norm = Fraction(m, hv.den * top_q)
         if best is None or norm > best[1]:
             best = (bits, norm, Wq)
@@ -516,13 +531,15 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
                 f"first round {why}): the {lift} read-out, entries multiples of 2^-{bits}, reaches "
                 f"{float(norm):.4g}; no LP bound computed")
     elif not converged:
-        why = ("at the LP's work budget" if not budget_left else
-               "after the round limit" if rounds == MAX_LP_ROUNDS else f"at the cap of {MAX_LP_ROWS:,} pairs per LP")
-        note += (f"; constraint generation stopped {why} ({work:,} of {budget:,} work units: simplex iterations x "
+        why = ("at the LP's work budget " if not budget_left else f"at the cap of {MAX_LP_ROWS:,} pairs per LP "
+               if at_cap else "after the round limit " if rounds == MAX_LP_ROUNDS else "")
+        note += (f"; constraint generation stopped {why}({work:,} of {budget:,} work units: simplex iterations x "
                  f"LP size; {lp.rows:,} pairs) before the LP optimum: the best W_O found "
                  + (f"(mixed with the {lift} read-out, weight {mixed:.6f}) " if mixed is not None else "")
                  + f"reaches {float(norm):.4g}, "
                  + (f"the LP's bound is {lp_norm:.4g}" if bound is not None else "no LP bound computed"))
+    if failed is not None:
+        note += f"; the LP solver stopped with status {failed!r}"
     if bound is not None and lp_norm <= 0:
         note += "; the LP found no positive margin (no linear read-out separates these vectors)"
     return Readout(W_O, bits, lp_norm, norm, N, rounds, note, work, budget)

@@ -72,3 +72,15 @@ def test_a_budget_that_suffices_reaches_the_lp_optimum():
     fit = ro.fit_max_margin(hv, len(model.classes), task.size)
     assert "stopped" not in fit.note and fit.lp_work <= fit.lp_budget
     assert float(fit.vector_margin) >= fit.lp_margin * (1 - 2**-7)
+
+
+def test_coordinates_far_apart_in_scale_leave_a_checked_readout():
+    # scaled by 2^63, the second vector's coordinates are below HiGHS's smallest coefficient (it drops
+    # them): the LP's answer is only a search, the fit still returns a read-out whose exact margin is
+    # the one reported
+    X = np.array([[-2**63, 1], [3, 5]], dtype=object)
+    y = np.array([0, 1])
+    fit = ro.fit_max_margin(ro.HiddenVectors(X, 1, y, (), 2, ""), 2)
+    W = fit.W_O
+    m = min(sum((W[y[i], r] - W[1 - y[i], r]) * X[i, r] for r in range(2)) for i in range(2))
+    assert m > 0 and ro.normalized_margin(m, W) == fit.vector_margin
