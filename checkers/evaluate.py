@@ -313,6 +313,20 @@ def _float(M):
     return np.array(M, dtype=np.float64, order="C")
 
 
+_BLAS = []  # a threadpoolctl controller, made on first use
+
+
+def _one_blas_thread():
+    """A context in which BLAS runs one thread: the float products here are small (rows of a few dozen
+    entries), where a second BLAS thread mostly waits, and on a loaded machine waits long (tm heads
+    l = 6: 2.0-3.4 s on one thread, 4.1-5.3 s on two, same machine, alternating).  Speed only."""
+    if not _BLAS:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0].limit(limits=1, user_api="blas")
+
+
 class Evaluator:
     """Batched exact logits of one model.  `logits(ids)` -> (numerators (B, C) int, denominator)
     at the last position; `logits_all(ids)` -> (numerators (B, n, C), denominator);
@@ -355,6 +369,7 @@ class Evaluator:
         # thousands of bits): they are not converted.
         if self.use_float:
             self._float_w = self._weights(_float)
+            self._fused = [_fused_weights(L) for L in self.im.layers]
         elif self.checked:
             self._float_w = self._weights(_float, static=False)
             self._abs_w = self._weights(lambda M: _float(_absmat(M)), static=False)
@@ -402,10 +417,12 @@ class Evaluator:
             raise ValueError(f"sequence length {token_ids.shape[1]} exceeds max_length {self.model.max_length}")
         if self.use_float:
             self.batches["float"] += 1
-            return _run(self.model, token_ids, last_only, self._float_w, None, np.float64), 1
+            with _one_blas_thread():
+                return _run(self.model, token_ids, last_only, self._float_w, None, np.float64, fused=self._fused), 1
         if self.checked:
             try:
-                X, g = _run_renormalized(self.model, token_ids, last_only, self._float_w, self._abs_w, self.im)
+                with _one_blas_thread():
+                    X, g = _run_renormalized(self.model, token_ids, last_only, self._float_w, self._abs_w, self.im)
                 self.batches["checked"] += 1
                 g_final = self.im.layers[-1].g_out if self.im.layers else 1
                 return X, g_final // g
@@ -676,7 +693,7 @@ def _margins_from_float_logits(f: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, proven: int = 0,
-         max_bits: int | None = None, deadline: tuple | None = None) -> np.ndarray:
+         max_bits: int | None = None, deadline: tuple | None = None, fused: list | None = None) -> np.ndarray:
     """The integer forward pass (module docstring) with weights W; with Wa (abs weights, float64)
     every product is repeated on absolute values and checked below 2^53 (raises _Exceeded),
     from layer `proven` on (the layers before it are proven exact a priori).  max_bits (big
@@ -702,7 +719,10 @@ def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, pro
         if absw is not None and Xa is None:
             Xa = np.abs(X)  # exact values so far (proven or checked): their magnitudes
         if ATs:
-            X, Xa = _attention(X, Xa, ATs, BTs, coefs, L, last, absw)
+            if fused is not None and fused[li] is not None and Xa is None and X.dtype == np.float64:
+                X = _attention_fused(X, fused[li], L, last)
+            else:
+                X, Xa = _attention(X, Xa, ATs, BTs, coefs, L, last, absw)
         if mlp is not None:
             P1T, b1, P2T, b2, xs = mlp
             P = _rowmul(X, P1T) + b1  # (B, n, d_ff)
@@ -719,6 +739,56 @@ def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, pro
                 Xa = Xa * xs + Qa + b2a
                 _limit(Xa)
     return X
+
+
+def _fused_weights(L: IntLayer):
+    """The float64 weights of `_attention_fused` for layer L: (A_i^T side by side (d, m d), coef_i B_i^T
+    stacked (m d, d), relu per head), or None when some entry is not an integer below 2^53 (then the
+    heads run one by one).  Only for the proven float path (`magnitude_bound` below 2^53)."""
+    if not L.A:
+        return None
+    scaled = [B * c for B, c in zip(L.B, L.coef)]
+    if not _all_below(list(L.A) + scaled, FLOAT_EXACT_LIMIT):
+        return None
+    if "hardmax" in L.kinds and L.lam >= FLOAT_EXACT_LIMIT:
+        return None
+    AT = _float(np.concatenate([A.T for A in L.A], axis=1))
+    BT = _float(np.concatenate([M.T for M in scaled], axis=0))
+    return AT, BT, np.array([k == "relu" for k in L.kinds], dtype=bool)
+
+
+def _attention_fused(X: np.ndarray, fw, L: IntLayer, last: bool) -> np.ndarray:
+    """`_attention` on the proven float path with every head in the same few products: U = Q [A_1^T
+    ... A_m^T] (every query against every head), scores U X^T, weights, V = weights X, and
+    [V_1 ... V_m] [coef_1 B_1^T; ...; coef_m B_m^T].  Each product is a sum of the same terms as the
+    head-by-head pass, whose every partial sum `magnitude_bound` bounds (the layer's new stream
+    bound covers the sum over heads, the entries coef_i B_i are below 2^53): exact in any order."""
+    AT, BT, relu = fw
+    B, n, d = X.shape
+    m = len(relu)
+    Q = X[:, -1:, :] if last else X
+    q = Q.shape[1]
+    U = (Q.reshape(B * q, d) @ AT).reshape(B, q * m, d)  # row (k, i): (A_i x_k)^T
+    S = np.matmul(U, X.transpose(0, 2, 1)).reshape(B, q, m, n)  # (query k, head i, key j)
+    visible = None if (last or not L.causal) else causal_mask(n, np.arange(n)).T[None, :, None, :]  # (1, q, 1, n)
+    if relu.all():
+        Wt = np.maximum(S, 0)
+        if visible is not None:
+            Wt = np.where(visible, Wt, 0.0)
+    else:
+        Wt = np.empty_like(S)
+        if relu.any():
+            R = np.maximum(S[:, :, relu], 0)
+            Wt[:, :, relu] = np.where(visible, R, 0.0) if visible is not None else R
+        H = S[:, :, ~relu]
+        if visible is not None:
+            H = np.where(visible, H, -np.inf)
+        at_max = H == H.max(axis=3, keepdims=True)
+        if visible is not None:
+            at_max &= visible
+        Wt[:, :, ~relu] = np.where(at_max, np.floor_divide(L.lam, at_max.sum(axis=3, keepdims=True)), 0)
+    V = np.matmul(Wt.reshape(B, q * m, n), X)  # (B, q m, d): sum_j w_j x_j per query and head
+    return Q * L.x_scale + (V.reshape(B * q, m * d) @ BT).reshape(B, q, d)
 
 
 def _attention(X, Xa, ATs, BTs, coefs, L: IntLayer, last: bool, absw, x_scale: int | None = None):

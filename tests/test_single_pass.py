@@ -153,3 +153,36 @@ def test_cli_one_pass_equals_two_passes(tmp_path, capsys, monkeypatch):
     two = json.loads(capsys.readouterr().out)
     for key in ("verdict", "min_margin", "points_checked", "points_covered", "readout_margins", "readout_note"):
         assert one[key] == two[key], key
+
+
+# ------------------------------------------------------------- the fused float path of evaluate.py
+
+from hypothesis import event, given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from proptools import prop  # noqa: E402
+from test_model_classes import BIG_VALUES, VALUES, build_model, specs  # noqa: E402
+
+
+@prop(60)
+@given(st.sampled_from((VALUES, BIG_VALUES)).flatmap(lambda values: specs(kinds=("relu", "hardmax"), values=values)))
+def test_fused_heads_equal_head_by_head(spec):
+    """Every head in the same products (evaluate._attention_fused) gives the head-by-head pass's
+    stream exactly: relu and hardmax heads, mixed, causal masks, every position and the last only."""
+    from depthcert.checkers import evaluate
+
+    model = build_model(spec)
+    ev = evaluate.Evaluator(model)
+    if not ev.use_float or not any(f is not None for f in ev._fused):
+        event("not on the fused float path")
+        return
+    event("fused")
+    by_len: dict = {}
+    for p in spec.points:
+        by_len.setdefault(len(p), []).append([t for t, _, _ in p])
+    for rows in by_len.values():
+        ids = np.array(rows, dtype=np.int64)
+        for last in (True, False):
+            a = evaluate._run(model, ids, last, ev._float_w, None, np.float64, fused=ev._fused)
+            b = evaluate._run(model, ids, last, ev._float_w, None, np.float64)
+            assert np.array_equal(a, b)
