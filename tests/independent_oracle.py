@@ -30,9 +30,9 @@ decimal digits (80 by default): a cross-check, NOT a certificate (exact ties com
 numbers of either sign; hardmax after a softmax layer treats scores within ~10^-(DPS-20) of the
 maximum as tied).  `softmax_cross_check` compares such an evaluation with a softmax Verdict.
 
-Speed: weight rows are stored sparsely (only non-zero entries), and in the last layer of an
-outputs-"last" model only the last column is computed past the attention keys (the classifier
-reads nothing else).  Both are exact identities.
+Speed: weight rows, the keys' values and each query's W_QK h_k are used sparsely (only non-zero
+entries), and in the last layer of an outputs-"last" model only the last column is computed past
+the attention keys (the classifier reads nothing else).  Both are exact identities.
 """
 from __future__ import annotations
 
@@ -177,17 +177,19 @@ class Oracle:
         m = len(layer.heads)
         new = {k: H[k][:] for k in queries}
         for head in layer.heads:
-            values = [self._apply(head.W_V, H[j]) for j in range(n)]
+            # each key's value W_V h_j as its non-zero entries (a, value): the zeros add nothing
+            values = [[(a, x) for a, x in enumerate(self._apply(head.W_V, H[j])) if x] for j in range(n)]
             for k in queries:
                 u = self._apply(head.W_QK, H[k])
+                u_nonzero = [(a, x) for a, x in enumerate(u) if x]
                 keys = list(range(k + 1)) if layer.causal else list(range(n))
                 scores = []
                 for j in keys:
                     hj = H[j]
                     s = zero
-                    for a in range(self.d):
-                        if hj[a] and u[a]:
-                            s += hj[a] * u[a]
+                    for a, x in u_nonzero:
+                        if hj[a]:
+                            s += hj[a] * x
                     scores.append(s)
                 weights = self._weights(head, scores, approx, zero)
                 col = new[k]
@@ -195,10 +197,8 @@ class Oracle:
                     if not w:
                         continue
                     coef = w / m
-                    vj = values[j]
-                    for a in range(self.d):
-                        if vj[a]:
-                            col[a] += coef * vj[a]
+                    for a, x in values[j]:
+                        col[a] += coef * x
         if last_only:
             H = [None] * (n - 1) + [new[n - 1]]
         else:
