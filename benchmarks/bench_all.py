@@ -17,7 +17,11 @@ For each row, on the same points (every point, one float64 forward):
   float64  the fastest plain forward written here for the same model: one-hot inputs as table
            look-ups, the last layer on the last column only, argmax only (inexact, no verdict),
            the best of three passes: the baseline both ratios are taken to
-Ratios: whole / float64 and eval / float64 (the goal: whole within 2x).  Peak MB: the row's
+Ratios: whole / float64 and eval / float64 (the goal: whole within 2x).  Sizes: "SC memorization"
+runs at length 8, alphabet 3 (6,561 points; --quick keeps length 6, 729 points): at length 6 the
+float64 forward takes about 20 ms, so whole / float64 there measured the interpreter's constants
+(argument parsing, building a 729 x 28 classifier of Fractions), not the tool; at length 8 the
+forward (a 6,561-class read-out per point) takes about a second.  Peak MB: the row's
 process (the forward's arrays included).  Softmax rows run verify-model on a weights file the
 row writes first (not timed).
 """
@@ -59,7 +63,7 @@ class Row:
 
 ROWS = [
     Row("ICQA copy-matching", "icqa", dict(k=3, n_questions=8, n_answers=8), dict(k=3, n_questions=5, n_answers=5)),
-    Row("SC memorization", "sc", dict(length=6, alphabet=3), dict(length=6, alphabet=3)),
+    Row("SC memorization", "sc", dict(length=8, alphabet=3), dict(length=6, alphabet=3)),
     *(Row(f"TM heads l={l}", "tm", dict(l=l, alphabet=l), dict(l=5, alphabet=5) if l == 5 else None, "heads")
       for l in (5, 6, 7)),
     *(Row(f"TM ternary l={l}", "tm", dict(l=l, alphabet=l), dict(l=5, alphabet=5) if l == 5 else None, "ternary")
