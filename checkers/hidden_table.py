@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 
 import numpy as np
@@ -28,7 +28,7 @@ import numpy as np
 from depthcert.checkers.budget import charge_seconds, over_budget, seconds_limit
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.evaluate import FLOAT_EXACT_LIMIT, Evaluator, _int_matrix
-from depthcert.checkers.model import Model
+from depthcert.checkers.model import Model, _same
 
 INT64_LIMIT = 2**63
 SCORE_CHUNK = 1 << 22  # rows x classes of exact scores held at once by decide
@@ -236,6 +236,14 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
                        time.perf_counter() - t0)
 
 
+def _same_value(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    return _same(a, b)
+
+
 def _check_same(model: Model, table: HiddenTable, task, plan) -> None:
     why = readable(model)
     if why is not None:
@@ -247,9 +255,12 @@ def _check_same(model: Model, table: HiddenTable, task, plan) -> None:
     if model.W_O.shape != table.model.W_O.shape:
         raise TableMismatch(f"W_O has shape {model.W_O.shape}, the table's model {table.model.W_O.shape}")
     # every field but W_O (and the name) equal, weights entry by entry: the same layers, vocabulary,
-    # positions, classes, layout, outputs, constant row and final norm
-    if replace(table.model, W_O=model.W_O, name=model.name) != model:
-        raise TableMismatch("the model differs from the table's model in more than W_O")
+    # positions, classes, layout, outputs, constant row and final norm (the same frozen object, with
+    # read-only weights, is equal without a look at its entries)
+    for f in fields(Model):
+        if f.compare and f.name not in ("W_O", "name") and not _same_value(getattr(model, f.name),
+                                                                         getattr(table.model, f.name)):
+            raise TableMismatch(f"the model differs from the table's model in more than W_O ({f.name})")
     if plan.n_eval != table.n_eval or plan.covered != table.covered:
         raise TableMismatch(f"the plan evaluates {plan.n_eval} points covering {plan.covered}, the table "
                             f"{table.n_eval} covering {table.covered}")
