@@ -192,6 +192,8 @@ def guard_fit(n_vectors: int, n_classes: int) -> None:
 
 def _tied_variables(C: int, d: int, ties) -> tuple[np.ndarray, int]:
     """var[c, r]: the LP variable of entry (c, r), equal for entries tied by the generators."""
+    if not ties:
+        return np.arange(C * d).reshape(C, d), C * d
     parent = np.arange(C * d)
 
     def find(a):
@@ -517,10 +519,9 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         return Readout(np.full((C, d), Fraction(0), dtype=object), 0, lp_norm, Fraction(0), N, rounds,
                        "the LP found no read-out with a positive margin")
     bits, norm, Wq = best
-    W_O = np.empty((C, d), dtype=object)
     den = 2**bits
-    for (c, r), v in np.ndenumerate(Wq):
-        W_O[c, r] = Fraction(int(v), den)
+    values, where = np.unique(Wq, return_inverse=True)  # one Fraction per distinct entry
+    W_O = np.array([Fraction(int(v), den) for v in values] + [None], dtype=object)[:-1][where.reshape(C, d)]
     W_O.flags.writeable = False
     note = (f"max-margin read-out: LP over {N} distinct hidden vectors x {C} classes ({rounds} round{'s' if rounds != 1 else ''} of "
             f"constraint generation, warm-started dual simplex), entries multiples of 2^-{bits}")
@@ -611,23 +612,30 @@ def _tied_average(W: np.ndarray | None, var: np.ndarray, y: np.ndarray, C: int) 
 
 
 def _best_mix(M0: np.ndarray, M1: np.ndarray) -> tuple[float, float]:
-    """lambda in [0, 1] maximizing min over pairs of (1 - lambda) M0 + lambda M1 (concave in lambda:
-    ternary search), and that minimum."""
+    """lambda in [0, 1] maximizing min over pairs of (1 - lambda) M0 + lambda M1 (concave and
+    piecewise linear in lambda: bisection on the slope of the line attaining the minimum), and that
+    minimum."""
     finite = np.isfinite(M0)
     a, b = M0[finite], M1[finite] - M0[finite]
+    if a.size:  # only pairs whose line dips below the best line's top can be the minimum somewhere
+        top = np.maximum(a, a + b).min()
+        keep = np.minimum(a, a + b) <= top
+        a, b = a[keep], b[keep]
+
+    if not a.size:
+        return 0.0, np.inf
 
     def f(lam):
         return float((a + lam * b).min())
 
     lo, hi = 0.0, 1.0
-    for _ in range(60):
-        m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-        if f(m1) < f(m2):
-            lo = m1
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if b[int(np.argmin(a + mid * b))] > 0:  # the minimum still rises to the right of mid
+            lo = mid
         else:
-            hi = m2
-    lam = (lo + hi) / 2
-    return lam, f(lam)
+            hi = mid
+    return max(((lam, f(lam)) for lam in ((lo + hi) / 2, 0.0, 1.0)), key=lambda p: p[1])
 
 
 def with_max_margin_readout(model: Model, task, symmetry: str = "auto", max_points: int | None = None):
