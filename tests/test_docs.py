@@ -61,6 +61,26 @@ def _mask(text: str) -> str:
 
 BLOCKS = doc_blocks()
 
+sys.path.insert(0, os.path.dirname(__file__))
+from cli_in_process import run_command  # noqa: E402
+
+_JSON: dict = {}  # command line -> (exit code, its --json document), each command run once per session
+
+
+def run_json(cmd: str) -> tuple[int, dict, str]:
+    """(exit code, document, stderr) of `cmd --json`, run in-process once (several tests and
+    tables name the same command)."""
+    if cmd not in _JSON:
+        code, out, err = run_command(shlex.split(cmd) + ["--json"])
+        _JSON[cmd] = (code, json.loads(out), err)
+    return _JSON[cmd]
+
+
+def _expected_exit(expected):
+    if expected and re.fullmatch(r"\(exit \d+\)", expected[-1]):
+        return int(expected[-1][6:-1]), expected[:-1]
+    return 0, expected
+
 
 def test_docs_have_tested_examples():
     files = {b[0] for b in BLOCKS}
@@ -69,10 +89,28 @@ def test_docs_have_tested_examples():
 
 @pytest.mark.parametrize("path,line,cmd,expected", BLOCKS, ids=[f"{b[0]}:{b[1]}" for b in BLOCKS])
 def test_documented_command_prints_what_the_docs_say(path, line, cmd, expected):
-    exit_code = 0
-    if expected and re.fullmatch(r"\(exit \d+\)", expected[-1]):
-        exit_code = int(expected[-1][6:-1])
-        expected = expected[:-1]
+    """Run in-process (tests/cli_in_process.py: the entry point pyproject.toml names, in the
+    repository's folder); the next test runs one block per console script as a real subprocess."""
+    exit_code, expected = _expected_exit(expected)
+    code, out, err = run_command(shlex.split(cmd))
+    assert code == exit_code, (cmd, code, err)
+    assert _mask(out.rstrip("\n")) == _mask("\n".join(expected)), f"{path}:{line}: `{cmd}` prints\n{out}"
+
+
+def _one_block_per_script():
+    """The first documented block of each console script the docs run."""
+    firsts = {}
+    for b in BLOCKS:
+        firsts.setdefault(shlex.split(b[2])[0], b)
+    return list(firsts.values())
+
+
+@pytest.mark.parametrize("path,line,cmd,expected", _one_block_per_script(),
+                         ids=[shlex.split(b[2])[0] for b in _one_block_per_script()])
+def test_installed_script_prints_what_the_docs_say(path, line, cmd, expected):
+    """The installed console script, as a subprocess: its exit status through the OS and its
+    stdout are what the block says (once per script; every block runs in-process above)."""
+    exit_code, expected = _expected_exit(expected)
     argv = shlex.split(cmd)
     argv[0] = os.path.join(BIN, argv[0])
     r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -193,11 +231,8 @@ def all_sizes_rows():
 def test_all_sizes_tables_hold_what_the_commands_prove(table, cmd, finite, margin):
     """A row of the table of proofs for every size exits 0 (proven); a partial row exits 3 and names
     the parameters that stay finite; an exact margin cell is the printed margin."""
-    argv = shlex.split(cmd) + ["--json"]
-    argv[0] = os.path.join(BIN, argv[0])
-    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    info = json.loads(r.stdout)
-    assert (r.returncode, info["verdict"]) == ((0, "proven") if table == "proven" else (3, "partial")), r.stderr
+    code, info, err = run_json(cmd)
+    assert (code, info["verdict"]) == ((0, "proven") if table == "proven" else (3, "partial")), err
     if finite is not None:
         assert [f["parameter"] for f in info["finite_only"]] == [p.strip() for p in finite.split(",")]
     try:
@@ -226,10 +261,7 @@ def test_reproduce_paper_rows_print_what_their_commands_print(claim):
         m = re.match(r"(\d+) layers?, heads ([\d,]+), d'=(\d+); (\d+)/(\d+) points covered \((\d+) evaluated\), "
                      r"min margin ([^;\s]+)", detail)
         assert m, detail
-        argv = shlex.split(cmd) + ["--json"]
-        argv[0] = os.path.join(BIN, argv[0])
-        out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        info = json.loads(out.stdout)
+        info = run_json(cmd)[1]
         got = (str(info["layers"]), ",".join(map(str, info["heads"])), str(info["d_model"]),
                str(info["points_covered"]), str(info["points_total"]), str(info["points_checked"]),
                info["min_margin"]["exact"])
@@ -369,8 +401,38 @@ def test_the_source_check_catches_a_table_without_a_source(tmp_path):
     assert "command" in problems[2] and "no test nope" in problems[3]
 
 
-def test_regenerated_tables_are_what_their_commands_print():
-    """docs/regenerate.py --check: every CI row of every `<!-- regenerate: commands -->` table."""
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "docs", "regenerate.py"), "--check"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=1200)
-    assert r.returncode == 0, r.stdout + r.stderr
+def _regenerate_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_regenerate", os.path.join(ROOT, "docs", "regenerate.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_regenerated_tables_are_what_their_commands_print(monkeypatch, capsys):
+    """docs/regenerate.py --check: every CI row of every `<!-- regenerate: commands -->` table.
+    The script's own main runs here; each row's command runs in-process, once (README and
+    docs/results.md share rows), exit codes as the script accepts them."""
+    regenerate = _regenerate_module()
+
+    def in_process(command):
+        code, doc, err = run_json(command)
+        if code not in (0, 1, 3):
+            raise RuntimeError(f"`{command}` exited {code}: {err.strip()}")
+        return doc
+
+    monkeypatch.setattr(regenerate, "run_json", in_process)
+    code = regenerate.main(["--check"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.strip() == "every CI row is what its command prints"
+
+
+def test_regenerate_runs_the_installed_command():
+    """docs/regenerate.py's own run_json (a subprocess of the installed script) reads the same
+    document the in-process run does (seconds aside)."""
+    cmd = "verify-construction sc --length 4 --alphabet 3"
+    doc = _regenerate_module().run_json(cmd)
+    strip = lambda d: json.loads(_mask(json.dumps(d, sort_keys=True)).replace("<t>", "0"))
+    assert strip(doc) == strip(run_json(cmd)[1])
