@@ -480,20 +480,20 @@ class IntervalForward:
         self.usable = ok
         self.decided = 0  # points certified correct so far (read by the verdict's path line)
 
-    def _exact_scores(self, li: int, hi: int, Hnum: np.ndarray, den: int, q: int) -> Interval | None:
+    def _exact_scores(self, li: int, hi: int, nums, den: int, q: int) -> Interval | None:
         """The first softmax layer's scores from the exact stream: W_QK = W_int 2^-e with integer
-        W_int, so s = h_j^T W_int h_k 2^-e / den^2 with integer numerators Hnum.  When
-        max|Hnum|^2 sum|W_int| < 2^53 every partial sum of the float64 products is an integer
-        below 2^53, hence exact; the scaling by 2^-e is exact and the one division by den^2 is
-        correctly rounded (error <= u |s| + eta/2).  None when the form or the bound fails."""
+        W_int, so s = h_j^T W_int h_k 2^-e / den^2 with integer numerators `nums` = (Hf, max|H|)
+        (`_numerators`: Hf holds them exactly).  When max|H|^2 sum|W_int| < 2^53 every partial
+        sum of the float64 products is an integer below 2^53, hence exact; the scaling by 2^-e is
+        exact and the one division by den^2 is correctly rounded (error <= u |s| + eta/2).  None
+        when the form or the bound fails."""
         form = self.first_int[hi]
-        if form is None or Hnum.dtype == object or den * den >= 2**53:
+        if form is None or nums is None or den * den >= 2**53:
             return None
         W_int, e, total = form
-        M = float(np.abs(Hnum).max()) if Hnum.size else 0.0
+        Hf, M = nums
         if M * M * total >= 2.0 ** 53:
             return None
-        Hf = Hnum.astype(np.float64)
         Qf = Hf[:, Hf.shape[1] - q:]
         S = _matmul(Qf, W_int.T) @ Hf.transpose(0, 2, 1)  # exact integers (B, q, j)
         S *= 2.0 ** -e
@@ -531,7 +531,8 @@ class IntervalForward:
             return status, lo_out, hi_out, pos_out
         if Hnum.dtype == object and max((abs(int(v)) for v in Hnum.flat), default=0) < 2**53:
             Hnum = Hnum.astype(np.int64)  # the big-integer prefix's numbers, as the float64 prefix gives them
-        X = _stream(Hnum, den)
+        nums = _numerators(Hnum)
+        X = _stream(Hnum, den, nums)
         if X is None:
             return status, lo_out, hi_out, pos_out
         ok = np.ones(B, dtype=bool)
@@ -557,7 +558,7 @@ class IntervalForward:
             if heads:
                 upd = None
                 for hi_, (qk, v, kind, c) in enumerate(heads):
-                    S = self._exact_scores(li, hi_, Hnum, den, Q.m.shape[1]) if li == 0 and norm_attn is None else None
+                    S = self._exact_scores(li, hi_, nums, den, Q.m.shape[1]) if li == 0 and norm_attn is None else None
                     if S is None:
                         Wq = lin(GQ, qk, radius_product=rp)  # rows: queries k, (W_QK h_k)^T
                         S = mul(Wq, _transpose(G), radius_product=rp)  # (B, q, j): score of key j for query k
@@ -666,27 +667,41 @@ def _broadcast(b: Interval, shape) -> Interval:
     return Interval(np.broadcast_to(b.m, shape + b.m.shape), np.broadcast_to(b.r, shape + b.r.shape))
 
 
-def _stream(Hnum: np.ndarray, den: int) -> Interval | None:
+def _numerators(Hnum: np.ndarray):
+    """(Hf, top): integer numerators as float64 and max |Hnum|, or None when some |value| >= 2^53
+    (or the array is of big integers).  Every |v| < 2^53 converts exactly; for int64 entries
+    conversion rounds monotonically and 2^53 is a float, so |fl(v)| >= 2^53 exactly when
+    |v| >= 2^53: testing the converted array decides the bound (a NaN fails it too)."""
+    if Hnum.dtype == object:
+        if max((abs(int(v)) for v in Hnum.flat), default=0) >= 2**53:
+            return None
+        Hnum = Hnum.astype(np.int64)
+    Hf = Hnum.astype(np.float64)
+    top = float(max(Hf.max(), -Hf.min())) if Hf.size else 0.0
+    return (Hf, top) if top < 2.0 ** 53 else None
+
+
+def _stream(Hnum: np.ndarray, den: int, nums=False) -> Interval | None:
     """The exact stream Hnum / den as an interval (None when it does not fit float64 safely).
     Integer numerators below 2^53 (numpy int64 or Python ints) go through the same division, so
-    the float64 and big-integer prefixes give the same interval."""
-    if Hnum.dtype == object:
-        big = max((abs(int(v)) for v in Hnum.flat), default=0)
-        if big < 2**53:
-            Hnum = Hnum.astype(np.int64)
-    if Hnum.dtype == object or abs(den) >= 2**53:
+    the float64 and big-integer prefixes give the same interval.  `nums`: `_numerators(Hnum)`
+    when the caller has it."""
+    if nums is False:
+        nums = _numerators(Hnum)
+    if nums is not None and abs(den) < 2**53:
+        Hf = nums[0]
+        if den == 1:
+            return Interval(Hf, None)  # integers below 2^53: exact
+        M = Hf / float(den)  # one correctly rounded division per entry: finite (|Hf| < 2^53, den >= 1)
+    else:
+        if Hnum.dtype != object and (Hnum.size and np.abs(Hnum).max() >= 2**53):
+            return None
         try:
             M = np.vectorize(lambda v: float(Fraction(int(v), den)), otypes=[np.float64])(Hnum)
         except OverflowError:
             return None
-    else:
-        if Hnum.size and np.abs(Hnum).max() >= 2**53:
+        if not np.isfinite(M).all():
             return None
-        M = Hnum.astype(np.float64) / float(den)  # one correctly rounded division per entry
-    if not np.isfinite(M).all():
-        return None
-    if den == 1 and Hnum.dtype != object:
-        return Interval(M, None)  # integers below 2^53: exact
     # a correctly rounded quotient errs by at most u |M| (at most eta/2 if it is subnormal); U |M|
     # is exact unless it is subnormal (then it loses at most eta/2): U |M| + eta covers both
     R = np.abs(M)
