@@ -274,9 +274,11 @@ def _scores(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     2^53 (|X| row sums times max |C|), else python-flint integers."""
     N, d = X.shape
     if X.dtype != object and C.dtype != object:
-        xs = int(np.abs(X).sum(axis=1).max()) if N else 0
+        # max |X| first: an int64 row sum of |X| may wrap past 2^63 (then it is not taken)
+        xa = int(np.abs(X).max()) if X.size else 0
+        xs = int(np.abs(X).sum(axis=1).max()) if N and xa * d < INT64_LIMIT else xa * d
         cm = int(np.abs(C).max()) if C.size else 0
-        if xs * cm < FLOAT_EXACT_LIMIT:
+        if 0 <= xa and 0 <= cm and xs * cm < FLOAT_EXACT_LIMIT:
             return (X.astype(np.float64) @ C.T.astype(np.float64)).astype(np.int64)
     import flint
 
