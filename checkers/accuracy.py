@@ -222,7 +222,7 @@ class PointDecider:
                               Fraction(float(np.nextafter(low + tab.tau, np.inf))), at, at)
                 todo = np.nonzero(status < 0)[0]
             elif self._interval_forward() is not None:
-                Hnum, den = self._stream_in(ids)
+                Hnum, den = self._stream_in(ids, floats=True)
                 n = ids.shape[1]
                 if batch.labels.ndim == 1:
                     lab = np.full((len(ids), n), -1, dtype=np.int64)
@@ -265,12 +265,20 @@ class PointDecider:
             m = (Fraction(int(good[j]), den), int(batch.index[~bad][j]))
         return int((~bad).sum()), [int(i) for i in batch.index[bad]], m
 
-    def _stream_in(self, ids):
+    def _stream_in(self, ids, floats: bool = False):
         """(Hnum, den): the exact stream entering the first non-rational layer.  With no rational
         layer before it, that is the one-hot embedding itself (built directly: the prefix evaluator
-        would multiply it by an identity matrix)."""
+        would multiply it by an identity matrix).  floats (the float64 intervals, no norm): on the
+        prefix's float64 path (integers proven below 2^53) its stream itself, float64 holding
+        exact integers, instead of the same numbers read out by the identity W_O as int64."""
         if self.decider.first:
-            return self.prefix.logits_all(ids)
+            ev = self.prefix
+            if floats and ev.use_float and not self.model.has_norm_or_smooth \
+                    and ev.denominator == ev.stream_denominator:  # W_O = I: logits = stream, c = 1
+                X, k = ev._stream(ids, last_only=False)
+                if k == 1:
+                    return X, ev.denominator
+            return ev.logits_all(ids)
         B, n = ids.shape
         V, d = len(self.model.vocab), self.model.dim
         H = np.zeros((B, n, d), dtype=np.int64)

@@ -676,7 +676,7 @@ def _numerators(Hnum: np.ndarray):
         if max((abs(int(v)) for v in Hnum.flat), default=0) >= 2**53:
             return None
         Hnum = Hnum.astype(np.int64)
-    Hf = Hnum.astype(np.float64)
+    Hf = Hnum.astype(np.float64, copy=False)  # float64 input: integers already (the prefix's float path)
     top = float(max(Hf.max(), -Hf.min())) if Hf.size else 0.0
     return (Hf, top) if top < 2.0 ** 53 else None
 
