@@ -700,7 +700,9 @@ def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, pro
     integers of a model without an a-priori bound): a stream number past it before a layer ends
     the run (BadInput), since that layer could cube it; deadline (perf_counter time, seconds,
     what): a layer that would start after it ends the run too (BadInput)."""
-    X = embed_rows(model, token_ids, dtype)  # (B, n, d)
+    # the first layer's fused heads read the one-hot embedding through the token ids (no X0 built)
+    onehot = bool(fused and fused[0] is not None and fused[0][3] and W[0][0])
+    X = np.zeros((len(token_ids), token_ids.shape[1], model.dim)) if onehot else embed_rows(model, token_ids, dtype)
     Xa = None
     nl = len(W)
     for li, (ATs, BTs, coefs, L, mlp) in enumerate(W):
@@ -720,7 +722,10 @@ def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, pro
             Xa = np.abs(X)  # exact values so far (proven or checked): their magnitudes
         if ATs:
             if fused is not None and fused[li] is not None and Xa is None and X.dtype == np.float64:
-                X = _attention_fused(X, fused[li], L, last)
+                if li == 0 and onehot:  # the stream is still the one-hot embedding (X is a placeholder)
+                    X = _attention_onehot(X, token_ids, model, fused[li], L, last)
+                else:
+                    X = _attention_fused(X, fused[li], L, last)
             else:
                 X, Xa = _attention(X, Xa, ATs, BTs, coefs, L, last, absw)
         if mlp is not None:
@@ -754,7 +759,10 @@ def _fused_weights(L: IntLayer):
         return None
     AT = _float(np.concatenate([A.T for A in L.A], axis=1))
     BT = _float(np.concatenate([M.T for M in scaled], axis=0))
-    return AT, BT, np.array([k == "relu" for k in L.kinds], dtype=bool)
+    # _attention_onehot adds up to three rows of coef_i B_i^T (token, position, constant) before any bound
+    # applies: below 2^53 when every entry is below 2^53 / 3
+    onehot = _all_below(scaled, FLOAT_EXACT_LIMIT // 3)
+    return AT, BT, np.array([k == "relu" for k in L.kinds], dtype=bool), onehot
 
 
 def _attention_fused(X: np.ndarray, fw, L: IntLayer, last: bool) -> np.ndarray:
@@ -763,13 +771,60 @@ def _attention_fused(X: np.ndarray, fw, L: IntLayer, last: bool) -> np.ndarray:
     [V_1 ... V_m] [coef_1 B_1^T; ...; coef_m B_m^T].  Each product is a sum of the same terms as the
     head-by-head pass, whose every partial sum `magnitude_bound` bounds (the layer's new stream
     bound covers the sum over heads, the entries coef_i B_i are below 2^53): exact in any order."""
-    AT, BT, relu = fw
+    AT, BT, relu, _ = fw
     B, n, d = X.shape
     m = len(relu)
     Q = X[:, -1:, :] if last else X
     q = Q.shape[1]
     U = (Q.reshape(B * q, d) @ AT).reshape(B, q * m, d)  # row (k, i): (A_i x_k)^T
     S = np.matmul(U, X.transpose(0, 2, 1)).reshape(B, q, m, n)  # (query k, head i, key j)
+    Wt = _fused_weights_of_scores(S, relu, L, last)
+    V = np.matmul(Wt.reshape(B, q * m, n), X)  # (B, q m, d): sum_j w_j x_j per query and head
+    return Q * L.x_scale + (V.reshape(B * q, m * d) @ BT).reshape(B, q, d)
+
+
+def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L: IntLayer, last: bool) -> np.ndarray:
+    """`_attention_fused` on the embedding itself (the first layer): every row x_j of X0 is the sum of
+    the one-hot rows of its token, its position and the constant, so each product with X0 is the sum of
+    two or three gathered rows of the other operand, with no product at all.  The sums are the same
+    terms as the dense products' (the others are exact zeros) and so bounded the same way, except the
+    rows x_j coef_i B_i^T, whose entries are each below 2^53 / 3 (`_fused_weights`); where a head's
+    weights are all zero such a row may be inexact, but it is finite and meets only zeros."""
+    AT, BT, relu, _ = fw
+    B, n, d = X.shape
+    m = len(relu)
+    V = len(model.vocab)
+    const = model.constant_index if model.constant_row else None
+    ids = np.asarray(token_ids, dtype=np.int64)
+    qk = np.array([n - 1]) if last else np.arange(n)  # the queries' positions
+    q = len(qk)
+    U = AT[ids[:, qk]] + AT[V + qk][None, :, :]  # (B, q, m d): row k is x_k [A_1^T ... A_m^T]
+    if const is not None:
+        U += AT[const]
+    U = U.reshape(B, q * m, d)
+    S = np.take_along_axis(U, ids[:, None, :], axis=2) + U[:, :, V:V + n]  # (B, q m, n): x_j . (A_i x_k)
+    if const is not None:
+        S += U[:, :, const:const + 1]
+    Wt = _fused_weights_of_scores(S.reshape(B, q, m, n), relu, L, last)
+    BT3 = BT.reshape(m, d, d)  # head i's coef_i B_i^T
+    XB = BT3[:, ids] + BT3[:, V:V + n][:, None, :, :]  # (m, B, n, d): x_j coef_i B_i^T
+    if const is not None:
+        XB += BT3[:, const][:, None, None, :]
+    XB = XB.transpose(1, 0, 2, 3).reshape(B, m * n, d)
+    out = np.matmul(Wt.reshape(B, q, m * n), XB)  # (B, q, d): sum over heads and keys
+    b = np.arange(B)[:, None]
+    k = np.arange(q)[None, :]
+    out[b, k, ids[:, qk]] += L.x_scale  # the residual x_k x_scale, its one-hot entries
+    out[:, np.arange(q), V + qk] += L.x_scale
+    if const is not None:
+        out[:, :, const] += L.x_scale
+    return out
+
+
+def _fused_weights_of_scores(S: np.ndarray, relu: np.ndarray, L: IntLayer, last: bool) -> np.ndarray:
+    """S (B, q, m, n) exact scores (query, head, key) -> the heads' exact weights: relu, or lam / |M| on
+    each argmax set (hardmax), over the visible keys (a causal mask; the last query sees every key)."""
+    n = S.shape[3]
     visible = None if (last or not L.causal) else causal_mask(n, np.arange(n)).T[None, :, None, :]  # (1, q, 1, n)
     if relu.all():
         Wt = np.maximum(S, 0)
@@ -787,8 +842,7 @@ def _attention_fused(X: np.ndarray, fw, L: IntLayer, last: bool) -> np.ndarray:
         if visible is not None:
             at_max &= visible
         Wt[:, :, ~relu] = np.where(at_max, np.floor_divide(L.lam, at_max.sum(axis=3, keepdims=True)), 0)
-    V = np.matmul(Wt.reshape(B, q * m, n), X)  # (B, q m, d): sum_j w_j x_j per query and head
-    return Q * L.x_scale + (V.reshape(B * q, m * d) @ BT).reshape(B, q, d)
+    return Wt
 
 
 def _attention(X, Xa, ATs, BTs, coefs, L: IntLayer, last: bool, absw, x_scale: int | None = None):
