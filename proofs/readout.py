@@ -13,7 +13,10 @@ largest absolute entry of its W_O.  The LP optimum is the largest normalized mar
 read-out reaches on these hidden vectors.
 
 The LP is solved in floats (HiGHS) by constraint generation (each vector against its few
-closest competitors, violated pairs added until none is left), its answer is rounded to a dyadic
+closest competitors, violated pairs added until none is left; one model kept across the rounds,
+dual simplex warm-started from the last basis, within a deterministic work budget that grows with
+the dataset: lp_budget; past it the best read-out found, or its mix with a cheap one, is kept),
+its answer is rounded to a dyadic
 grid 2^-b (the coarsest b whose exact margin on the vectors is within 2^-8 of the LP's), and
 the model with that W_O is then verified exactly on every point, as usual: nothing here is a
 verdict.
@@ -444,7 +447,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         lp.add(_pair_rows(np.array(new_pairs, dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var))
         size = lp.rows + lp.n_col
         limit = (budget - work) // size
-        if limit < 1 and best_W is not None:
+        if limit < 1 and best_W is not None:  # (with nothing to keep, one iteration past the budget)
             budget_left = False
             break
         status, sol, its = lp.solve(max(limit, 1))
@@ -458,7 +461,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         M = S[np.arange(N), y][:, None] - S
         M[np.arange(N), y] = np.inf
         if best_W is None or M.min() > best_low:
-            best_W, best_low = W, float(M.min())
+            best_W, best_low, mixed = W, float(M.min()), None
         if status == "optimal":
             t = bound = float(sol[-1])
             # t bounds the optimum from above (fewer constraints), min M from below (this W on every
