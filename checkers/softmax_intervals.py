@@ -293,16 +293,18 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
         # (yr_ji = yr_i): the rounding term's max_j |y_ji| by the point's max over all of |Y|
         # (larger, so still a bound: it is only multiplied by gamma_k), and
         # sum_j xr_kj (|y_ji| + yr_i) = sum_j xr_kj |y_ji| + (sum_j xr_kj) yr_i, the second term
-        # an upper bound of the row sum (_bound) times yr_i: one more non-negative product in the
-        # float sum of k + 2 (_bound), instead of (|Ym| + Yr) rounded up entry by entry
-        ypt = _rowmax(absY)  # (B, 1, 1)
+        # bounded with the first term's ||x_k||_1 cmax_i below; R is then a float sum of k + 1
+        # non-negative products (the k of Xr |Ym|, one outer product), bounded by _bound
+        # (B, 1, 1); with yr, cmax >= yr_i, so ||x_k||_1 cmax_i + (sum_j xr_kj) yr_i is at most
+        # (||x_k||_1 + sum_j xr_kj) cmax_i: one outer product (one float product in the sum)
+        ypt = _rowmax(absY)
         cmax = _up1(g * ypt) if Y.r is None else _up1(Y.r + _up1(g * ypt))
+        norms = _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k)  # >= ||x_k||_1
+        if Y.r is not None:
+            norms = _up1(norms + _bound(X.r.sum(axis=-1, keepdims=True), k))  # + sum_j xr_kj, rounded up
         R = X.r @ absY
-        R += _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k) * cmax
-        if Y.r is None:
-            return Interval(m, _bound(R, k + 1, extra=k))
-        R += _bound(X.r.sum(axis=-1, keepdims=True), k) * Y.r
-        return Interval(m, _bound(R, k + 2, extra=k))
+        R += norms * cmax
+        return Interval(m, _bound(R, k + 1, extra=k))
     # per column i: max_j (yr_ji + gamma_k |y_ji|) <= max_j yr_ji + gamma_k max_j |y_ji| (equal when
     # the radius is shared by every row j); _up1, + and * by g >= 0 are monotone, so rounding the
     # maxima up bounds the maximum of the rounded terms
