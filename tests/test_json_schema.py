@@ -252,10 +252,15 @@ def test_verify_construction_robustness_and_readouts(argv, capsys):
                                                                                           "float32"}
 
 
-@pytest.mark.parametrize("argv", [["--task", "tm", "--len", "3", "--bounds"], ["--task", "icqa", "--k", "1"]])
+@pytest.mark.parametrize("argv", [["--task", "tm", "--len", "2", "--bounds"], ["--task", "icqa", "--k", "1"]])
 def test_find_dependence_bounds_and_fittable(argv, capsys):
+    """tm at length 2 (4 points) has the whole --bounds object (3/4 correct at most, one certificate)
+    in a fraction of the seconds length 3 takes."""
     code, doc = run_json("find-dependence", argv, capsys)
     assert code == 0 and doc["verdict"] in ("fittable", "not_fittable")
+    if "--bounds" in argv:
+        b = doc["bounds"]
+        assert b["upper_search_complete"] and 0 < b["lower_correct"] <= b["upper_correct"] < b["total"], b
 
 
 def test_export_transformerlens_json(tmp_path, capsys):
