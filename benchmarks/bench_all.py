@@ -100,8 +100,8 @@ QUICK_RATIOS = {
     "multi-hop linear": 1.4,
     "composition, preimage doubling (causal)": 1.2,
     "parity, binary tree": 2.3,
-    "ICQA, layer 2 softmax (scale 64)": 2.8,
-    "random 2-layer softmax + MLP": 7.2,
+    "ICQA, layer 2 softmax (scale 64)": 1.9,
+    "random 2-layer softmax + MLP": 3.3,
 }
 
 
