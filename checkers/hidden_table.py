@@ -47,7 +47,8 @@ class HiddenTable:
     first       (N,) the plan position of the first point with this row (plan order)
     first_point (N,) that point's dataset index (replay with --point)
     counts      (N,) how many of the plan's points have this row
-    row_of      (n_eval,) each plan position's row
+    row_of      (n_eval,) each plan position's row (positions in the order the task's batches give them)
+    point_at    (n_eval,) each plan position's dataset index
     indices     the plan's point indices (None: every point in index order); n_eval, covered: its counts
     path        the arithmetic the layers were evaluated in; seconds: wall time of the pass
     """
@@ -65,6 +66,7 @@ class HiddenTable:
     first_point: np.ndarray
     counts: np.ndarray
     row_of: np.ndarray
+    point_at: np.ndarray
     path: str
     seconds: float
 
@@ -72,12 +74,12 @@ class HiddenTable:
         """The rows of these dataset points (in their order), or None when some point is not one of
         the table's."""
         points = np.asarray(points, dtype=np.int64).reshape(-1)
-        if self.indices is None:
+        if self.indices is None and np.array_equal(self.point_at, np.arange(self.n_eval)):  # every point in order
             if len(points) and (points.min() < 0 or points.max() >= self.n_eval):
                 return None
             return self.row_of[points]
-        order = np.argsort(self.indices, kind="stable")
-        ordered = self.indices[order]
+        order = np.argsort(self.point_at, kind="stable")
+        ordered = self.point_at[order]
         at = np.searchsorted(ordered, points)
         if len(points) and (at.max() >= len(ordered) or not np.array_equal(ordered[at], points)):
             return None
@@ -170,6 +172,7 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
     seen: dict = {}
     rows, labels, first = [], [], []
     row_of = np.empty(plan.n_eval, dtype=np.int64)
+    point_at = np.empty(plan.n_eval, dtype=np.int64)
     pos = 0
     den = ev.stream_denominator
     timed = False
@@ -183,6 +186,7 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
         B = len(ys)
         if pos + B > plan.n_eval:
             raise RuntimeError(f"the task gave more than the plan's {plan.n_eval} points")
+        point_at[pos:pos + B] = batch.index
         if H.dtype != object:
             # the batch's distinct rows in one numpy pass, then the dictionary once per distinct row
             both = np.ascontiguousarray(np.concatenate([H, ys[:, None]], axis=1))
@@ -227,12 +231,12 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
     for i, r in enumerate(rows):
         X[i, :] = r if small or r.dtype == object else [int(v) for v in r]
     first_arr = np.asarray(first, dtype=np.int64)
-    first_point = first_arr if plan.indices is None else np.asarray(plan.indices, dtype=np.int64)[first_arr]
+    first_point = point_at[first_arr]
     indices = None if plan.indices is None else _frozen(np.array(plan.indices, dtype=np.int64))
     return HiddenTable(model, task, indices, plan.n_eval, plan.covered, plan.note, _frozen(X), int(den),
                        _frozen(np.asarray(labels, dtype=np.int64)), _frozen(first_arr),
                        _frozen(np.array(first_point, dtype=np.int64)),
-                       _frozen(np.bincount(row_of, minlength=N).astype(np.int64)), _frozen(row_of), ev.path,
+                       _frozen(np.bincount(row_of, minlength=N).astype(np.int64)), _frozen(row_of), _frozen(point_at), ev.path,
                        time.perf_counter() - t0)
 
 

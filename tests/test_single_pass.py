@@ -93,6 +93,25 @@ def test_failure_past_the_first_point_and_the_margin_up_to_it():
     assert one.points_checked > 1 and one.counterexample.index > 0 and one.min_margin == 0
 
 
+def test_rows_of_points():
+    """The fit reads the rows of the points it needs; a point the table did not evaluate gives None."""
+    task = make_task("tm", l=4, alphabet=4)
+    model = constructions.build(task, "ternary", False).model
+    reps = _layers_plan(model, task, "auto")
+    assert reps.indices is not None  # the ternary layers are equivariant: one point per orbit
+    table = hidden_table(model, task, reps, progress=False)
+    assert np.array_equal(table.point_at, reps.indices)
+    assert np.array_equal(table.rows_of_points(reps.indices[::-1]), table.row_of[::-1])
+    missing = next(i for i in range(task.size) if i not in set(reps.indices.tolist()))
+    assert table.rows_of_points([int(reps.indices[0]), missing]) is None
+    full = hidden_table(model, task, plan_points(model, task, "off"), progress=False)
+    assert full.rows_of_points([task.size]) is None
+    assert np.array_equal(full.rows_of_points(reps.indices), full.row_of[reps.indices])
+    hv_reps = ro.hidden_vectors(model, task, "auto", table=table)
+    hv_full = ro.hidden_vectors(model, task, "auto", table=full)  # the orbit representatives' rows of all points
+    assert np.array_equal(hv_reps.X, hv_full.X) and np.array_equal(hv_reps.labels, hv_full.labels)
+
+
 def test_big_integer_layers():
     """Layers whose values pass 2^53: the table holds exact big integers (checked or exact path)."""
     task = make_task("tm", l=3, alphabet=3)
