@@ -55,6 +55,7 @@ MAX_LP_ROWS = 10_000  # one LP never has more pairs than this (its memory), what
 LP_WORK_PER_POINT_DIM = 4
 LP_WORK_MIN = 50_000  # about 2 ms
 LP_WORK_MAX = 200_000_000  # about 6 s
+ROUND_WORK = 10_000  # charged per round: its fixed cost (the rows built, a HiGHS call, the scores of every pair)
 # few pairs per vector and round: each round's LP is solved to its optimum sooner, so a budget-limited
 # fit ends on better read-outs (measured: tm l = 5 ternary 1.68 against 0.54 with 8, l = 6 heads the same),
 # and small LPs reach the same optimum (tm l = 3, 4)
@@ -200,25 +201,17 @@ def _tied_variables(C: int, d: int, ties) -> tuple[np.ndarray, int]:
     """var[c, r]: the LP variable of entry (c, r), equal for entries tied by the generators."""
     if not ties:
         return np.arange(C * d).reshape(C, d), C * d
-    parent = np.arange(C * d)
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
 
-    def find(a):
-        root = a
-        while parent[root] != root:
-            root = parent[root]
-        while parent[a] != root:
-            parent[a], a = root, parent[a]
-        return root
-
-    for pi, kappa in ties:
-        src = np.arange(C * d)
-        dst = (kappa[:, None] * d + pi[None, :]).ravel()
-        for a, b in zip(src.tolist(), dst.tolist()):
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-    roots = np.array([find(a) for a in range(C * d)])
-    _, var = np.unique(roots, return_inverse=True)
+    src = np.tile(np.arange(C * d), len(ties))
+    dst = np.concatenate([(kappa[:, None] * d + pi[None, :]).ravel() for pi, kappa in ties])
+    graph = sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(C * d, C * d))
+    # components numbered in the order of their smallest entry (as a union-find keeping the smaller root)
+    _, label = connected_components(graph, directed=True, connection="weak")
+    first = np.full(label.max() + 1, C * d)
+    np.minimum.at(first, label, np.arange(C * d))
+    var = np.argsort(np.argsort(first, kind="stable"), kind="stable")[label]
     return var.reshape(C, d), int(var.max()) + 1
 
 
@@ -432,7 +425,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
     bound = None  # the last optimal round's t: the restricted LP bounds the optimum from above
     solved_rounds = 0
     over_cap = len(active) > MAX_LP_ROWS
-    skipped = W_lift is not None and (over_cap or budget // (min(len(active), MAX_LP_ROWS) + n_var + 1) < 1)
+    skipped = W_lift is not None and (over_cap or (budget - ROUND_WORK) // (min(len(active), MAX_LP_ROWS) + n_var + 1) < 1)
     if skipped:  # even the first LP is over the cap or the budget: the cheap read-out is kept
         best_W, best_low = W_lift, float(M_lift.min())
     elif over_cap:  # no cheap read-out to fall back on: the first LP keeps each vector's nearest competitors first
@@ -443,13 +436,17 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
     lp = None if skipped else _MarginLP(n_var, 2 * float(np.abs(Xf).sum(axis=1).max()) if N else 0.0)
     failed = None  # a status other than optimal or the iteration limit: the best so far is kept
     new_pairs = sorted(active)
+    is_active = np.zeros((N, C), dtype=bool)
+    if active:
+        is_active[tuple(np.array(new_pairs, dtype=np.int64).T)] = True
     for rounds in range(1, 0 if skipped else MAX_LP_ROUNDS + 1):
         lp.add(_pair_rows(np.array(new_pairs, dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var))
         size = lp.rows + lp.n_col
-        limit = (budget - work) // size
+        limit = (budget - work - ROUND_WORK) // size
         if limit < 1 and best_W is not None:  # (with nothing to keep, one iteration past the budget)
             budget_left = False
             break
+        work += ROUND_WORK  # a round's fixed cost, whatever its iterations
         status, sol, its = lp.solve(max(limit, 1))
         work += its * size
         if status not in ("optimal", "limit"):
@@ -479,25 +476,22 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         # the active set grows by the violated pairs: each vector's most violated competitors, the
         # most violated first overall, as many as the cap on one LP leaves room for
         room = MAX_LP_ROWS - lp.rows
-        bad = M < t - STOP_GAP * max(abs(t), 1e-12)
-        new = []
-        for i in np.nonzero(bad.any(axis=1))[0]:
-            cand = np.nonzero(bad[i])[0]
-            cand = cand[np.argsort(M[i, cand], kind="stable")]
-            taken = 0
-            for c in cand.tolist():
-                if (int(i), c) not in active:
-                    new.append((float(M[i, c]), int(i), c))
-                    taken += 1
-                    if taken == ADDED_PER_ROUND:
-                        break
+        bad = (M < t - STOP_GAP * max(abs(t), 1e-12)) & ~is_active
+        Mc = np.where(bad, M, np.inf)
+        take = np.argsort(Mc, axis=1, kind="stable")[:, :ADDED_PER_ROUND]  # ties: the smaller class first
+        ii = np.repeat(np.arange(N), take.shape[1])
+        cc = take.ravel()
+        mm = Mc[ii, cc]
+        ok = np.isfinite(mm)
+        ii, cc, mm = ii[ok], cc[ok], mm[ok]
         if room <= 0:
             at_cap = True
-        if not new or room <= 0:
+        if not len(ii) or room <= 0:
             break
-        new.sort()
-        new_pairs = [(i, c) for _, i, c in new[:room]]
+        order = np.lexsort((cc, ii, mm))[:room]  # the most violated first overall
+        new_pairs = list(zip(ii[order].tolist(), cc[order].tolist()))
         active.update(new_pairs)
+        is_active[ii[order], cc[order]] = True
     rounds = solved_rounds
     t = bound if bound is not None else 0.0
     W = best_W if best_W is not None else np.zeros((C, d))

@@ -27,6 +27,7 @@ def test_a_smaller_dataset_never_gets_more_lp_work(monkeypatch):
     # smaller dataset never spends more of it than a larger one (a small minimum, so that the
     # small sizes stop at their budgets: the fitted read-out then still verifies exactly)
     monkeypatch.setattr(ro, "LP_WORK_MIN", 500)
+    monkeypatch.setattr(ro, "ROUND_WORK", 50)
     task = make_task("tm", l=4, alphabet=4)
     model = registry.build(task, "heads", lemma3=False).model
     hv = ro.hidden_vectors(model, task)

@@ -32,6 +32,7 @@ def test_budget_is_monotone_in_points_and_width_and_bounded():
 @pytest.mark.parametrize("variant", ["heads", "ternary"])
 def test_work_never_exceeds_the_budget_and_grows_with_the_points(monkeypatch, variant):
     monkeypatch.setattr(ro, "LP_WORK_MIN", 300)
+    monkeypatch.setattr(ro, "ROUND_WORK", 50)
     task, model, hv = _fit_inputs(variant)
     work = []
     for points in (4, 40, 400, 4_000, 40_000):
@@ -48,7 +49,7 @@ def test_a_fit_stopped_at_its_budget_verifies_exactly(monkeypatch, variant):
     monkeypatch.setattr(ro, "LP_WORK_PER_POINT_DIM", 0)
     task, model, hv = _fit_inputs(variant, l=3, alphabet=4)
     n_var = ro._tied_variables(len(model.classes), hv.X.shape[1], hv.ties)[1]
-    monkeypatch.setattr(ro, "LP_WORK_MIN", 5 * (n_var + 1 + 4 * len(hv.labels)))
+    monkeypatch.setattr(ro, "LP_WORK_MIN", ro.ROUND_WORK + 5 * (n_var + 1 + 4 * len(hv.labels)))
     fit = ro.fit_max_margin(hv, len(model.classes), task.size)
     assert 0 < fit.lp_work <= fit.lp_budget and "work budget" in fit.note
     v = verify(replace(model, W_O=fit.W_O), task, symmetry="off")
