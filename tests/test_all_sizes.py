@@ -711,7 +711,7 @@ def test_constructions_outside_the_method_are_said_so(argv, needle, capsys):
     (["icqa", "--all-sizes", "--symmetry", "off"], "takes no --symmetry"),
     (["icqa", "--all-sizes", "--variant", "nope"], "unknown --variant"),
     (["icqa", "--all-sizes", "--k", "0"], "--k"),
-    (["multihop", "--k", "6", "--variant", "doubling", "--all-sizes"], "orbits"),
+    (["multihop", "--k", "5", "--variant", "doubling", "--all-sizes"], "orbits"),  # 15,625 orbits > MAX_ORBITS
     (["icqa", "--k", "5000", "--all-sizes"], "run it at small sizes"),
 ])
 def test_bad_input_exit_2_one_line(argv, needle, capsys):
