@@ -16,8 +16,8 @@ from depthcert.checkers.model import MLP, Head, Layer
 from depthcert.checkers.tasks import make_task
 
 
-def _fr(rows):
-    return np.array([[Fraction(v) for v in r] for r in rows], dtype=object)
+def _fr(rows, den=1):
+    return np.array([[Fraction(int(v), den) for v in r] for r in rows], dtype=object)
 
 
 def _same_verdict(a, b) -> None:
@@ -55,3 +55,36 @@ def test_decide_scores_when_the_int64_row_sums_of_the_table_wrap():
     assert table.X.dtype == np.int64
     assert sum(abs(int(x)) for x in table.X[0]) >= 2**63
     _same_verdict(decide(model, table, task, plan), verify(model, task, plan=plan, progress=False))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_decide_is_verify_on_random_layers_and_read_outs(seed):
+    """A random extra layer (relu/hardmax heads, causal or not, an MLP or not, weights scaled to take
+    the proven float64, the checked and the big-integer paths) and random, fitted and scaled fitted
+    read-outs: decide from the table gives exhaustive.verify's verdict field by field."""
+    from depthcert.proofs import readout as ro
+
+    rng = np.random.default_rng(seed)
+    task = make_task("tm", l=3, alphabet=2)
+    base = constructions.build(task, "heads", False).model
+    d, C = base.dim, base.W_O.shape[0]
+    kinds = set()
+    for _ in range(4):
+        big = [1, 2**40, 2**70][int(rng.integers(0, 3))]
+        heads = tuple(Head(_fr(rng.integers(-2, 3, (d, d))), _fr(rng.integers(-2, 3, (d, d)).astype(object) * big, 3),
+                           attention=("relu", "hardmax")[int(rng.integers(0, 2))]) for _ in range(int(rng.integers(1, 4))))
+        f = int(rng.integers(1, 4))
+        mlp = MLP(_fr(rng.integers(-2, 3, (f, d))), np.array([Fraction(int(v)) for v in rng.integers(-2, 3, f)], dtype=object),
+                  _fr(rng.integers(-2, 3, (d, f)).astype(object) * big),
+                  np.array([Fraction(int(v)) for v in rng.integers(-2, 3, d)], dtype=object)) if rng.integers(0, 2) else None
+        model = replace(base, layers=base.layers + (Layer(heads, causal=bool(rng.integers(0, 2)), mlp=mlp),))
+        plan = plan_points(replace(model, W_O=np.full(base.W_O.shape, Fraction(0), dtype=object)), task, "off")
+        table = hidden_table(model, task, plan, batch_size=int(rng.integers(1, 20)), progress=False)
+        fit = ro.fit_max_margin(ro.hidden_vectors(model, task, "auto", table=table), C, task.size).W_O
+        outs = [_fr(rng.integers(-3, 4, (C, d)).astype(object) * s, 2) for s in (1, 2**50, 2**80)]
+        for W in outs + [fit, np.array(fit * 2**70, dtype=object)]:
+            m = replace(model, W_O=W)
+            one = decide(m, table, task, plan)
+            _same_verdict(one, verify(m, task, plan=plan, batch_size=7, progress=False))
+            kinds.add(one.verdict)
+    assert kinds == {"verified", "refuted"}
