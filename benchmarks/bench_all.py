@@ -93,9 +93,9 @@ ROWS = [
 # over a few times its entry here (a 10x slower whole run)
 QUICK_RATIOS = {
     "ICQA copy-matching": 1.1,
-    "SC memorization": 14,
-    "TM heads l=5": 10.3,
-    "TM ternary l=5": 39,
+    "SC memorization": 3.7,
+    "TM heads l=5": 2.4,
+    "TM ternary l=5": 10.8,
     "ICTM (fixed)": 2.0,
     "multi-hop linear": 1.4,
     "composition, preimage doubling (causal)": 1.2,
