@@ -88,3 +88,28 @@ def test_decide_is_verify_on_random_layers_and_read_outs(seed):
             _same_verdict(one, verify(m, task, plan=plan, batch_size=7, progress=False))
             kinds.add(one.verdict)
     assert kinds == {"verified", "refuted"}
+
+
+@pytest.mark.parametrize("exponent", [-1060, 1000, 1100])
+def test_softmax_interval_decisions_at_extreme_read_out_scales(exponent):
+    """A random 2-layer softmax + MLP model whose first class row of W_O is scaled by 2^exponent (the
+    others zero): margins near 1e-300, subnormal, near and past float64's range.  Every point the
+    float64 intervals decide agrees with mpmath, and its enclosure holds the margin."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from independent_oracle import oracle_scan
+    from test_softmax_speed import _interval_decisions, _random_model
+
+    task, model = _random_model(seed=0, l=3, alphabet=3)
+    eps = Fraction(2) ** exponent
+    W = np.full(model.W_O.shape, Fraction(0), dtype=object)
+    W[0] = [v * eps for v in model.W_O[0]]
+    model = replace(model, W_O=W)
+    margins = {i: r.margin for i, r in oracle_scan(model, task, stop=False).points}
+    for i, status, lo, hi in _interval_decisions(model, task):
+        if status == 1:
+            assert 0 < lo <= margins[i] <= hi, (i, lo, hi)
+        elif status == -1:
+            assert margins[i] <= 0, i
