@@ -541,8 +541,10 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
                  + (f"the LP's bound is {lp_norm:.4g}" if bound is not None else "no LP bound computed"))
     if failed is not None:
         note += f"; the LP solver stopped with status {failed!r}"
-    if bound is not None and lp_norm <= 0:
-        note += "; the LP found no positive margin (no linear read-out separates these vectors)"
+    if bound is not None and lp_norm <= 0 and norm <= 0:
+        # a float64 LP's optimum of 0 is no proof that no read-out separates the vectors (values far
+        # beyond the solver's tolerances round to it): the note says what was found, nothing more
+        note += "; the LP (float64) found no positive margin"
     return Readout(W_O, bits, lp_norm, norm, N, rounds, note, work, budget)
 
 

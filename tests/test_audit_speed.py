@@ -113,3 +113,18 @@ def test_softmax_interval_decisions_at_extreme_read_out_scales(exponent):
             assert 0 < lo <= margins[i] <= hi, (i, lo, hi)
         elif status == -1:
             assert margins[i] <= 0, i
+
+
+def test_the_fit_note_never_claims_no_read_out_separates_separable_vectors():
+    """Hidden vectors near 2^51 that differ in their last bits: the float64 LP's optimum rounds to 0,
+    but a read-out with a positive exact margin exists (the fit's own W_O here).  The note said "the
+    LP found no positive margin (no linear read-out separates these vectors)": a claim of
+    non-existence resting on floating point, false here."""
+    from depthcert.proofs import readout as ro
+
+    N = 2**51
+    X = np.array([[N + 1, N, N + 2, N - 1], [N + 1, N + 1, N + 3, N + 1], [N + 1, N, N - 3, N - 1]], dtype=object)
+    hv = ro.HiddenVectors(X, 1, np.array([0, 1, 0]), (), 3, "test")
+    fit = ro.fit_max_margin(hv, 3, 3)
+    assert fit.vector_margin > 0  # the fitted read-out separates them, exactly
+    assert "no linear read-out separates" not in fit.note
