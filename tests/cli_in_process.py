@@ -1,7 +1,8 @@
 """Run a console script of pyproject.toml inside the test process, as the shell would run it.
 
-`run_command(["verify-construction", "icqa", "--k", "2"])` calls the entry point the script names
-(pyproject.toml's [project.scripts]) with the given arguments, in the repository's folder, and
+`run_command(["verify-construction", "icqa", "--k", "2"])` calls the entry point the installed
+script calls (depthcert's console_scripts entry points, i.e. pyproject.toml's [project.scripts])
+with the given arguments, in the repository's folder, and
 returns (exit code, stdout, stderr) -- what `subprocess.run` of the installed script returns, less
 the second of interpreter start and imports each subprocess costs.  Tests that need the installed
 script itself (its exit status through the OS, its console wrapper) keep a real subprocess:
@@ -11,25 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import io
 import os
 import sys
-import tomllib
+from importlib.metadata import entry_points
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @functools.cache
-def scripts() -> dict[str, str]:
-    """console script name -> "module:function" (pyproject.toml)."""
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
-        return dict(tomllib.load(fh)["project"]["scripts"])
+def scripts() -> dict:
+    """console script name -> its entry point, depthcert's only (another package may name a
+    script `train` too)."""
+    return {ep.name: ep for ep in entry_points(group="console_scripts") if ep.value.startswith("depthcert.")}
 
 
 def entry_point(name: str):
-    module, func = scripts()[name].split(":")
-    return getattr(importlib.import_module(module), func)
+    return scripts()[name].load()
 
 
 def run_command(argv: list[str], cwd: str = ROOT) -> tuple[int, str, str]:
