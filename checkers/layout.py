@@ -146,13 +146,15 @@ def _as_fraction_array(value, shape: tuple[int, int], where: str) -> np.ndarray:
 
 
 def _add_nonzero(target: np.ndarray, value: np.ndarray) -> None:
-    """target += value (object arrays of Fractions, same shape), adding only the non-zero entries
-    of value: x + 0 = x, so the sum is the same and a mostly zero block costs no Fraction additions."""
+    """target += value (object arrays of Fractions, same shape), entry by entry where value is
+    non-zero (x + 0 = x), and a Fraction addition only where target is non-zero too (0 + v = v):
+    the same sums, without an addition per entry of a mostly zero block."""
     flat = value.ravel().tolist()
     cols = value.shape[1]
     for k in [k for k, v in enumerate(flat) if v]:
         i, j = divmod(k, cols)
-        target[i, j] = target[i, j] + flat[k]
+        t = target[i, j]
+        target[i, j] = t + flat[k] if t else flat[k]
 
 
 class BlockMatrix:
