@@ -128,3 +128,49 @@ def test_the_fit_note_never_claims_no_read_out_separates_separable_vectors():
     fit = ro.fit_max_margin(hv, 3, 3)
     assert fit.vector_margin > 0  # the fitted read-out separates them, exactly
     assert "no linear read-out separates" not in fit.note
+
+
+def test_fused_heads_at_the_largest_weights_the_float_proof_admits():
+    """A layer of 2..8 relu/hardmax heads (causal or not; first, or after a layer: the fused pass on
+    the one-hot embedding and on a stream) whose value weights are scaled to the largest
+    factor for which the a-priori bound still proves float64 exact (and a third of it): the fused
+    float64 pass (every head in the same products) gives the big-integer pass's hidden vectors and
+    logits at every point."""
+    from depthcert.checkers.evaluate import Evaluator, integerize
+    from depthcert.checkers.exhaustive import token_rows
+
+    rng = np.random.default_rng(3)
+    task = make_task("tm", l=3, alphabet=3)
+    base = constructions.build(task, "heads", False).model
+    d = base.dim
+    tokens = token_rows(base, task)
+    batch = next(task.batches(task.size))
+    ids = batch.ids if tokens is None else tokens[batch.ids]
+    compared = 0
+    for _ in range(6):
+        m = int(rng.integers(2, 9))
+        kinds = [("relu", "hardmax")[int(rng.integers(0, 2))] for _ in range(m)]
+        causal = bool(rng.integers(0, 2))
+        As = [rng.integers(-1, 2, (d, d)) for _ in range(m)]
+        Bs = [rng.integers(-3, 4, (d, d)).astype(object) for _ in range(m)]
+        first = () if _ % 2 else (Layer((Head(_fr(np.eye(d, dtype=np.int64)), _fr(np.eye(d, dtype=np.int64))),)),)
+
+        def make(s):
+            heads = tuple(Head(_fr(A), _fr(B * s), attention=k) for A, B, k in zip(As, Bs, kinds))
+            return replace(base, layers=first + (Layer(heads, causal=causal),))
+
+        lo, hi = 1, 2**60
+        while hi - lo > 1:  # the largest scale whose a-priori bound is below 2^53
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if integerize(make(mid)).use_float else (lo, mid)
+        for s in (lo, max(1, lo // 3)):
+            model = make(s)
+            fast, exact = Evaluator(model), Evaluator(model, force_exact=True)
+            if not fast.use_float:
+                continue
+            compared += 1
+            a, da = fast.logits(ids)
+            b, db = exact.logits(ids)
+            assert [Fraction(int(x), da) for x in a.flat] == [Fraction(int(x), db) for x in b.flat]
+            assert [int(x) for x in fast.hidden_last(ids)[0].flat] == [int(x) for x in exact.hidden_last(ids)[0].flat]
+    assert compared >= 4
