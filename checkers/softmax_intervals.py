@@ -596,29 +596,43 @@ class IntervalForward:
         L = lin(X, self.W_O, radius_product=True)  # (B, q, C) logits: radii kept apart per row
         q0 = n - L.m.shape[1]
         lab = labels[:, q0:]
-        y = np.maximum(lab, 0)
-        Ly = Interval(np.take_along_axis(L.m, y[..., None], axis=-1), np.take_along_axis(L.r, y[..., None], axis=-1))  # lin gives r
+        y = np.maximum(lab, 0)[..., None]  # (B, q, 1): the label's class row (0 where unlabelled)
+        Ly = Interval(np.take_along_axis(L.m, y, axis=-1), np.take_along_axis(L.r, y, axis=-1))  # lin gives r
         D = add(Ly, Interval(-L.m, L.r))  # label minus every class (the label's own entry is 0)
         C = L.m.shape[-1]
-        own = np.arange(C)[None, None, :] == y[..., None]
         use = lab >= 0
-        ok &= (np.isfinite(D.m) & np.isfinite(D.r)).all(axis=(1, 2))
         if C == 1:
+            ok &= (np.isfinite(D.m) & np.isfinite(D.r)).all(axis=(1, 2))
             status[ok] = 1
             return status, lo_out, hi_out, pos_out
         d_lo, d_hi = D.bounds()
-        # the reported ends must be finite too (m + r can overflow where m and r do not): a point
-        # whose enclosure reaches inf at a labelled position decides nothing here (the balls do)
-        ok &= np.where(use[..., None], np.isfinite(d_lo) & np.isfinite(d_hi), True).all(axis=(1, 2))
-        # x > 0 surely iff m - r > 0 iff m > r, and x < 0 surely iff m < -r: exact float comparisons
-        pos_correct = np.where(own, True, D.m > D.r).all(axis=-1)
-        pos_wrong = np.where(own, False, D.m < -D.r).any(axis=-1)
+        fin = np.isfinite(d_lo)
+        fin &= np.isfinite(d_hi)
+        if use.all():
+            # finite ends imply a finite m and r (an inf or NaN in either makes m - r or m + r,
+            # and so an end, inf or NaN): one test covers both conditions below
+            ok &= fin.all(axis=(1, 2))
+        else:
+            ok &= (np.isfinite(D.m) & np.isfinite(D.r)).all(axis=(1, 2))
+            # the reported ends must be finite too (m + r can overflow where m and r do not): a point
+            # whose enclosure reaches inf at a labelled position decides nothing here (the balls do)
+            ok &= np.where(use[..., None], fin, True).all(axis=(1, 2))
+        # x > 0 surely iff m - r > 0 iff m > r, and x < 0 surely iff m < -r: exact float comparisons;
+        # the label's own entry (index y) is left out of each test (set to the neutral value in place)
+        above = D.m > D.r
+        np.put_along_axis(above, y, True, axis=-1)
+        below = D.m < -D.r
+        np.put_along_axis(below, y, False, axis=-1)
+        pos_correct = above.all(axis=-1)
+        pos_wrong = below.any(axis=-1)
         correct = ok & np.where(use, pos_correct, True).all(axis=1)
         wrong = ok & np.where(use, pos_wrong, False).any(axis=1)
         status[correct] = 1
         status[wrong & ~correct] = -1
-        p_lo = np.where(own, INF, d_lo).min(axis=-1)
-        p_hi = np.where(own, INF, d_hi).min(axis=-1)
+        np.put_along_axis(d_lo, y, INF, axis=-1)
+        np.put_along_axis(d_hi, y, INF, axis=-1)
+        p_lo = d_lo.min(axis=-1)
+        p_hi = d_hi.min(axis=-1)
         lo_all = np.where(use, p_lo, INF)
         lo_out = lo_all.min(axis=1)
         hi_out = np.where(use, p_hi, INF).min(axis=1)
