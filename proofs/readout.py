@@ -97,7 +97,8 @@ def normalized_margin(margin: Fraction | None, W_O: np.ndarray) -> Fraction | No
     """The exact margin divided by the largest absolute entry of W_O (None without a margin)."""
     if margin is None:
         return None
-    distinct = {id(v): v for v in np.asarray(W_O).ravel().tolist()}.values()  # entries share objects
+    flat = np.asarray(W_O).ravel().tolist()
+    distinct = dict(zip(map(id, flat), flat)).values()  # entries share objects (C-level passes)
     top = max((abs(Fraction(v)) for v in distinct), default=Fraction(0))
     return None if top == 0 else Fraction(margin) / top
 
