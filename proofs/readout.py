@@ -280,11 +280,18 @@ def _exact_min_margin(X: np.ndarray, Wq: np.ndarray, y: np.ndarray, Xf: np.ndarr
     return min(int(Mh[i, c]) * 2**k + int(Ml[i, c]) for i, c in cand)
 
 
-def lp_budget(points: int, dim: int) -> int:
+SECONDS_PER_WORK = 3e-8  # measured: one work unit of the LP (the guard of --fit-effort's budget)
+MAX_FIT_EFFORT = 10_000
+
+
+def lp_budget(points: int, dim: int, effort: int = 1) -> int:
     """The LP's work budget (simplex iterations x (rows + columns), summed over the rounds) for a
     dataset of `points` points whose hidden vectors have `dim` coordinates: non-decreasing in both,
-    at least LP_WORK_MIN, at most LP_WORK_MAX."""
-    return int(min(LP_WORK_MAX, max(LP_WORK_MIN, LP_WORK_PER_POINT_DIM * max(points, 0) * max(dim, 1))))
+    at least LP_WORK_MIN, at most LP_WORK_MAX; times `effort` (--fit-effort: a larger budget, a read-out
+    closer to the LP's optimum, at that many times the LP's cost)."""
+    if not (isinstance(effort, int) and 1 <= effort <= MAX_FIT_EFFORT):
+        raise BadInput(f"--fit-effort must be an integer from 1 to {MAX_FIT_EFFORT}, got {effort!r}")
+    return effort * int(min(LP_WORK_MAX, max(LP_WORK_MIN, LP_WORK_PER_POINT_DIM * max(points, 0) * max(dim, 1))))
 
 
 class _MarginLP:
@@ -353,11 +360,11 @@ def _pair_rows(pairs: np.ndarray, Xf: np.ndarray, y: np.ndarray, var: np.ndarray
     return A
 
 
-def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None) -> Readout:
+def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None, effort: int = 1) -> Readout:
     """The LP above by constraint generation, rounded to the coarsest good dyadic grid.
 
     points: the dataset's size (the verification's cost), which sets the LP's budget (lp_budget);
-    hv.points by default."""
+    hv.points by default.  effort: the budget's multiple (--fit-effort), refused past --max-seconds."""
     N, d = hv.X.shape
     C = n_classes
     if C < 2:
@@ -421,7 +428,12 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
         M0[np.arange(N), y] = np.inf
         if M_lift is None or M0.min() > M_lift.min():
             W_lift, M_lift, lift = W0, M0, name
-    budget = lp_budget(hv.points if points is None else points, d)
+    budget = lp_budget(hv.points if points is None else points, d, effort)
+    if effort > 1:
+        from depthcert.checkers.budget import charge_seconds
+
+        charge_seconds(budget * SECONDS_PER_WORK, f"the max-margin read-out LP at --fit-effort {effort} "
+                       f"(a work budget of {budget:,})")
     work = 0  # simplex iterations x (rows + columns), summed over the rounds (the budget's measure)
     bound = None  # the last optimal round's t: the restricted LP bounds the optimum from above
     solved_rounds = 0
@@ -440,7 +452,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
     is_active = np.zeros((N, C), dtype=bool)
     if active:
         is_active[tuple(np.array(new_pairs, dtype=np.int64).T)] = True
-    for rounds in range(1, 0 if skipped else MAX_LP_ROUNDS + 1):
+    max_rounds = MAX_LP_ROUNDS * effort  # more work, more rounds
+    for rounds in range(1, 0 if skipped else max_rounds + 1):
         lp.add(_pair_rows(np.array(new_pairs, dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var))
         size = lp.rows + lp.n_col
         limit = (budget - work - ROUND_WORK) // size
@@ -534,7 +547,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None)
                 f"{float(norm):.4g}; no LP bound computed")
     elif not converged:
         why = ("at the LP's work budget " if not budget_left else f"at the cap of {MAX_LP_ROWS:,} pairs per LP "
-               if at_cap else "after the round limit " if rounds == MAX_LP_ROUNDS else "")
+               if at_cap else "after the round limit " if rounds == max_rounds else "")
         note += (f"; constraint generation stopped {why}({work:,} of {budget:,} work units: simplex iterations x "
                  f"LP size; {lp.rows:,} pairs) before the LP optimum: the best W_O found "
                  + (f"(mixed with the {lift} read-out, weight {mixed:.6f}) " if mixed is not None else "")
@@ -641,8 +654,9 @@ def _best_mix(M0: np.ndarray, M1: np.ndarray) -> tuple[float, float]:
     return max(((lam, f(lam)) for lam in ((lo + hi) / 2, 0.0, 1.0)), key=lambda p: p[1])
 
 
-def with_max_margin_readout(model: Model, task, symmetry: str = "auto", max_points: int | None = None):
+def with_max_margin_readout(model: Model, task, symmetry: str = "auto", max_points: int | None = None,
+                            effort: int = 1):
     """(model with the fitted W_O, Readout, HiddenVectors)."""
     hv = hidden_vectors(model, task, symmetry, max_points)
-    fit = fit_max_margin(hv, len(model.classes), task.size)
+    fit = fit_max_margin(hv, len(model.classes), task.size, effort)
     return replace(model, W_O=fit.W_O), fit, hv

@@ -84,6 +84,10 @@ def _build_parser() -> _Parser:
                    "[-1, 1], rationalized, then verified), lemma3 (Lemma 3's incremental classifier, as the paper "
                    "proves it exists), paper (the construction's own read-out); auto (default): max-margin where "
                    "the paper gives no read-out of its own (Lemma 3 constructions), else paper")
+    p.add_argument("--fit-effort", type=int, default=1, metavar="N",
+                   help="the max-margin read-out's LP work budget times N (default 1: about half the cost of a "
+                   "plain float64 forward over the dataset; larger N fits closer to the LP's optimum, and the note "
+                   "says how close)")
     p.add_argument("--compare-readouts", action="store_true",
                    help="also build and verify the other read-out and report both normalized margins")
     p.add_argument("--robustness", action="store_true",
@@ -161,6 +165,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         return verify_cot(args, task)
     if args.batch_size < 1:
         raise BadInput("--batch-size must be >= 1")
+    if not 1 <= args.fit_effort <= ro_max_effort():
+        raise BadInput(f"--fit-effort must be from 1 to {ro_max_effort()}, got {args.fit_effort}")
     if args.max_points < 1:
         raise BadInput(f"--max-points must be >= 1, got {args.max_points}")
     if args.family and (args.weights or args.variant):
@@ -215,6 +221,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     readout_name = "max-margin" if (args.readout == "max-margin" or (
         args.readout == "auto" and own == "lemma3" and not args.as_printed)) else own
     readout_note = None
+    if args.fit_effort != 1 and readout_name != "max-margin" and not args.compare_readouts:
+        raise BadInput(f"--fit-effort sets the max-margin read-out's LP budget; this run's read-out is {readout_name}")
     table = None  # the one exact pass the fit reads and the verdict is decided from (plain runs)
     if readout_name == "max-margin":
         table = _one_pass_table(args, model, task)
@@ -224,7 +232,7 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         from dataclasses import replace
 
         hv = ro.hidden_vectors(model, task, "auto", args.max_points, table=table)
-        fit = ro.fit_max_margin(hv, len(model.classes), task.size)
+        fit = ro.fit_max_margin(hv, len(model.classes), task.size, args.fit_effort)
         fitted = replace(model, W_O=fit.W_O)
         readout_note = fit.note
         if fit.vector_margin <= 0 and own == "lemma3" and args.readout == "auto":
@@ -365,12 +373,18 @@ def _normalized(v, model) -> str | None:
     return None if q is None else str(format_rational(q))
 
 
+def ro_max_effort() -> int:
+    from depthcert.proofs.readout import MAX_FIT_EFFORT
+
+    return MAX_FIT_EFFORT
+
+
 def _other_readout(args, task, model, readout_name, own, constructions, ro):
     """(name, model) of the read-out not used: max-margin vs the construction's own."""
     from dataclasses import replace
 
     if readout_name != "max-margin":
-        fitted, _, _ = ro.with_max_margin_readout(model, task, "auto", args.max_points)
+        fitted, _, _ = ro.with_max_margin_readout(model, task, "auto", args.max_points, args.fit_effort)
         return "max-margin", fitted
     if own == "weights":
         return "weights", _load_model(args, task)
