@@ -174,3 +174,23 @@ def test_fused_heads_at_the_largest_weights_the_float_proof_admits():
             assert [Fraction(int(x), da) for x in a.flat] == [Fraction(int(x), db) for x in b.flat]
             assert [int(x) for x in fast.hidden_last(ids)[0].flat] == [int(x) for x in exact.hidden_last(ids)[0].flat]
     assert compared >= 4
+
+
+def test_a_fit_out_of_budget_is_refused_before_the_one_pass_evaluates(monkeypatch):
+    """The fit's guard (proofs/readout.guard_fit) refuses before any point is evaluated; the one-pass
+    table must not evaluate every point (time, memory) and only then meet that refusal."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from cli_in_process import run_command
+
+    from depthcert.checkers import hidden_table as ht
+
+    evaluated = []
+    real = ht.hidden_table
+    monkeypatch.setattr(ht, "hidden_table", lambda *a, **k: evaluated.append(1) or real(*a, **k))
+    code, _, err = run_command(["verify-construction", "sc", "--length", "9", "--alphabet", "3", "--readout",
+                                "max-margin", "--max-points", "100000"])
+    assert code == 2 and "max-margin read-out LP" in err and len(err.strip().splitlines()) == 1, err
+    assert not evaluated

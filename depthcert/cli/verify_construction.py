@@ -359,6 +359,11 @@ def _one_pass_table(args, model, task):
     plan = plan_points(replace(model, W_O=zero), task, args.symmetry, max_scan=args.max_points)
     if plan.n_eval > args.max_points:
         return None  # refused below, with the same line as without a table
+    if args.symmetry == "auto":  # the fit's points are these (its own symmetry proof is this one): its
+        # guard refuses before any point is evaluated, as without a table
+        from depthcert.proofs.readout import guard_fit
+
+        guard_fit(min(plan.n_eval, len(model.classes)), len(model.classes))
     phase(args, f"evaluating {plural(plan.n_eval, 'point')} (one exact pass for the fit and the verdict)")
     return hidden_table(model, task, plan, args.batch_size, progress=None if not args.json else False)
 
