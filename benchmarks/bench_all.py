@@ -95,7 +95,7 @@ QUICK_RATIOS = {
     "ICQA copy-matching": 1.1,
     "SC memorization": 3.7,
     "TM heads l=5": 2.4,
-    "TM ternary l=5": 10.8,
+    "TM ternary l=5": 6.5,
     "ICTM (fixed)": 2.0,
     "multi-hop linear": 1.4,
     "composition, preimage doubling (causal)": 1.2,
