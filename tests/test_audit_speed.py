@@ -190,7 +190,8 @@ def test_a_fit_out_of_budget_is_refused_before_the_one_pass_evaluates(monkeypatc
     evaluated = []
     real = ht.hidden_table
     monkeypatch.setattr(ht, "hidden_table", lambda *a, **k: evaluated.append(1) or real(*a, **k))
-    code, _, err = run_command(["verify-construction", "sc", "--length", "9", "--alphabet", "3", "--readout",
-                                "max-margin", "--max-points", "100000"])
-    assert code == 2 and "max-margin read-out LP" in err and len(err.strip().splitlines()) == 1, err
-    assert not evaluated
+    for symmetry in ("auto", "off"):  # sc declares no symmetry: under off too the fit evaluates every point
+        code, _, err = run_command(["verify-construction", "sc", "--length", "9", "--alphabet", "3", "--readout",
+                                    "max-margin", "--max-points", "100000", "--symmetry", symmetry])
+        assert code == 2 and "max-margin read-out LP" in err and len(err.strip().splitlines()) == 1, err
+        assert not evaluated

@@ -359,8 +359,8 @@ def _one_pass_table(args, model, task):
     plan = plan_points(replace(model, W_O=zero), task, args.symmetry, max_scan=args.max_points)
     if plan.n_eval > args.max_points:
         return None  # refused below, with the same line as without a table
-    if args.symmetry == "auto":  # the fit's points are these (its own symmetry proof is this one): its
-        # guard refuses before any point is evaluated, as without a table
+    if args.symmetry == "auto" or not task.symmetry_groups():  # the fit's points are these (its own
+        # symmetry proof is this one, or there is none): its guard refuses before any point is evaluated
         from depthcert.proofs.readout import guard_fit
 
         guard_fit(min(plan.n_eval, len(model.classes)), len(model.classes))
