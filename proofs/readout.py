@@ -14,8 +14,10 @@ read-out reaches on these hidden vectors.
 
 The LP is solved in floats (HiGHS) by constraint generation (each vector against its few
 closest competitors, violated pairs added until none is left; one model kept across the rounds,
-dual simplex warm-started from the last basis, within a deterministic work budget that grows with
-the dataset: lp_budget; past it the best read-out found, or its mix with a cheap one, is kept),
+dual simplex warm-started from the last basis, within its share of a deterministic work budget that
+grows with the dataset: lp_budget; past it, the LP's max-min game is played by multiplicative weights
+over every pair with what is left, and the best read-out found, or its mix with the game's or a cheap
+one, is kept),
 its answer is rounded to a dyadic
 grid 2^-b (the coarsest b whose exact margin on the vectors is within 2^-8 of the LP's), and
 the model with that W_O is then verified exactly on every point, as usual: nothing here is a
@@ -52,13 +54,23 @@ MAX_SCORE_ENTRIES = 50_000_000  # distinct vectors x classes held as float64 sco
 # so the fit costs at most about half the plain float64 forward at the tm rows of bench_all.)
 MAX_LP_ROUNDS = 40
 MAX_LP_ROWS = 10_000  # one LP never has more pairs than this (its memory), whatever the size
-LP_WORK_PER_POINT_DIM = 4
-LP_WORK_MIN = 50_000  # about 2 ms
-LP_WORK_MAX = 200_000_000  # about 6 s
+LP_WORK_PER_POINT_DIM = 8  # half of it for the LP, the rest for the game below
+LP_WORK_MIN = 100_000  # about 3 ms
+LP_WORK_MAX = 400_000_000  # about 12 s (half of it for the LP)
 ROUND_WORK = 10_000  # charged per round: its fixed cost (the rows built, a HiGHS call, the scores of every pair)
 # few pairs per vector and round: each round's LP is solved to its optimum sooner, so a budget-limited
 # fit ends on better read-outs (measured: tm l = 5 ternary 1.68 against 0.54 with 8, l = 6 heads the same),
 # and small LPs reach the same optimum (tm l = 3, 4)
+# The multiplicative-weights game (_game_readout): the pairs play multiplicative weights, W_O the best
+# response sign(gradient) in the box, and the average of W_O's responses has a min margin within the
+# pairs' regret of the LP optimum (the max-min theorem); a few hundred steps of N x C x d reach most of it
+# where the LP's dual simplex is far from its first basis (measured: tm l = 6 heads 6.9 in 100 steps, bound
+# 8.55, where the budget-limited LP ends at 3.7).  It runs on what the LP leaves of the budget; the LP gets
+# the first 1 / LP_SHARE of it.
+LP_SHARE = 2
+GAME_STEP_WORK = 1_000  # a step's fixed cost, in work units
+GAME_ENTRIES_PER_WORK = 32  # (vector, class, coordinate + 8) entries of a step per work unit (measured: a
+# work unit of the LP and 32 such entries of a numpy step take about the same time)
 COMPETITORS = 2  # first competitor classes per vector (nearest vectors of other labels)
 ADDED_PER_ROUND = 2  # most violated competitor classes per vector added per round
 GRID_BITS = (4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48)
@@ -438,7 +450,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     bound = None  # the last optimal round's t: the restricted LP bounds the optimum from above
     solved_rounds = 0
     over_cap = len(active) > MAX_LP_ROWS
-    skipped = W_lift is not None and (over_cap or (budget - ROUND_WORK) // (min(len(active), MAX_LP_ROWS) + n_var + 1) < 1)
+    lp_cap = budget - budget // LP_SHARE  # the LP's share; the game gets what it leaves
+    skipped = W_lift is not None and (over_cap or (lp_cap - ROUND_WORK) // (min(len(active), MAX_LP_ROWS) + n_var + 1) < 1)
     if skipped:  # even the first LP is over the cap or the budget: the cheap read-out is kept
         best_W, best_low = W_lift, float(M_lift.min())
     elif over_cap:  # no cheap read-out to fall back on: the first LP keeps each vector's nearest competitors first
@@ -456,7 +469,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     for rounds in range(1, 0 if skipped else max_rounds + 1):
         lp.add(_pair_rows(np.array(new_pairs, dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var))
         size = lp.rows + lp.n_col
-        limit = (budget - work - ROUND_WORK) // size
+        limit = (lp_cap - work - ROUND_WORK) // size
         if limit < 1 and best_W is not None:  # (with nothing to keep, one iteration past the budget)
             budget_left = False
             break
@@ -506,6 +519,22 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         new_pairs = list(zip(ii[order].tolist(), cc[order].tolist()))
         active.update(new_pairs)
         is_active[ii[order], cc[order]] = True
+    game = None  # (steps, weight of the game's read-out in the W_O kept) when the game ran
+    step_work = GAME_STEP_WORK + N * C * (d + 8) // GAME_ENTRIES_PER_WORK
+    steps = (budget - work) // step_work if not converged and N and failed is None else 0
+    if steps >= 1:
+        Wg, Mg = _game_readout(Xf, y, C, var, n_var, steps)
+        work += steps * step_work
+        if Wg is not None:
+            if best_W is None:
+                best_W, best_low, mixed, game = Wg, float(Mg.min()), None, (steps, 1.0)
+            else:
+                S = Xf @ best_W.T
+                Mb = S[np.arange(N), y][:, None] - S
+                Mb[np.arange(N), y] = np.inf
+                lam, low = _best_mix(Mb, Mg)
+                if lam > 0 and low > best_low:
+                    best_W, best_low, game = (1 - lam) * best_W + lam * Wg, low, (steps, lam)
     rounds = solved_rounds
     t = bound if bound is not None else 0.0
     W = best_W if best_W is not None else np.zeros((C, d))
@@ -542,15 +571,23 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     if skipped:
         why = (f"has {len(active):,} pairs, above the cap {MAX_LP_ROWS:,}" if over_cap else
                f"needs more than its work budget {budget:,} for one simplex iteration")
+        found = (f"the {lift} read-out" if game is None else
+                 f"the multiplicative-weights read-out ({game[0]:,} steps over every pair)" if game[1] == 1.0 else
+                 f"the {lift} read-out mixed with the multiplicative-weights read-out ({game[0]:,} steps over every "
+                 f"pair, weight {game[1]:.6f})")
         note = (f"max-margin read-out: the LP over {N} distinct hidden vectors x {C} classes was not solved (its "
-                f"first round {why}): the {lift} read-out, entries multiples of 2^-{bits}, reaches "
-                f"{float(norm):.4g}; no LP bound computed")
+                f"first round {why}): {found}, entries multiples of 2^-{bits}, reaches "
+                f"{float(norm):.4g} ({work:,} of {budget:,} work units); no LP bound computed")
     elif not converged:
         why = ("at the LP's work budget " if not budget_left else f"at the cap of {MAX_LP_ROWS:,} pairs per LP "
                if at_cap else "after the round limit " if rounds == max_rounds else "")
         note += (f"; constraint generation stopped {why}({work:,} of {budget:,} work units: simplex iterations x "
-                 f"LP size; {lp.rows:,} pairs) before the LP optimum: the best W_O found "
-                 + (f"(mixed with the {lift} read-out, weight {mixed:.6f}) " if mixed is not None else "")
+                 f"LP size, then game steps; {lp.rows:,} pairs) before the LP optimum: the best W_O found "
+                 + (f"(the multiplicative-weights read-out, {game[0]:,} steps over every pair) " if game is not None
+                    and game[1] == 1.0 else
+                    (f"(mixed with the {lift} read-out, weight {mixed:.6f}) " if mixed is not None else "")
+                    + (f"(mixed with the multiplicative-weights read-out, {game[0]:,} steps over every pair, weight "
+                       f"{game[1]:.6f}) " if game is not None else ""))
                  + f"reaches {float(norm):.4g}, "
                  + (f"the LP's bound is {lp_norm:.4g}" if bound is not None else "no LP bound computed"))
     if failed is not None:
@@ -560,6 +597,48 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         # beyond the solver's tolerances round to it): the note says what was found, nothing more
         note += "; the LP (float64) found no positive margin"
     return Readout(W_O, bits, lp_norm, norm, N, rounds, note, work, budget)
+
+
+def _game_readout(Xf: np.ndarray, y: np.ndarray, C: int, var: np.ndarray, n_var: int, steps: int):
+    """The max-min game of the LP played `steps` times: the pairs (i, c) by multiplicative weights on their
+    margins, the read-out by its best response in the box (the sign of the weighted pairs' gradient, tied
+    entries summed); the average of the read-out's responses after k steps has a min margin within
+    O(R sqrt(log(N C) / k)) of the LP optimum (R = 2 max |x|_1, the range of a margin).  Returns the best
+    average met (largest entry 1) and its margins (N, C; +inf at the labels), or (None, None)."""
+    N, d = Xf.shape
+    ar = np.arange(N)
+    R = 2 * float(np.abs(Xf).sum(axis=1).max())
+    if N == 0 or R == 0 or C < 2:
+        return None, None
+    eta = np.sqrt(8 * np.log(N * (C - 1)) / steps) / R if N * (C - 1) > 1 else 1.0 / R
+    cum = np.zeros((N, C))  # the margins summed over the responses so far
+    Wsum = np.zeros((C, d))
+    flat = var.ravel()
+    best, best_W = -np.inf, None
+    for k in range(1, steps + 1):
+        L = cum * -eta
+        L[ar, y] = -np.inf
+        L -= L.max()
+        P = np.exp(L, out=L)
+        P /= P.sum()
+        P[ar, y] = -P.sum(axis=1)  # the gradient of sum P (W_y - W_c) . x_i in W, as -(weights) x rows
+        grad = -(P.T @ Xf)
+        W = np.sign(np.bincount(flat, weights=grad.ravel(), minlength=n_var))[var]
+        S = Xf @ W.T
+        cum += S[ar, y][:, None] - S
+        Wsum += W
+        cum[ar, y] = 0.0
+        low = float(np.where(np.arange(C)[None, :] == y[:, None], np.inf, cum).min()) / k
+        if low > best:
+            best, best_W = low, Wsum / k
+    top = float(np.abs(best_W).max()) if best_W is not None else 0.0
+    if top == 0:
+        return None, None
+    W = best_W / top
+    S = Xf @ W.T
+    M = S[ar, y][:, None] - S
+    M[ar, y] = np.inf
+    return W, M
 
 
 def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray | None:

@@ -43,14 +43,19 @@ def test_a_smaller_dataset_never_gets_more_lp_work(monkeypatch):
     assert work[10] <= work[400] <= work[4_000] <= work[100_000] and work[10] < work[100_000]
 
 
+@pytest.mark.parametrize("game", [False, True])
 @pytest.mark.parametrize("variant", ["heads", "ternary"])
-def test_the_cheap_fallback_is_verified_exactly(monkeypatch, variant):
-    # no LP at all (a cap of one pair): the better of the lifting and cosine read-outs is fitted,
-    # separates every vector, and its margin is what the exact verification of every point finds
+def test_the_cheap_fallback_is_verified_exactly(monkeypatch, variant, game):
+    # no LP at all (a cap of one pair): the better of the lifting and cosine read-outs is fitted (or, with
+    # the budget's steps of the multiplicative-weights game, its mix with the game's read-out), separates
+    # every vector, and its margin is what the exact verification of every point finds
     monkeypatch.setattr(ro, "MAX_LP_ROWS", 1)
+    if not game:  # a game step above any budget: no step
+        monkeypatch.setattr(ro, "GAME_STEP_WORK", 10**12)
     task = make_task("tm", l=4, alphabet=4)
     fitted, fit, _ = ro.with_max_margin_readout(registry.build(task, variant, lemma3=False).model, task)
-    assert fit.lp_work == 0 and fit.rounds == 0 and "was not solved" in fit.note and fit.vector_margin > 0
+    assert fit.rounds == 0 and "was not solved" in fit.note and fit.vector_margin > 0
+    assert (0 < fit.lp_work <= fit.lp_budget) if game else fit.lp_work == 0
     v = verify(fitted, task, symmetry="off")
     assert v.verified and ro.normalized_margin(v.min_margin, fitted.W_O) == fit.vector_margin
 
