@@ -85,3 +85,31 @@ def test_coordinates_far_apart_in_scale_leave_a_checked_readout():
     W = fit.W_O
     m = min(sum((W[y[i], r] - W[1 - y[i], r]) * X[i, r] for r in range(2)) for i in range(2))
     assert m > 0 and ro.normalized_margin(m, W) == fit.vector_margin
+
+
+def test_the_game_only_raises_the_margin_and_verifies_exactly(monkeypatch):
+    # the multiplicative-weights game runs on what the LP leaves of the budget; its read-out is mixed in
+    # only where it raises the min margin (tm l = 4 heads: the budget-limited LP and cosine mix reach
+    # about 6.6, the game about 8, the LP optimum 8.54), and the result is checked like any other
+    task, model, hv = _fit_inputs("heads")
+    with_game = ro.fit_max_margin(hv, len(model.classes), task.size)
+    monkeypatch.setattr(ro, "GAME_STEP_WORK", 10**12)
+    without = ro.fit_max_margin(hv, len(model.classes), task.size)
+    assert "multiplicative-weights" in with_game.note and "multiplicative-weights" not in without.note
+    assert with_game.vector_margin > without.vector_margin > 0
+    assert without.lp_work <= with_game.lp_work <= with_game.lp_budget
+    v = verify(replace(model, W_O=with_game.W_O), task, symmetry="off")
+    assert v.verified and ro.normalized_margin(v.min_margin, with_game.W_O) == with_game.vector_margin
+
+
+def test_game_readout_is_in_the_box_and_its_margins_are_its_own():
+    rng = np.random.default_rng(3)
+    Xf = rng.normal(size=(9, 4))
+    y = np.arange(9) % 3
+    var, n_var = ro._tied_variables(3, 4, ())
+    W, M = ro._game_readout(Xf, y, 3, var, n_var, 40)
+    assert np.abs(W).max() == 1.0
+    S = Xf @ W.T
+    expect = S[np.arange(9), y][:, None] - S
+    expect[np.arange(9), y] = np.inf
+    assert np.array_equal(M, expect)
