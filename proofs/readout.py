@@ -523,18 +523,20 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     step_work = GAME_STEP_WORK + N * C * (d + 8) // GAME_ENTRIES_PER_WORK
     steps = (budget - work) // step_work if not converged and N and failed is None else 0
     if steps >= 1:
-        Wg, Mg = _game_readout(Xf, y, C, var, n_var, steps)
-        work += steps * step_work
+        Wg, Mg, played = _game_readout(Xf, y, C, var, n_var, steps)
+        work += played * step_work
+        steps_note = f"{played:,} steps over every pair" + (f", given up after {played:,} of {steps:,}: no "
+                                                            "separating average" if played < steps else "")
         if Wg is not None:
             if best_W is None:
-                best_W, best_low, mixed, game = Wg, float(Mg.min()), None, (steps, 1.0)
+                best_W, best_low, mixed, game = Wg, float(Mg.min()), None, (steps_note, 1.0)
             else:
                 S = Xf @ best_W.T
                 Mb = S[np.arange(N), y][:, None] - S
                 Mb[np.arange(N), y] = np.inf
                 lam, low = _best_mix(Mb, Mg)
                 if lam > 0 and low > best_low:
-                    best_W, best_low, game = (1 - lam) * best_W + lam * Wg, low, (steps, lam)
+                    best_W, best_low, game = (1 - lam) * best_W + lam * Wg, low, (steps_note, lam)
     rounds = solved_rounds
     t = bound if bound is not None else 0.0
     W = best_W if best_W is not None else np.zeros((C, d))
@@ -572,9 +574,9 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         why = (f"has {len(active):,} pairs, above the cap {MAX_LP_ROWS:,}" if over_cap else
                f"needs more than its work budget {budget:,} for one simplex iteration")
         found = (f"the {lift} read-out" if game is None else
-                 f"the multiplicative-weights read-out ({game[0]:,} steps over every pair)" if game[1] == 1.0 else
-                 f"the {lift} read-out mixed with the multiplicative-weights read-out ({game[0]:,} steps over every "
-                 f"pair, weight {game[1]:.6f})")
+                 f"the multiplicative-weights read-out ({game[0]})" if game[1] == 1.0 else
+                 f"the {lift} read-out mixed with the multiplicative-weights read-out ({game[0]}, weight "
+                 f"{game[1]:.6f})")
         note = (f"max-margin read-out: the LP over {N} distinct hidden vectors x {C} classes was not solved (its "
                 f"first round {why}): {found}, entries multiples of 2^-{bits}, reaches "
                 f"{float(norm):.4g} ({work:,} of {budget:,} work units); no LP bound computed")
@@ -583,11 +585,11 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
                if at_cap else "after the round limit " if rounds == max_rounds else "")
         note += (f"; constraint generation stopped {why}({work:,} of {budget:,} work units: simplex iterations x "
                  f"LP size, then game steps; {lp.rows:,} pairs) before the LP optimum: the best W_O found "
-                 + (f"(the multiplicative-weights read-out, {game[0]:,} steps over every pair) " if game is not None
+                 + (f"(the multiplicative-weights read-out, {game[0]}) " if game is not None
                     and game[1] == 1.0 else
                     (f"(mixed with the {lift} read-out, weight {mixed:.6f}) " if mixed is not None else "")
-                    + (f"(mixed with the multiplicative-weights read-out, {game[0]:,} steps over every pair, weight "
-                       f"{game[1]:.6f}) " if game is not None else ""))
+                    + (f"(mixed with the multiplicative-weights read-out, {game[0]}, weight {game[1]:.6f}) "
+                       if game is not None else ""))
                  + f"reaches {float(norm):.4g}, "
                  + (f"the LP's bound is {lp_norm:.4g}" if bound is not None else "no LP bound computed"))
     if failed is not None:
@@ -603,13 +605,16 @@ def _game_readout(Xf: np.ndarray, y: np.ndarray, C: int, var: np.ndarray, n_var:
     """The max-min game of the LP played `steps` times: the pairs (i, c) by multiplicative weights on their
     margins, the read-out by its best response in the box (the sign of the weighted pairs' gradient, tied
     entries summed); the average of the read-out's responses after k steps has a min margin within
-    O(R sqrt(log(N C) / k)) of the LP optimum (R = 2 max |x|_1, the range of a margin).  Returns the best
-    average met (largest entry 1) and its margins (N, C; +inf at the labels), or (None, None)."""
+    O(R sqrt(log(N C) / k)) of the LP optimum (R = 2 max |x|_1, the range of a margin).  Given up after half
+    the steps when no average has separated the vectors yet (measured: where the LP optimum is a small
+    fraction of R, as on tm ternary, the averages are still far below 0 there; on tm heads they separate).
+    Returns the best average met (largest entry 1), its margins (N, C; +inf at the labels), or None, None;
+    and the steps played."""
     N, d = Xf.shape
     ar = np.arange(N)
     R = 2 * float(np.abs(Xf).sum(axis=1).max())
     if N == 0 or R == 0 or C < 2:
-        return None, None
+        return None, None, 0
     eta = np.sqrt(8 * np.log(N * (C - 1)) / steps) / R if N * (C - 1) > 1 else 1.0 / R
     cum = np.zeros((N, C))  # the margins summed over the responses so far
     Wsum = np.zeros((C, d))
@@ -631,14 +636,16 @@ def _game_readout(Xf: np.ndarray, y: np.ndarray, C: int, var: np.ndarray, n_var:
         low = float(np.where(np.arange(C)[None, :] == y[:, None], np.inf, cum).min()) / k
         if low > best:
             best, best_W = low, Wsum / k
+        if k == steps // 2 and best < 0:  # no average separates the vectors by half the steps: given up
+            break
     top = float(np.abs(best_W).max()) if best_W is not None else 0.0
     if top == 0:
-        return None, None
+        return None, None, k
     W = best_W / top
     S = Xf @ W.T
     M = S[ar, y][:, None] - S
     M[ar, y] = np.inf
-    return W, M
+    return W, M, k
 
 
 def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray | None:

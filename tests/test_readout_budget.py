@@ -107,7 +107,7 @@ def test_game_readout_is_in_the_box_and_its_margins_are_its_own():
     Xf = rng.normal(size=(9, 4))
     y = np.arange(9) % 3
     var, n_var = ro._tied_variables(3, 4, ())
-    W, M = ro._game_readout(Xf, y, 3, var, n_var, 40)
+    W, M, played = ro._game_readout(Xf, y, 3, var, n_var, 40)
     assert np.abs(W).max() == 1.0
     S = Xf @ W.T
     expect = S[np.arange(9), y][:, None] - S
