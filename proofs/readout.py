@@ -519,7 +519,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         new_pairs = list(zip(ii[order].tolist(), cc[order].tolist()))
         active.update(new_pairs)
         is_active[ii[order], cc[order]] = True
-    game = None  # (steps, weight of the game's read-out in the W_O kept) when the game ran
+    game = None  # (its steps, weight of the game's read-out in the W_O kept) when the game's read-out is kept
+    steps_note = None  # the game's steps, when it ran
     step_work = GAME_STEP_WORK + N * C * (d + 8) // GAME_ENTRIES_PER_WORK
     steps = (budget - work) // step_work if not converged and N and failed is None else 0
     if steps >= 1:
@@ -592,6 +593,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
                        if game is not None else ""))
                  + f"reaches {float(norm):.4g}, "
                  + (f"the LP's bound is {lp_norm:.4g}" if bound is not None else "no LP bound computed"))
+    if steps_note is not None and game is None:
+        note += f"; the multiplicative-weights game ({steps_note}) raised no margin"
     if failed is not None:
         note += f"; the LP solver stopped with status {failed!r}"
     if bound is not None and lp_norm <= 0 and norm <= 0:
