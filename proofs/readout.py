@@ -524,7 +524,10 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     step_work = GAME_STEP_WORK + N * C * (d + 8) // GAME_ENTRIES_PER_WORK
     steps = (budget - work) // step_work if not converged and N and failed is None else 0
     if steps >= 1:
-        Wg, Mg, played = _game_readout(Xf, y, C, var, n_var, steps)
+        from depthcert.checkers.evaluate import _one_blas_thread
+
+        with _one_blas_thread():  # small products: on a loaded machine a second BLAS thread only waits (30x slower)
+            Wg, Mg, played = _game_readout(Xf, y, C, var, n_var, steps)
         work += played * step_work
         steps_note = f"{played:,} steps over every pair" + (f", given up after {played:,} of {steps:,}: no "
                                                             "separating average in sight" if played < steps else "")
