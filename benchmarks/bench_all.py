@@ -91,17 +91,18 @@ ROWS = [
 # whole / float64 of every --quick row, measured with `bench_all.py --quick` (2 cores shared with
 # other jobs, load ~12; the higher of two runs): tests/test_bench_all.py fails a row whose ratio is
 # over a few times its entry here (a 10x slower whole run).  Rows whose --quick forward takes 10-40
-# ms (sc, composition, parity) vary up to 2x between runs: their entries are the highest of three
-# (sc 4.27/6.37/3.31, composition 3.20/2.08/2.81, parity 5.06/3.82/5.77)
+# ms (sc, composition, parity) vary 2x and more between runs (loaded / quiet machine: sc 3.31-6.37,
+# composition 2.08-3.20, parity 2.42-5.77 in five runs): their entries sit so that both ends pass
+# the test's bounds (recorded / 2.5 .. 4 x recorded)
 QUICK_RATIOS = {
     "ICQA copy-matching": 1.1,
-    "SC memorization": 6.4,
+    "SC memorization": 5.5,
     "TM heads l=5": 2.4,
     "TM ternary l=5": 6.5,
     "ICTM (fixed)": 2.0,
     "multi-hop linear": 1.5,
     "composition, preimage doubling (causal)": 3.2,
-    "parity, binary tree": 5.8,
+    "parity, binary tree": 4.0,
     "ICQA, layer 2 softmax (scale 64)": 1.9,
     "random 2-layer softmax + MLP": 3.3,
 }
