@@ -53,17 +53,11 @@ def float_forward(cfg, sd, task, dtype, batch: int = 1 << 16):
 
 
 def margin_text(m) -> str:
-    """The certified margin enclosure as verify-model prints it: exact when its ends agree, else
-    rounded outward (lower end down, upper end up), so the printed interval still contains it."""
-    from depthcert.checkers.rational import exact_text
-    from depthcert.cli.common import enclosure_text
+    """The certified margin enclosure as verify-model prints it (exact when its ends agree, else
+    rounded outward, so the printed interval still contains it)."""
+    from depthcert.cli.verify_model import _fmt_margin
 
-    if m is None:
-        return "none (no correct input)"
-    if m[0] == m[1]:
-        return exact_text(m[0])
-    lo, hi = enclosure_text(m)
-    return f"in [{lo}, {hi}] (certified enclosure)"
+    return "none (no correct input)" if m is None else _fmt_margin(m)
 
 
 def main(argv=None) -> int:
