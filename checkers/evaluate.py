@@ -377,7 +377,8 @@ class Evaluator:
         self.big_classifier = not _all_below([C], FLOAT_EXACT_LIMIT)
         self._CT = C.T
         self._CTf = None if self.big_classifier else _float(C.T)
-        self._CTa = None if self.big_classifier else _float(_absmat(C.T))
+        # |C^T| only where the logits are checked per batch (the proven path's a-priori bound covers them)
+        self._CTa = None if self.big_classifier or self.use_float else _float(_absmat(C.T))
         self._rows_cache: dict = {}
         self.denominator = self.im.c * (self.im.layers[-1].g_out if self.im.layers else 1)
 
