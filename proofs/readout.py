@@ -57,6 +57,7 @@ MAX_LP_ROWS = 10_000  # one LP never has more pairs than this (its memory), what
 LP_WORK_PER_POINT_DIM = 8  # half of it for the LP, the rest for the game below
 LP_WORK_MIN = 100_000  # about 3 ms
 LP_WORK_MAX = 400_000_000  # about 12 s (half of it for the LP)
+CENTRE_WORK_PER_SIZE = 200  # an interior-point solve of the converged LP, charged as 200 x (rows + columns) (an estimate)
 ROUND_WORK = 10_000  # charged per round: its fixed cost (the rows built, a HiGHS call, the scores of every pair)
 # few pairs per vector and round: each round's LP is solved to its optimum sooner, so a budget-limited
 # fit ends on better read-outs (measured: tm l = 5 ternary 1.68 against 0.54 with 8, l = 6 heads the same),
@@ -519,6 +520,28 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         new_pairs = list(zip(ii[order].tolist(), cc[order].tolist()))
         active.update(new_pairs)
         is_active[ii[order], cc[order]] = True
+    if converged and active:
+        # the optimal face: dual simplex stops at one of its vertices, and which one depends on the
+        # HiGHS version (tm l=3 heads: 8 or 255/32 after rounding); the interior point solver without
+        # crossover ends near the face's centre, which rounds to the same grid across versions.
+        # Charged CENTRE_WORK_PER_SIZE per row and column; kept only if it is as good on every pair
+        centre_work = CENTRE_WORK_PER_SIZE * (len(active) + n_var + 1)
+        if work + centre_work <= lp_cap:
+            from depthcert.proofs.dependence import _run_lp
+
+            work += centre_work
+            A = _pair_rows(np.array(sorted(active), dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var)
+            t_max = 2 * float(np.abs(Xf).sum(axis=1).max())
+            st, sol = _run_lp(np.concatenate([np.zeros(n_var), [-1.0]]), A, np.zeros(A.shape[0]),
+                              np.full(A.shape[0], np.inf), np.concatenate([-np.ones(n_var), [-np.inf]]),
+                              np.concatenate([np.ones(n_var), [t_max]]), interior=True)
+            if st == "optimal":
+                Wc = np.clip(sol[:n_var], -1.0, 1.0)[var]
+                S = Xf @ Wc.T
+                Mc = S[np.arange(N), y][:, None] - S
+                Mc[np.arange(N), y] = np.inf
+                if Mc.min() >= best_low - STOP_GAP * max(abs(best_low), 1e-12):
+                    best_W, best_low, mixed = Wc, float(Mc.min()), None
     game = None  # (its steps, weight of the game's read-out in the W_O kept) when the game's read-out is kept
     steps_note = None  # the game's steps, when it ran
     step_work = GAME_STEP_WORK + N * C * (d + 8) // GAME_ENTRIES_PER_WORK
