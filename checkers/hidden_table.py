@@ -184,6 +184,15 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
             raise BadInput(f"task {task.name} labels every position: a hidden-vector table reads the last one")
         ys = class_rows[batch.labels]
         B = len(ys)
+
+        def row_index(key, j):  # the table row of (H[j], ys[j]), added at its first point
+            g = seen.get(key)
+            if g is None:
+                g = seen[key] = len(rows)
+                rows.append(H[j])
+                labels.append(int(ys[j]))
+                first.append(pos + j)
+            return g
         if pos + B > plan.n_eval:
             raise RuntimeError(f"the task gave more than the plan's {plan.n_eval} points")
         point_at[pos:pos + B] = batch.index
@@ -195,25 +204,11 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
             gid = np.empty(len(where), dtype=np.int64)
             for u in np.argsort(where, kind="stable").tolist():
                 j = int(where[u])
-                key = both[j].tobytes()
-                g = seen.get(key)
-                if g is None:
-                    g = seen[key] = len(rows)
-                    rows.append(H[j])
-                    labels.append(int(ys[j]))
-                    first.append(pos + j)
-                gid[u] = g
+                gid[u] = row_index(both[j].tobytes(), j)
             row_of[pos:pos + B] = gid[np.asarray(inverse).reshape(-1)]
         else:
             for j in range(B):
-                key = _row_key(H[j], int(ys[j]))
-                g = seen.get(key)
-                if g is None:
-                    g = seen[key] = len(rows)
-                    rows.append(H[j])
-                    labels.append(int(ys[j]))
-                    first.append(pos + j)
-                row_of[pos + j] = g
+                row_of[pos + j] = row_index(_row_key(H[j], int(ys[j])), j)
         pos += B
         if not timed and B < plan.n_eval:  # the a-priori rate may be far off: re-estimate
             timed = True
