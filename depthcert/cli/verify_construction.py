@@ -165,14 +165,14 @@ def _verify_construction_guarded(args, t_start: float) -> int:
         return verify_cot(args, task)
     if args.batch_size < 1:
         raise BadInput("--batch-size must be >= 1")
-    if not 1 <= args.fit_effort <= ro_max_effort():
-        raise BadInput(f"--fit-effort must be from 1 to {ro_max_effort()}, got {args.fit_effort}")
     if args.max_points < 1:
         raise BadInput(f"--max-points must be >= 1, got {args.max_points}")
     if args.family and (args.weights or args.variant):
         raise BadInput("--family builds your construction; it takes no --weights or --variant")
     from depthcert.proofs import readout as ro
 
+    if not 1 <= args.fit_effort <= ro.MAX_FIT_EFFORT:
+        raise BadInput(f"--fit-effort must be from 1 to {ro.MAX_FIT_EFFORT}, got {args.fit_effort}")
     if args.weights:
         if args.variant or args.as_printed:
             raise BadInput("--weights verifies the given file; it takes no --variant or --as-printed")
@@ -376,12 +376,6 @@ def _normalized(v, model) -> str | None:
         return None
     q = normalized_margin(v.min_margin, model.W_O)
     return None if q is None else str(format_rational(q))
-
-
-def ro_max_effort() -> int:
-    from depthcert.proofs.readout import MAX_FIT_EFFORT
-
-    return MAX_FIT_EFFORT
 
 
 def _other_readout(args, task, model, readout_name, own, constructions, ro):
