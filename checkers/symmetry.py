@@ -230,14 +230,32 @@ def hidden_permutation(mlp, pi: np.ndarray) -> np.ndarray | None:
     return q
 
 
+def _value_codes(W: np.ndarray) -> np.ndarray:
+    """int64 codes of W's entries, equal exactly where the entries are equal (==, as exact values:
+    an int and an equal Fraction share a code).  Each distinct object is looked up once (entries
+    often share objects), so a comparison of entries is a comparison of codes, in numpy."""
+    flat = np.asarray(W, dtype=object).ravel().tolist()
+    ids = list(map(id, flat))
+    index: dict = {}
+    code_of_id = {k: index.setdefault(v, len(index)) for k, v in dict(zip(ids, flat)).items()}
+    return np.fromiter(map(code_of_id.__getitem__, ids), dtype=np.int64, count=len(ids)).reshape(np.shape(W))
+
+
 def _invariant(W: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> bool:
-    """W[rows[i], cols[j]] == W[i, j] for all i, j."""
+    """W[rows[i], cols[j]] == W[i, j] for all i, j (W: exact entries, or their _value_codes)."""
     return bool((W[np.ix_(rows, cols)] == W).all())
 
 
 def check_equivariance(model: Model, groups: tuple[tuple[str, ...], ...]) -> EquivarianceReport:
     """Exact check of the claim's equations for every generator of every group."""
     class_index = {c: i for i, c in enumerate(model.classes)}
+    codes: dict = {}
+
+    def coded(W):  # W's value codes, computed once per matrix (every generator compares the same matrices)
+        got = codes.get(id(W))
+        if got is None:
+            got = codes[id(W)] = (W, _value_codes(W))  # W kept: its id stays its own
+        return got[1]
     for group in groups:
         for sigma in generators(group):
             pi = row_permutation(model, sigma)
@@ -251,17 +269,17 @@ def check_equivariance(model: Model, groups: tuple[tuple[str, ...], ...]) -> Equ
                     kappa[i] = class_index[sigma[c]]
             for li, layer in enumerate(model.layers):
                 for hi, head in enumerate(layer):
-                    if not _invariant(head.W_QK, pi, pi):
+                    if not _invariant(coded(head.W_QK), pi, pi):
                         return EquivarianceReport(False, groups, f"layer {li + 1} head {hi + 1} W_QK is not invariant under {_show(sigma)}")
-                    if not _invariant(head.W_V, pi, pi):
+                    if not _invariant(coded(head.W_V), pi, pi):
                         return EquivarianceReport(False, groups, f"layer {li + 1} head {hi + 1} W_V is not invariant under {_show(sigma)}")
                 if layer.mlp is not None:
                     mlp = layer.mlp
                     q = hidden_permutation(mlp, pi)
-                    if q is None or not (_invariant(mlp.W1, q, pi) and _invariant(mlp.W2, pi, q)
+                    if q is None or not (_invariant(coded(mlp.W1), q, pi) and _invariant(coded(mlp.W2), pi, q)
                                          and bool((mlp.b1[q] == mlp.b1).all()) and bool((mlp.b2[pi] == mlp.b2).all())):
                         return EquivarianceReport(False, groups, f"layer {li + 1} MLP is not equivariant under {_show(sigma)}")
-            if not _invariant(model.W_O, kappa, pi):
+            if not _invariant(coded(model.W_O), kappa, pi):
                 return EquivarianceReport(False, groups, f"W_O is not equivariant under {_show(sigma)}")
     n_gen = sum(len(generators(g)) for g in groups)
     return EquivarianceReport(True, groups, f"{n_gen} generator{'s' if n_gen != 1 else ''} of {len(groups)} symmetric "

@@ -48,13 +48,17 @@ MAX_SCORE_ENTRIES = 50_000_000  # distinct vectors x classes held as float64 sco
 # deterministically (never in seconds: the margins printed must not depend on the machine's load) as
 # simplex iterations x (rows + columns) of the LP they run on, summed over the rounds, and capped by
 # lp_budget(points, dim): LP_WORK_PER_POINT_DIM per dataset point and hidden dimension (the plain
-# forward over the dataset costs about points x dim x layers x width), at least LP_WORK_MIN, at most
-# LP_WORK_MAX.  Past the budget, the best W_O found so far (or the cheap read-out: lifting or cosine,
+# forward over the dataset costs about points x dim x layers x width) less LP_WORK_OFFSET, at least
+# LP_WORK_MIN, at most LP_WORK_MAX.  Past the budget, the best W_O found so far (or the cheap read-out: lifting or cosine,
 # mixed in) is kept, rounded and checked exactly as always.  (Measured: about 3e-8 s per work unit,
 # so the fit costs at most about half the plain float64 forward at the tm rows of bench_all.)
 MAX_LP_ROUNDS = 40
 MAX_LP_ROWS = 10_000  # one LP never has more pairs than this (its memory), whatever the size
 LP_WORK_PER_POINT_DIM = 8  # half of it for the LP, the rest for the game below
+# less this offset: a whole run also builds, parses and proves things at a fixed cost of about 15 ms
+# (tm l = 5), which small sizes pay out of the same allowance (whole run within 2x of a float64
+# forward); above a few hundred thousand point x dim the offset is a small fraction of the budget
+LP_WORK_OFFSET = 150_000
 LP_WORK_MIN = 100_000  # about 3 ms
 LP_WORK_MAX = 400_000_000  # about 12 s (half of it for the LP)
 CENTRE_WORK_PER_SIZE = 200  # an interior-point solve of the converged LP, charged as 200 x (rows + columns) (an estimate)
@@ -110,10 +114,12 @@ def normalized_margin(margin: Fraction | None, W_O: np.ndarray) -> Fraction | No
     """The exact margin divided by the largest absolute entry of W_O (None without a margin)."""
     if margin is None:
         return None
-    flat = np.asarray(W_O).ravel().tolist()
-    distinct = dict(zip(map(id, flat), flat)).values()  # entries share objects (C-level passes)
-    top = max((abs(Fraction(v)) for v in distinct), default=Fraction(0))
-    return None if top == 0 else Fraction(margin) / top
+    from depthcert.checkers.evaluate import _int_matrix
+
+    N, q = _int_matrix(np.asarray(W_O))  # W_O = N / q, each distinct entry object converted once
+    flat = N.ravel().tolist()
+    top = max(max(flat), -min(flat)) if flat else 0  # Python ints: compared in C
+    return None if top == 0 else Fraction(margin) / Fraction(top, q)
 
 
 def _probe(model: Model) -> Model:
@@ -212,21 +218,33 @@ def guard_fit(n_vectors: int, n_classes: int) -> None:
 
 
 def _tied_variables(C: int, d: int, ties) -> tuple[np.ndarray, int]:
-    """var[c, r]: the LP variable of entry (c, r), equal for entries tied by the generators."""
+    """var[c, r]: the LP variable of entry (c, r), equal for entries tied by the generators (the
+    connected components of the graph with an edge from each entry to its image under each
+    generator), numbered in the order of their smallest entry."""
     if not ties:
         return np.arange(C * d).reshape(C, d), C * d
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import connected_components
-
-    src = np.tile(np.arange(C * d), len(ties))
-    dst = np.concatenate([(kappa[:, None] * d + pi[None, :]).ravel() for pi, kappa in ties])
-    graph = sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(C * d, C * d))
-    # components numbered in the order of their smallest entry (as a union-find keeping the smaller root)
-    _, label = connected_components(graph, directed=True, connection="weak")
-    first = np.full(label.max() + 1, C * d)
-    np.minimum.at(first, label, np.arange(C * d))
-    var = np.argsort(np.argsort(first, kind="stable"), kind="stable")[label]
-    return var.reshape(C, d), int(var.max()) + 1
+    images = [(kappa[:, None] * d + pi[None, :]).ravel() for pi, kappa in ties]
+    # every entry labelled with the smallest entry of its component: each round takes the smallest
+    # label over an entry's edges (both directions), then jumps labels to their labels' labels until
+    # they settle; it ends when a round changes nothing, i.e. labels are constant on every edge, and
+    # a label is always an entry of the same component, its smallest once it is constant there
+    label = np.arange(C * d)
+    while True:
+        new = label.copy()
+        for f in images:
+            np.minimum(new, label[f], out=new)
+            np.minimum.at(new, f, label)
+        while True:
+            jumped = new[new]
+            if np.array_equal(jumped, new):
+                break
+            new = jumped
+        if np.array_equal(new, label):
+            break
+        label = new
+    _, var = np.unique(label, return_inverse=True)  # the smallest entries, in increasing order
+    var = np.asarray(var).reshape(C, d)
+    return var, int(var.max()) + 1
 
 
 def _exact_scores(X: np.ndarray, Wq: np.ndarray) -> np.ndarray:
@@ -299,12 +317,14 @@ MAX_FIT_EFFORT = 10_000
 
 def lp_budget(points: int, dim: int, effort: int = 1) -> int:
     """The LP's work budget (simplex iterations x (rows + columns), summed over the rounds) for a
-    dataset of `points` points whose hidden vectors have `dim` coordinates: non-decreasing in both,
+    dataset of `points` points whose hidden vectors have `dim` coordinates (LP_WORK_PER_POINT_DIM x
+    points x dim less LP_WORK_OFFSET): non-decreasing in both,
     at least LP_WORK_MIN, at most LP_WORK_MAX; times `effort` (--fit-effort: a larger budget, a read-out
     closer to the LP's optimum, at that many times the LP's cost)."""
     if not (isinstance(effort, int) and 1 <= effort <= MAX_FIT_EFFORT):
         raise BadInput(f"--fit-effort must be an integer from 1 to {MAX_FIT_EFFORT}, got {effort!r}")
-    return effort * int(min(LP_WORK_MAX, max(LP_WORK_MIN, LP_WORK_PER_POINT_DIM * max(points, 0) * max(dim, 1))))
+    grown = LP_WORK_PER_POINT_DIM * max(points, 0) * max(dim, 1) - LP_WORK_OFFSET
+    return effort * int(min(LP_WORK_MAX, max(LP_WORK_MIN, grown)))
 
 
 class _MarginLP:

@@ -20,6 +20,9 @@ def test_lp_budget_grows_with_the_points_and_the_width_and_is_bounded():
         assert budgets == sorted(budgets)
         assert budgets[0] == ro.LP_WORK_MIN and budgets[-1] == ro.LP_WORK_MAX
     assert all(ro.lp_budget(n, 14) <= ro.lp_budget(n, 56) for n in sizes)
+    # the offset (a run's fixed costs) comes off once the points x width pass it, never below the minimum
+    grown = ro.LP_WORK_PER_POINT_DIM * 46_656 * 14
+    assert ro.lp_budget(46_656, 14) == grown - ro.LP_WORK_OFFSET > ro.LP_WORK_MIN
 
 
 def test_a_smaller_dataset_never_gets_more_lp_work(monkeypatch):
@@ -27,6 +30,7 @@ def test_a_smaller_dataset_never_gets_more_lp_work(monkeypatch):
     # smaller dataset never spends more of it than a larger one (a small minimum, so that the
     # small sizes stop at their budgets: the fitted read-out then still verifies exactly)
     monkeypatch.setattr(ro, "LP_WORK_MIN", 500)
+    monkeypatch.setattr(ro, "LP_WORK_OFFSET", 0)
     monkeypatch.setattr(ro, "ROUND_WORK", 50)
     task = make_task("tm", l=4, alphabet=4)
     model = registry.build(task, "heads", lemma3=False).model

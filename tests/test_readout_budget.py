@@ -113,3 +113,33 @@ def test_game_readout_is_in_the_box_and_its_margins_are_its_own():
     expect = S[np.arange(9), y][:, None] - S
     expect[np.arange(9), y] = np.inf
     assert np.array_equal(M, expect)
+
+
+def test_tied_variables_are_the_connected_components_of_the_generators():
+    # the label propagation against scipy's connected components (numbered by smallest entry), on
+    # random permutations of random shapes and on an n-cycle with a transposition (the longest orbits)
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
+    def reference(C, d, ties):
+        if not ties:
+            return np.arange(C * d).reshape(C, d)
+        src = np.tile(np.arange(C * d), len(ties))
+        dst = np.concatenate([(kappa[:, None] * d + pi[None, :]).ravel() for pi, kappa in ties])
+        _, label = connected_components(sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(C * d, C * d)),
+                                        directed=True, connection="weak")
+        first = np.full(label.max() + 1, C * d)
+        np.minimum.at(first, label, np.arange(C * d))
+        return np.argsort(np.argsort(first, kind="stable"), kind="stable")[label].reshape(C, d)
+
+    rng = np.random.default_rng(5)
+    cases = [(int(rng.integers(1, 9)), int(rng.integers(1, 9)), int(rng.integers(0, 4))) for _ in range(200)]
+    for C, d, g in cases:
+        ties = tuple((rng.permutation(d), rng.permutation(C)) for _ in range(g))
+        var, n_var = ro._tied_variables(C, d, ties)
+        assert np.array_equal(var, reference(C, d, ties)) and n_var == int(var.max()) + 1
+    for n in (2, 7, 40):
+        cycle, swap = np.roll(np.arange(n), 1), np.arange(n)
+        swap[[0, 1]] = [1, 0]
+        ties = ((cycle, cycle), (swap, np.arange(n)))
+        assert np.array_equal(ro._tied_variables(n, n, ties)[0], reference(n, n, ties))

@@ -105,3 +105,21 @@ def test_orbit_check_decodes_datasets_with_several_lengths():
     pieces = list(_decoded(task, idx, size=3))
     assert [p.tolist() for p, _, _ in pieces] == [[4], [0, 3], [1, 2]]
     assert [ids.shape[1] for _, ids, _ in pieces] == [3, 1, 2]
+
+
+def test_value_codes_are_equal_exactly_where_the_entries_are():
+    # the equivariance check compares codes: equal codes <=> equal exact values (an int and an equal
+    # Fraction alike; shared and distinct objects alike)
+    from fractions import Fraction
+
+    from depthcert.checkers.symmetry import _value_codes
+
+    rng = np.random.default_rng(2)
+    pool = [0, 1, -1, Fraction(1, 2), Fraction(2, 4), Fraction(-1, 3), 2**70, 2**70 + 1, Fraction(2**70, 1)]
+    for _ in range(100):
+        W = np.array([[pool[int(i)] if rng.random() < 0.5 else Fraction(pool[int(i)]) for i in row]
+                      for row in rng.integers(0, len(pool), size=(3, 5))], dtype=object)
+        codes = _value_codes(W)
+        flat, cf = W.ravel().tolist(), codes.ravel().tolist()
+        assert codes.shape == W.shape
+        assert all((a == b) == (ca == cb) for a, ca in zip(flat, cf) for b, cb in zip(flat, cf))
