@@ -701,8 +701,9 @@ def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, pro
     integers of a model without an a-priori bound): a stream number past it before a layer ends
     the run (BadInput), since that layer could cube it; deadline (perf_counter time, seconds,
     what): a layer that would start after it ends the run too (BadInput)."""
-    # the first layer's fused heads read the one-hot embedding through the token ids (no X0 built)
-    onehot = bool(fused and fused[0] is not None and fused[0][3] and W[0][0])
+    # the first layer's fused heads read the one-hot embedding through the token ids (no X0 built); the
+    # last query of a one-layer model needs no 2^53 / 3 bound on coef_i B_i (`_attention_onehot_last`)
+    onehot = bool(fused and fused[0] is not None and W[0][0] and (fused[0][3] or (last_only and len(W) == 1)))
     X = np.zeros((len(token_ids), token_ids.shape[1], model.dim)) if onehot else embed_rows(model, token_ids, dtype)
     Xa = None
     nl = len(W)
@@ -790,14 +791,17 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
     two or three gathered rows of the other operand, with no product at all.  The sums are the same
     terms as the dense products' (the others are exact zeros) and so bounded the same way, except the
     rows x_j coef_i B_i^T, whose entries are each below 2^53 / 3 (`_fused_weights`); where a head's
-    weights are all zero such a row may be inexact, but it is finite and meets only zeros."""
+    weights are all zero such a row may be inexact, but it is finite and meets only zeros.  Every query
+    (q = n); the last query alone (a last layer) goes to `_attention_onehot_last`."""
+    if last:
+        return _attention_onehot_last(token_ids, model, fw, L)
     AT, BT, relu, _ = fw
     B, n, d = X.shape
     m = len(relu)
     V = len(model.vocab)
     const = model.constant_index if model.constant_row else None
     ids = np.asarray(token_ids, dtype=np.int64)
-    qk = np.array([n - 1]) if last else np.arange(n)  # the queries' positions
+    qk = np.arange(n)  # the queries' positions
     q = len(qk)
     U = AT[ids[:, qk]] + AT[V + qk][None, :, :]  # (B, q, m d): row k is x_k [A_1^T ... A_m^T]
     if const is not None:
@@ -806,7 +810,7 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
     S = np.take_along_axis(U, ids[:, None, :], axis=2) + U[:, :, V:V + n]  # (B, q m, n): x_j . (A_i x_k)
     if const is not None:
         S += U[:, :, const:const + 1]
-    Wt = _fused_weights_of_scores(S.reshape(B, q, m, n), relu, L, last)
+    Wt = _fused_weights_of_scores(S.reshape(B, q, m, n), relu, L, False)
     BT3 = BT.reshape(m, d, d)  # head i's coef_i B_i^T
     XB = BT3[:, ids] + BT3[:, V:V + n][:, None, :, :]  # (m, B, n, d): x_j coef_i B_i^T
     if const is not None:
@@ -820,6 +824,43 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
     if const is not None:
         out[:, :, const] += L.x_scale
     return out
+
+
+def _attention_onehot_last(token_ids: np.ndarray, model: Model, fw, L: IntLayer) -> np.ndarray:
+    """`_attention_onehot` for the last query only (a last layer read at the last position): (B, 1, d).
+
+    Scores as there: U = x_k [A_1^T ... A_m^T] is the sum of the rows of the query's token, position and
+    constant, and s_ij = x_j . (A_i x_k) the sum of U's entries at key j's token, position and constant:
+    sums of terms of the score's dot product, bounded by `magnitude_bound`'s smax.  The values then
+    follow `_attention_fused` instead of gathering a row x_j coef_i B_i^T per key and head (m n rows
+    per point, several times the work of the rest): V_i = sum_j w_ij x_j with the one-hot embedding X0
+    (a (B, m, n) x (B, n, d) product), then [V_1 ... V_m] [coef_1 B_1^T; ...; coef_m B_m^T] plus the
+    residual x_k x_scale.  Exact in float64, the a-priori bound being below 2^53 (`magnitude_bound`,
+    whose hb is 1 on the input rows):
+      V_i[f] is a sum of the non-negative terms w_ij x_j[f] (relu and hardmax weights are >= 0, x_j is
+        0/1), so every partial sum is at most sum_j w_ij <= mass (n smax for relu, lam for hardmax),
+        which the bound covers (`worst`); V_i[f] = 0 off the input rows;
+      out[e] = sum_i sum_f V_i[f] coef_i B_i[e, f] + x_scale x_k[e]: every partial sum, in any order,
+        is at most sum_i coef_i mass (|B_i| hb)[e] + x_scale hb[e], the layer's new stream bound.
+    The rows x_j coef_i B_i^T are never formed, so this path needs no 2^53 / 3 bound on coef_i B_i."""
+    AT, BT, relu, _ = fw
+    ids = np.asarray(token_ids, dtype=np.int64)
+    B, n = ids.shape
+    d, m, V = model.dim, len(relu), len(model.vocab)
+    const = model.constant_index if model.constant_row else None
+    U = AT[ids[:, n - 1]] + AT[V + n - 1]  # (B, m d): x_k [A_1^T ... A_m^T], k the last position
+    if const is not None:
+        U += AT[const]
+    U = U.reshape(B, m, d)
+    # s_ij = U[i, token_j] + U[i, V + j] (+ U[i, const]): the tokens' entries by one flat gather
+    S = np.take(U, (np.arange(B * m) * d).reshape(B, m, 1) + ids[:, None, :]) + U[:, :, V:V + n]
+    if const is not None:
+        S += U[:, :, const:const + 1]
+    Wt = _fused_weights_of_scores(S.reshape(B, 1, m, n), relu, L, True).reshape(B, m, n)
+    X0 = embed_rows(model, ids, np.float64)  # (B, n, d) one-hot rows
+    out = np.matmul(Wt, X0).reshape(B, m * d) @ BT  # (B, d): sum over heads and keys
+    out += X0[:, -1, :] * L.x_scale  # the residual
+    return out[:, None, :]
 
 
 def _fused_weights_of_scores(S: np.ndarray, relu: np.ndarray, L: IntLayer, last: bool) -> np.ndarray:
