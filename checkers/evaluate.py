@@ -26,6 +26,7 @@ exact.  Otherwise the pass runs on Python integers (numpy object arrays): slower
 """
 from __future__ import annotations
 
+import ctypes
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -50,15 +51,30 @@ BOUND_UNKNOWN = 1 << (MAX_STREAM_BITS + 1)
 
 def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
     """(integer object array N, denominator q) with M = N / q (any shape; entries ints or
-    Fractions, read through .numerator / .denominator without building new Fractions)."""
-    flat = np.asarray(M, dtype=object).ravel().tolist()
-    ids = list(map(id, flat))  # entries share objects: each distinct one is converted once (C-level passes)
-    distinct = {k: v if isinstance(v, (int, Fraction)) else Fraction(v) for k, v in dict(zip(ids, flat)).items()}
-    q = lcm(*{v.denominator for v in distinct.values()}) if flat else 1
-    num = {k: v.numerator * (q // v.denominator) for k, v in distinct.items()}
-    N = np.empty(len(flat), dtype=object)
-    N[:] = list(map(num.__getitem__, ids))
-    return N.reshape(M.shape), q
+    Fractions, read through .numerator / .denominator without building new Fractions).  Entries
+    that are the same object (a builder's shared zero, one Fraction per distinct value) are
+    converted once: the entries are grouped by `_same_objects`, with no Python call per entry."""
+    flat = np.ascontiguousarray(M, dtype=object).ravel()
+    if not flat.size:
+        return np.empty(np.shape(M), dtype=object), 1
+    first, which = _same_objects(flat)
+    distinct = [v if isinstance(v, (int, Fraction)) else Fraction(v) for v in flat[first].tolist()]
+    q = lcm(*{int(v.denominator) for v in distinct})
+    num = np.empty(len(distinct), dtype=object)
+    num[:] = [int(v.numerator) * (q // int(v.denominator)) for v in distinct]  # int(): a numpy int's Fraction
+    return num[which].reshape(np.shape(M)), q
+
+
+def _same_objects(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one entry per distinct object, each entry's group) of a contiguous 1-D object array,
+    entries grouped by identity.  An object array is a table of object pointers (numpy's layout; the
+    array holds a reference to each, so none moves or dies meanwhile): two entries hold the same
+    object exactly when their pointers are equal, so the table, read as unsigned integers, is
+    grouped by one sort (np.unique) instead of one id() call and one dict look-up per entry."""
+    table = ctypes.cast(flat.ctypes.data, ctypes.POINTER(ctypes.c_size_t))
+    pointers = np.ctypeslib.as_array(table, shape=(flat.size,)).copy()
+    _, first, which = np.unique(pointers, return_index=True, return_inverse=True)
+    return first, np.asarray(which).ravel()
 
 
 def _all_below(mats, limit: int) -> bool:
