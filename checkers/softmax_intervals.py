@@ -27,7 +27,10 @@ How every operation is bounded (u = 2^-53, eta = 2^-1074, gamma_k = k u / (1 - k
     (tests/test_softmax_certified.py::test_numpy_exp_is_within_exp_rel_of_arb).  Above EXP_HIGH
     (an exponent's upper end there needs a score radius above 5) no exp is trusted: [0, inf].
     Below EXP_LOW = -700 the result is replaced by the interval [0, 2^-1000] without calling exp
-    (exp(-700) < 2^-1000), so subnormal results never need an accuracy claim.
+    (exp(-700) < 2^-1000), so subnormal results never need an accuracy claim;
+  * softmax weights: softmax_relative (one exp per entry at the midpoints, a relative radius
+    from the mean value theorem, its docstring) where every score radius is small and every
+    value finite, else softmax_bounds (the weights' ends from the scores' ends).
 """
 from __future__ import annotations
 
@@ -398,7 +401,96 @@ def exp_bounds(lo, hi):
 _LOW_SUMS: dict = {}  # n -> a float <= 1 - 2 gamma_n
 
 
+RHO_MAX = 2.0 ** -10  # softmax_relative's limit on rho_j (larger score radii: softmax_bounds)
+REL_C1 = 1.03  # softmax_relative's factor (>= 1.02 with the roundings of delta)
+REL_ABS = 2.0 ** -990  # softmax_relative's absolute radius: weights below 2^-998, subnormal roundings
+_REL_C0: dict = {}  # n -> softmax_relative's c0
+
+
+def _rel_c0(n: int) -> float:
+    """c0 for n keys: a float >= (max(K, K') (1 + tau)^2 - 1)(1 + 2^-48) + 2^-54 with E = EXP_REL,
+    g = gamma_n, K = (1 + E)(1 + g) / ((1 - E)(1 - u)), K' = (1 + E)(1 + u) / ((1 - E)(1 - g)),
+    tau = 4 n 2^-1000 (softmax_relative)."""
+    if n not in _REL_C0:
+        E, g, u = Fraction(1, 2**50), gamma(n), Fraction(1, 2**53)
+        K = (1 + E) * (1 + g) / ((1 - E) * (1 - u))
+        K2 = (1 + E) * (1 + u) / ((1 - E) * (1 - g))
+        tau = Fraction(4 * n, 2**1000)
+        _REL_C0[n] = _float_up((max(K, K2) * (1 + tau) ** 2 - 1) * (1 + Fraction(1, 2**48)) + Fraction(1, 2**54))
+    return _REL_C0[n]
+
+
+def softmax_relative(T: Interval, mask) -> Interval | None:
+    """The softmax weights over the last axis as <w_j, w_j delta_j + 2^-990>, one exp per entry;
+    None (the caller uses softmax_bounds) when a midpoint is not finite (or their float sum is
+    not) or some rho_j below is not <= RHO_MAX (a large score radius, an inf or NaN radius).
+
+    Shift and keys.  s = the row's largest allowed midpoint (exact); d_j = fl(m_j - s), clipped
+    below at EXP_LOW (masked keys: -inf, clipped); |d_j - (m_j - s)| <= u |d_j| (a float
+    difference is exact when subnormal).  rho_j = fl(fl(-u d_j) + r_j) >= (r_j + u |d_j|)(1 - u)
+    - eta, so for a "large" key (d_j >= EXP_LOW) the exact t_j - s = d_j + theta_j with
+    |theta_j| <= rho'_j = rho_j (1 + 2u) + eta.  A "small" key (d_j < EXP_LOW, or masked) has
+    t_j - s < -699 (r_j <= rho_j <= RHO_MAX): exp(t_j - s) < 2^-1000 (0 when masked).
+
+    Perturbation.  Over the large keys, F(theta) = log softmax_j(d + theta) has dF/dtheta_j =
+    1 - pi_j, dF/dtheta_l = -pi_l (pi = softmax(d + theta)); by the mean value theorem on the
+    segment to theta, |F(theta) - F(0)| <= sum_{l != j} pi_l(xi) (rho'_j + rho'_l), and
+    pi_l(xi) <= pi_l(0) e^(2 RHO_MAX'), so |F(theta) - F(0)| <= Delta_j =
+    e^(2 RHO_MAX') (rho'_j + p' - 2 pi_j rho'_j) with pi = pi(0), p' = sum_l pi_l rho'_l.
+    Small keys multiply the exact weight by a factor in [1 / (1 + tau), 1] (tau = 4 n 2^-1000:
+    their exact terms and their e_j sum to at most n 2^-1000 <= tau S / 2 below).
+
+    Floats.  e_j = np.exp(d_j) on [EXP_LOW, 0] errs by at most E = EXP_REL relatively (a small
+    key's e_j <= exp(-700)(1 + E) < 2^-1000); S = sum_j e_j >= e at the maximum (d = 0) >= 1/2;
+    Z = fl(S) in S [1 - g, 1 + g] (g = gamma_n, non-negative terms, any order); w_j = fl(e_j / Z)
+    = (e_j / Z)(1 + beta), |beta| <= u (a subnormal quotient errs by eta/2).  Hence pi_j / w_j
+    lies in [1 / (K' (1 + tau)), K (1 + tau)] (K, K' of _rel_c0), and the exact weight W_j
+    satisfies W_j / w_j in [e^-Delta_j / (K' (1 + tau)^2), e^Delta_j K (1 + tau)]:
+    |W_j - w_j| <= w_j (max(K, K')(1 + tau)^2 - 1 + 1.01 Delta_j) (Delta_j <= 4 RHO_MAX, e^x - 1
+    <= 1.003 x there).  Replacing pi by w and rho' by rho in Delta_j changes it by at most 2^-57
+    (relative errors of order 2^-48 times RHO_MAX, eta-terms: w_j <= 1), so with
+    p_hat = _bound(fl(sum_l w_l rho_l), n) >= sum_l w_l rho_l (n non-negative products) and
+    x_j = fl(fl(rho_j - 2 fl(w_j rho_j)) + p_hat) (within 2^-59 of its exact value:
+    |terms| <= 3 RHO_MAX), delta_j = fl(fl(REL_C1 x_j) + c0) >= (max(K, K')(1 + tau)^2 - 1) +
+    1.01 e^(2 RHO_MAX') (1 + 2^-40) (rho'_j + p' - 2 pi_j rho'_j) + the absolute slips, and
+    fl(fl(w_j delta_j) + 2^-990) >= w_j delta_j (1 - u) - eta + 2^-991 covers |W_j - w_j| (the
+    (1 - u) roundings are within the 2^-48 of c0 and REL_C1 = 1.03 >= 1.02 (1 + 2^-40); a small
+    key's W_j and w_j both lie in [0, 2^-998]).  First order, delta_j is
+    (1 - w_j) rho_j + sum_{l != j} w_l rho_l: a key holding nearly all the weight is nearly exact."""
+    if not np.isfinite(T.m.sum()):  # an inf or NaN midpoint (an overflowing sum of finite ones: only slower)
+        return None
+    mid = T.m if mask is None else np.where(mask, T.m, -INF)
+    d = mid - mid.max(axis=-1, keepdims=True)  # <= 0
+    np.maximum(d, EXP_LOW, out=d)
+    rho = d * -U
+    if T.r is not None:
+        rho += T.r
+    if not rho.max() <= RHO_MAX:  # NaN or inf fails this too
+        return None
+    w = np.exp(d, out=d)
+    w /= w.sum(axis=-1, keepdims=True)
+    n = T.m.shape[-1]
+    x = w * rho
+    p = _bound(x.sum(axis=-1, keepdims=True), n)
+    x *= -2.0
+    x += rho
+    x += p
+    x *= REL_C1
+    x += _rel_c0(n)
+    x *= w
+    x += REL_ABS
+    return Interval(w, x)
+
+
 def softmax(T: Interval, mask) -> Interval:
+    """Weights over the last axis (keys) of scaled scores T (..., q, j); mask: keys allowed
+    (broadcastable) or None: softmax_relative where it applies (finite, small score radii),
+    else softmax_bounds."""
+    A = softmax_relative(T, mask)
+    return softmax_bounds(T, mask) if A is None else A
+
+
+def softmax_bounds(T: Interval, mask) -> Interval:
     """Weights over the last axis (keys) of scaled scores T (..., q, j); mask: keys allowed
     (broadcastable) or None.  With any shift s (the largest midpoint; softmax is shift-invariant
     in real arithmetic), E_j in [exp(lo_j - s), exp(hi_j - s)], Z = sum E_j, and the weight

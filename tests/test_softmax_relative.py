@@ -1,0 +1,91 @@
+"""checkers/softmax_intervals.py's softmax_relative (one exp per entry, relative radii) against
+mpmath at 80 digits: every exact weight for every score within the given radii lies in the
+returned enclosure.  The worst cases are taken exactly: the weight of key j is increasing in
+t_j and decreasing in every other t_l, so its extremes are at the corners (t_j = m_j +- r_j,
+t_l = m_l -+ r_l), each evaluated in mpmath from the floats' exact values."""
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+from depthcert.checkers import softmax_intervals as si
+
+mpmath.mp.dps = 80
+
+
+def _extremes(m, r, allowed, j):
+    """(min, max) of the exact softmax weight of key j over |t - m| <= r, allowed keys only."""
+    keys = [k for k in range(len(m)) if allowed[k]]
+    if not allowed[j]:
+        return mpmath.mpf(0), mpmath.mpf(0)
+    out = []
+    for sign in (-1, 1):  # sign +1: t_j up, others down (the maximum)
+        t = {k: mpmath.mpf(float(m[k])) + (sign if k == j else -sign) * mpmath.mpf(float(r[k])) for k in keys}
+        top = max(t.values())
+        z = mpmath.fsum(mpmath.exp(t[k] - top) for k in keys)
+        out.append(mpmath.exp(t[j] - top) / z)
+    return out[0], out[1]
+
+
+def _check(T: si.Interval, mask) -> bool:
+    """True when softmax_relative gave an enclosure (asserted), False when it declined."""
+    with np.errstate(all="ignore"):
+        A = si.softmax_relative(T, mask)
+    if A is None:
+        return False
+    B, q, n = T.m.shape
+    r = np.zeros_like(T.m) if T.r is None else np.broadcast_to(T.r, T.m.shape)
+    allowed = np.ones((q, n), dtype=bool) if mask is None else np.broadcast_to(mask, (q, n))
+    assert np.isfinite(A.m).all() and np.isfinite(A.r).all() and (A.r >= 0).all()
+    for b in range(B):
+        for k in range(q):
+            for j in range(n):
+                lo, hi = _extremes(T.m[b, k], r[b, k], allowed[k], j)
+                c, rad = mpmath.mpf(float(A.m[b, k, j])), mpmath.mpf(float(A.r[b, k, j]))
+                assert c - rad <= lo and hi <= c + rad, (b, k, j, float(lo), float(hi), c, rad)
+    return True
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_weights_enclose_mpmath_on_random_scores(seed):
+    rng = np.random.default_rng(seed)
+    B, q, n = 6, 3, 5
+    scale = [1e-3, 1.0, 30.0, 300.0, 1e4, 1e-300][seed]
+    m = rng.normal(size=(B, q, n)) * scale
+    rel = [0.0, 1e-16, 1e-12, 1e-7, 1e-9, 1e-3][seed]
+    r = np.abs(m) * rel * rng.random((B, q, n)) + rng.random((B, q, n)) * [0, 1e-15, 1e-10, 1e-5, 0, 0][seed]
+    assert _check(si.Interval(m, r if seed else None), None)
+    assert _check(si.Interval(m, r), np.tril(np.ones((n, n), dtype=bool))[n - q:])
+
+
+def test_dominant_key_and_ties_and_tiny_weights():
+    m = np.array([[[0.0, -1e-300, 5e-324, -40.0, -699.9, -700.1, -1e5, -1.7e308]],
+                  [[1.7e308, -1.7e308, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]],
+                  [[3.0, 3.0, 3.0, 3.0, 2.0, 1.0, 0.0, 2.0 ** -1074]]])
+    r = np.full(m.shape, 1e-6)
+    r[1] = 0.0
+    r[2, 0, :3] = [5e-324, 0.0, 2.0 ** -1000]
+    assert _check(si.Interval(m, r), None)
+    assert _check(si.Interval(m, None), None)
+
+
+def test_radius_limit_and_non_finite_values_decline():
+    m = np.zeros((1, 1, 3))
+    assert si.softmax_relative(si.Interval(m, np.full(m.shape, si.RHO_MAX * 2)), None) is None
+    assert _check(si.Interval(m, np.full(m.shape, si.RHO_MAX / 2)), None)
+    for bad in (np.inf, -np.inf, np.nan):
+        with np.errstate(all="ignore"):
+            assert si.softmax_relative(si.Interval(np.array([[[0.0, bad, 1.0]]]), None), None) is None
+            if bad == bad and bad > 0:  # radii are never negative
+                assert si.softmax_relative(si.Interval(m, np.array([[[0.0, bad, 0.0]]])), None) is None
+            if bad != bad:
+                assert si.softmax_relative(si.Interval(m, np.array([[[0.0, bad, 0.0]]])), None) is None
+
+
+def test_softmax_uses_the_bounds_path_beyond_the_limit():
+    """softmax falls back to softmax_bounds (same enclosure claim) where the relative path declines."""
+    m = np.array([[[0.0, 1.0, 2.0]]])
+    r = np.full(m.shape, 0.5)
+    A, B = si.softmax(si.Interval(m, r), None), si.softmax_bounds(si.Interval(m, r), None)
+    assert (A.m == B.m).all() and (A.r == B.r).all()
