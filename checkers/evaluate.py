@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from math import gcd, lcm
 
@@ -54,15 +54,30 @@ def _int_matrix(M: np.ndarray) -> tuple[np.ndarray, int]:
     Fractions, read through .numerator / .denominator without building new Fractions).  Entries
     that are the same object (a builder's shared zero, one Fraction per distinct value) are
     converted once: the entries are grouped by `_same_objects`, with no Python call per entry."""
+    num, which, q = _int_parts(M)
+    return num[which].reshape(np.shape(M)), q
+
+
+def _int_parts(M: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(numerators of the distinct entry objects (object array), each entry's index into them (flat),
+    q): `_int_matrix`'s N is num[which] reshaped to M's shape."""
     flat = np.ascontiguousarray(M, dtype=object).ravel()
     if not flat.size:
-        return np.empty(np.shape(M), dtype=object), 1
+        return np.empty(0, dtype=object), np.zeros(0, dtype=np.intp), 1
     first, which = _same_objects(flat)
     distinct = [v if isinstance(v, (int, Fraction)) else Fraction(v) for v in flat[first].tolist()]
     q = lcm(*{int(v.denominator) for v in distinct})
     num = np.empty(len(distinct), dtype=object)
     num[:] = [int(v.numerator) * (q // int(v.denominator)) for v in distinct]  # int(): a numpy int's Fraction
-    return num[which].reshape(np.shape(M)), q
+    return num, which, q
+
+
+def _int64_or_none(num: np.ndarray, which: np.ndarray, shape) -> np.ndarray | None:
+    """`_int_matrix`'s N as int64 (from its parts, one gather) when every entry has |v| < 2^63, else None."""
+    vals = num.tolist()
+    if vals and not (max(vals) < 2**63 and min(vals) > -(2**63)):
+        return None
+    return np.array(vals, dtype=np.int64)[which].reshape(shape)
 
 
 def _same_objects(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,6 +144,14 @@ class IntegerModel:
     bound: int  # proven bound on every intermediate magnitude of the integer pass (or BOUND_UNKNOWN)
     use_float: bool
     proven_layers: int = 0  # the first layers whose values are all proven below 2^53 a priori
+    C64: np.ndarray | None = None  # C as int64 when every entry has |v| < 2^63 (the same integers)
+
+    @property
+    def classifier_below_2_53(self) -> bool:
+        """Every entry of C has |v| < 2^53 (float64 holds it exactly)."""
+        if self.C64 is None:
+            return False if self.C.size else True
+        return not self.C64.size or int(np.abs(self.C64).max()) < FLOAT_EXACT_LIMIT
 
     @property
     def bounded(self) -> bool:
@@ -183,22 +206,25 @@ def integerize(model: Model, deadline: tuple | None = None) -> IntegerModel:
             g = g * q1 * q2
         layers.append(IntLayer(tuple(As), tuple(Bs), coef, D, tuple(h.attention for h in layer),
                                layer.causal, x_scale, lam, mlp, g, tuple(dens)))
-    C, c = _int_matrix(model.W_O)
+    num, which, c = _int_parts(model.W_O)
+    C = num[which].reshape(model.W_O.shape)
+    C64 = _int64_or_none(num, which, model.W_O.shape)
     per_layer: list = []
-    bound = magnitude_bound(model, layers, C, per_layer, deadline)
+    bound = magnitude_bound(model, layers, C, per_layer, deadline, C64)
     # The bound skips weights that only ever meet exact zeros (rows or columns no input reaches),
     # which is sound only while such weights stay finite in float64: 0 * inf is NaN (a weight
     # pair of 2^1023 in an unreached row gave a wrong verdict), and ints >= 2^1024 do not convert.
     # Every integer weight below 2^53 keeps each unbounded product finite and each zero exact.
-    mats = [M for L in layers for M in L.A + L.B] + [C]
+    mats = [M for L in layers for M in L.A + L.B]
     mats += [M for L in layers if L.mlp for M in (L.mlp.P1, L.mlp.beta1g, L.mlp.P2, L.mlp.beta2g)]
-    small = _all_below(mats, FLOAT_EXACT_LIMIT)
+    im = IntegerModel(model, tuple(layers), C, c, bound, False, 0, C64)
+    small = im.classifier_below_2_53 and _all_below(mats, FLOAT_EXACT_LIMIT)
     small = small and (lam < FLOAT_EXACT_LIMIT or not any("hardmax" in L.kinds for L in layers))
     # layers whose every value is proven below 2^53 a priori: a checked run needs no abs pass there
     proven = 0
     while proven < len(per_layer) and per_layer[proven] < FLOAT_EXACT_LIMIT:
         proven += 1
-    return IntegerModel(model, tuple(layers), C, c, bound, bound < FLOAT_EXACT_LIMIT and small, proven)
+    return replace(im, use_float=bound < FLOAT_EXACT_LIMIT and small, proven_layers=proven)
 
 
 def _absmat(M: np.ndarray) -> np.ndarray:
@@ -218,7 +244,7 @@ def _check_deadline(deadline: tuple | None) -> None:
 
 
 def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None = None,
-                    deadline: tuple | None = None) -> int:
+                    deadline: tuple | None = None, C64: np.ndarray | None = None) -> int:
     """An upper bound on |every partial sum| in the integer forward pass, for any input, or
     BOUND_UNKNOWN once the bound passes MAX_STREAM_BITS // 3 bits before a layer (that
     layer and every later one: BOUND_UNKNOWN in per_layer).
@@ -226,6 +252,7 @@ def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None 
     hb[f] bounds |G[f, j]| over all columns j and all inputs; n = max_length columns.
     per_layer, if given, receives the running bound after each layer (the stream alone).
     deadline (perf_counter time, seconds, what): checked before every head and MLP (BadInput).
+    C64: C as int64 (`IntegerModel.C64`), if known: the logits' bound is then taken in int64.
     """
     n = model.max_length
     hb = np.zeros(model.dim, dtype=object)
@@ -256,8 +283,20 @@ def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None 
             worst = max(worst, _vmax(zb), _vmax(hb))
         if per_layer is not None:
             per_layer.append(worst)
-    logits = _absmat(C) @ hb
-    return max(worst, _vmax(logits))
+    return max(worst, _abs_matvec_max(C, hb, C64))
+
+
+def _abs_matvec_max(C: np.ndarray, hb: np.ndarray, C64: np.ndarray | None) -> int:
+    """max of |C| @ hb (hb >= 0), exactly: in int64 when C64 (C as int64) is given and
+    max|C| sum(hb) < 2^63 (every partial sum of these non-negative terms is below it: no wrap),
+    else on Python integers."""
+    if C64 is not None and C64.size and len(hb):
+        top = int(np.abs(C64).max())
+        if top == 0:
+            return 0
+        if top * int(sum(hb.tolist())) < 2**63:
+            return int((np.abs(C64) @ np.array(hb.tolist(), dtype=np.int64)).max())
+    return _vmax(_absmat(C) @ hb)
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -390,11 +429,12 @@ class Evaluator:
             self._float_w = self._weights(_float, static=False)
             self._abs_w = self._weights(lambda M: _float(_absmat(M)), static=False)
         C = self.im.C
-        self.big_classifier = not _all_below([C], FLOAT_EXACT_LIMIT)
+        self.big_classifier = not self.im.classifier_below_2_53
         self._CT = C.T
-        self._CTf = None if self.big_classifier else _float(C.T)
+        CT = C.T if self.im.C64 is None else self.im.C64.T  # the same integers (int64: a C-level conversion)
+        self._CTf = None if self.big_classifier else _float(CT)
         # |C^T| only where the logits are checked per batch (the proven path's a-priori bound covers them)
-        self._CTa = None if self.big_classifier or self.use_float else _float(_absmat(C.T))
+        self._CTa = None if self.big_classifier or self.use_float else _float(_absmat(CT))
         self._rows_cache: dict = {}
         self.denominator = self.im.c * (self.im.layers[-1].g_out if self.im.layers else 1)
 

@@ -70,3 +70,33 @@ def test_the_sc_read_out():
     W = constructions.build(make_task("sc", length=5, alphabet=3), None, False).model.W_O
     assert len(_same_objects(W.ravel())[0]) <= 3
     _check(W)
+
+
+@pytest.mark.parametrize("top", [1, 2**53 - 1, 2**53, 2**62, 2**63 - 1, 2**63, 2**80])
+def test_the_int64_classifier_and_its_bound(top):
+    """integerize's C64 (C as int64 when every |entry| < 2^63): the same integers as C, None past
+    int64; classifier_below_2_53 is the entry-by-entry test on C; the a-priori bound taken through
+    C64 in int64 equals the bound on Python integers (sums near and past 2^63 fall back)."""
+    from dataclasses import replace
+
+    from depthcert import constructions
+    from depthcert.checkers.evaluate import _all_below, integerize, magnitude_bound
+    from depthcert.checkers.tasks import make_task
+
+    rng = np.random.default_rng(top % 1000)
+    base = constructions.build(make_task("sc", length=3, alphabet=2), None, False).model
+    shape = base.W_O.shape
+    vals = rng.integers(-3, 4, shape).astype(object)
+    for sign in (1, -1):
+        W = vals.copy()
+        W[0, 0] = sign * top
+        W[-1, -1] = Fraction(sign * top, 7)  # a denominator: every numerator times 7
+        model = replace(base, W_O=np.array([[Fraction(v) for v in row] for row in W], dtype=object))
+        im = integerize(model)
+        fits = all(abs(int(v)) < 2**63 for v in im.C.flat)
+        assert (im.C64 is not None) == fits
+        if fits:
+            assert im.C64.dtype == np.int64 and im.C64.tolist() == im.C.tolist()
+        assert im.classifier_below_2_53 == _all_below([im.C], 2**53)
+        assert magnitude_bound(model, im.layers, im.C, C64=im.C64) == magnitude_bound(model, im.layers, im.C)
+        assert im.bound == magnitude_bound(model, im.layers, im.C)
