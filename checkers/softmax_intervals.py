@@ -66,7 +66,10 @@ def _hi(z):
 
 
 def _lo(z):
-    """The mirror image of _hi: a float <= the exact result z was rounded from."""
+    """The mirror image of _hi: a float <= the exact result z was rounded from.  _lo and _hi are
+    non-decreasing in z: for |z| >= 2^-1021 the nudge |z| 2^-51 is exact, so between neighbours
+    z1 < z2 the sum moves by (z2 - z1)(1 -+ 2^-51) >= 0 before its (monotone) rounding; in the
+    subnormal range the nudge's rounded part moves by at most eta while z moves by eta."""
     return z - _nudge(z)
 
 
@@ -329,6 +332,18 @@ def add(X: Interval, Y: Interval) -> Interval:
     """X + Y: |x + y - fl(xm + ym)| <= xr + yr + u |fl(xm + ym)| (additions do not underflow);
     that sum of three non-negative terms is bounded by _bound."""
     m = X.m + Y.m
+    R = np.abs(m)
+    R *= U
+    if X.r is not None:
+        R += X.r
+    if Y.r is not None:
+        R += Y.r
+    return Interval(m, _bound(R, 3, extra=1))
+
+
+def sub(X: Interval, Y: Interval) -> Interval:
+    """X - Y: fl(xm - ym) = fl(xm + (-ym)) (negation is exact), so add's bound holds as it is."""
+    m = X.m - Y.m
     R = np.abs(m)
     R *= U
     if X.r is not None:
@@ -690,41 +705,39 @@ class IntervalForward:
         lab = labels[:, q0:]
         y = np.maximum(lab, 0)[..., None]  # (B, q, 1): the label's class row (0 where unlabelled)
         Ly = Interval(np.take_along_axis(L.m, y, axis=-1), np.take_along_axis(L.r, y, axis=-1))  # lin gives r
-        D = add(Ly, Interval(-L.m, L.r))  # label minus every class (the label's own entry is 0)
+        D = sub(Ly, L)  # label minus every class (the label's own entry is 0)
         C = L.m.shape[-1]
         use = lab >= 0
         if C == 1:
             ok &= (np.isfinite(D.m) & np.isfinite(D.r)).all(axis=(1, 2))
             status[ok] = 1
             return status, lo_out, hi_out, pos_out
-        d_lo, d_hi = D.bounds()
-        fin = np.isfinite(d_lo)
-        fin &= np.isfinite(d_hi)
+        # the ends before their last nudge: lo_e = fl(m - r), hi_e = fl(m + r); every end _lo(lo_e)
+        # and _hi(hi_e) is finite iff _lo of the smallest lo_e and _hi of the largest hi_e are
+        # (min/max propagate NaN; an inf m or r makes lo_e = -inf or hi_e = +inf or NaN; _lo and
+        # _hi are non-decreasing: see _lo), as the ends were tested one by one before
+        lo_e = D.m - D.r
+        hi_e = D.m + D.r
         if use.all():
-            # finite ends imply a finite m and r (an inf or NaN in either makes m - r or m + r,
-            # and so an end, inf or NaN): one test covers both conditions below
-            ok &= fin.all(axis=(1, 2))
-        else:
-            ok &= (np.isfinite(D.m) & np.isfinite(D.r)).all(axis=(1, 2))
-            # the reported ends must be finite too (m + r can overflow where m and r do not): a point
-            # whose enclosure reaches inf at a labelled position decides nothing here (the balls do)
-            ok &= np.where(use[..., None], fin, True).all(axis=(1, 2))
-        # x > 0 surely iff m - r > 0 iff m > r, and x < 0 surely iff m < -r: exact float comparisons;
-        # the label's own entry (index y) is left out of each test (set to the neutral value in place)
-        above = D.m > D.r
-        np.put_along_axis(above, y, True, axis=-1)
-        below = D.m < -D.r
-        np.put_along_axis(below, y, False, axis=-1)
-        pos_correct = above.all(axis=-1)
-        pos_wrong = below.any(axis=-1)
+            lo_u, hi_u = lo_e, hi_e
+        else:  # m and r finite everywhere, the ends at labelled positions
+            ok &= _finite_points(D.m) & _finite_points(D.r)
+            lo_u, hi_u = np.where(use[..., None], lo_e, 0.0), np.where(use[..., None], hi_e, 0.0)
+        ok &= np.isfinite(_lo(lo_u.reshape(B, -1).min(axis=1))) & np.isfinite(_hi(hi_u.reshape(B, -1).max(axis=1)))
+        # x > 0 surely iff m > r iff fl(m - r) > 0 (two distinct floats differ by at least eta, and a
+        # positive difference rounds to a positive float), x < 0 surely iff fl(m + r) < 0; the
+        # label's own entry (index y) is left out of each test (set to inf in place)
+        np.put_along_axis(lo_e, y, INF, axis=-1)
+        np.put_along_axis(hi_e, y, INF, axis=-1)
+        pos_correct = (lo_e > 0).all(axis=-1)
+        pos_wrong = (hi_e < 0).any(axis=-1)
         correct = ok & np.where(use, pos_correct, True).all(axis=1)
         wrong = ok & np.where(use, pos_wrong, False).any(axis=1)
         status[correct] = 1
         status[wrong & ~correct] = -1
-        np.put_along_axis(d_lo, y, INF, axis=-1)
-        np.put_along_axis(d_hi, y, INF, axis=-1)
-        p_lo = d_lo.min(axis=-1)
-        p_hi = d_hi.min(axis=-1)
+        # the smallest difference's ends: min_c _lo(lo_e_c) = _lo(min_c lo_e_c) (non-decreasing)
+        p_lo = _lo(lo_e.min(axis=-1))
+        p_hi = _hi(hi_e.min(axis=-1))
         lo_all = np.where(use, p_lo, INF)
         lo_out = lo_all.min(axis=1)
         hi_out = np.where(use, p_hi, INF).min(axis=1)

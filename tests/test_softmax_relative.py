@@ -89,3 +89,19 @@ def test_softmax_uses_the_bounds_path_beyond_the_limit():
     r = np.full(m.shape, 0.5)
     A, B = si.softmax(si.Interval(m, r), None), si.softmax_bounds(si.Interval(m, r), None)
     assert (A.m == B.m).all() and (A.r == B.r).all()
+
+
+def test_nudges_are_monotone_so_the_ends_of_a_minimum_are_the_minimum_of_the_ends():
+    """IntervalForward._decide takes _lo of the smallest lo end (and _hi of the largest hi end for
+    the finiteness test) instead of every entry's: that rests on _lo and _hi being non-decreasing,
+    checked here on neighbouring floats across the whole range (subnormal, normal, near overflow)."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.uniform(-1, 1, 2000) * 10.0 ** rng.uniform(-320, 308, 2000),
+                        np.arange(-40, 40) * 2.0 ** -1074, [0.0, -0.0, 2.0 ** -1022, 2.0 ** -1021, 1.7e308, -1.7e308]])
+    x = np.sort(x)
+    nxt = np.nextafter(x, np.inf)
+    with np.errstate(over="ignore"):
+        for f in (si._lo, si._hi):
+            a, b = f(x), f(nxt)
+            assert (a <= b).all()
+            assert (f(np.sort(x)[1:]) >= f(np.sort(x)[:-1])).all()
