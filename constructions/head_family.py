@@ -129,14 +129,19 @@ def template_readout(template: Template, task, dim: int) -> np.ndarray:
     # how often each (row, column) gets each distinct weight, counted in integers; the entries are
     # then the exact sums (one Fraction per distinct entry value), not one Fraction addition per hit
     weights = list(dict.fromkeys(w for _, w in at))
-    hits = np.zeros((len(weights), len(task.classes), dim), dtype=np.int64)
+    hits = np.zeros((len(weights), len(task.classes) * dim), dtype=np.int64)  # (weight, row * dim + column)
     for batch in task.batches(4096):
         ids, labels = np.asarray(batch.ids), np.asarray(batch.labels)
+        flat = [[] for _ in weights]  # per distinct weight: the flat (row, column) index of every hit
         for h, (offset, w) in enumerate(at):
             cols = offset + ids[:, h]
             if len(cols) and (cols.min() < 0 or cols.max() >= dim):
                 raise ValueError(f"a read-out row outside the stream of {dim} rows")
-            np.add.at(hits[weights.index(w)], (labels, cols), 1)
+            flat[weights.index(w)].append(labels * dim + cols)
+        for k, idx in enumerate(flat):
+            if idx:
+                hits[k] += np.bincount(np.concatenate(idx), minlength=hits.shape[1])
+    hits = hits.reshape(len(weights), len(task.classes), dim)
     rows, cols = np.nonzero(hits.any(axis=0))
     if len(rows):
         per_entry = hits[:, rows, cols].T  # (entries, distinct weights)
