@@ -174,6 +174,30 @@ class ExactMatrix:
         M = np.asarray(M, dtype=object)
         self.shape = M.shape
         flat = [v if type(v) is Fraction else Fraction(v) for v in M.ravel()]
+        nums = [v.numerator for v in flat]
+        dens = [v.denominator for v in flat]
+        if max(map(abs, nums), default=0) < 2**53 and max(dens, default=1) < 2**53:
+            # every numerator and denominator is a float64 exactly, so the float division is the
+            # correctly rounded quotient (as int / int below); a denominator below 2^53 has at most
+            # 53 bits and a numerator below 2^53 too: inexact iff the denominator is no power of 2
+            d = np.array(dens, dtype=np.int64)
+            m = np.array(nums, dtype=np.float64) / d.astype(np.float64)
+            inexact = (d & (d - 1)) != 0
+            r = np.zeros(len(flat))
+        else:
+            m, r, inexact = self._slow(flat)
+        # a correctly rounded m errs by at most u |m| (at most eta/2 when subnormal): u |m| is exact
+        # unless subnormal, so u |m| + eta bounds the error (as for the stream, _stream); an
+        # infinite m (an overflow) keeps r = inf.  One vector operation instead of a Fraction per entry.
+        r[inexact] = np.abs(m[inexact]) * U + ETA
+        r[inexact & ~np.isfinite(m)] = INF
+        self.m = m.reshape(M.shape)
+        self.r = r.reshape(M.shape)
+        self.finite = bool(np.isfinite(self.m).all() and np.isfinite(self.r).all())
+
+    @staticmethod
+    def _slow(flat):
+        """(m, r, inexact) entry by entry, for numerators or denominators of 2^53 and more."""
         m = np.empty(len(flat))
         r = np.zeros(len(flat))
         inexact = np.zeros(len(flat), dtype=bool)
@@ -186,14 +210,7 @@ class ExactMatrix:
             d = v.denominator
             if d & (d - 1) or abs(v.numerator).bit_length() > 53 or d.bit_length() > 1000:
                 inexact[i] = True
-        # a correctly rounded m errs by at most u |m| (at most eta/2 when subnormal): u |m| is exact
-        # unless subnormal, so u |m| + eta bounds the error (as for the stream, _stream); an
-        # infinite m (an overflow) keeps r = inf.  One vector operation instead of a Fraction per entry.
-        r[inexact] = np.abs(m[inexact]) * U + ETA
-        r[inexact & ~np.isfinite(m)] = INF
-        self.m = m.reshape(M.shape)
-        self.r = r.reshape(M.shape)
-        self.finite = bool(np.isfinite(self.m).all() and np.isfinite(self.r).all())
+        return m, r, inexact
 
     def right(self):
         """For X @ W.T (a contraction of length k = W's columns): (Wm^T, A^T = (|Wm| + Wr)^T

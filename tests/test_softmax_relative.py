@@ -105,3 +105,23 @@ def test_nudges_are_monotone_so_the_ends_of_a_minimum_are_the_minimum_of_the_end
             a, b = f(x), f(nxt)
             assert (a <= b).all()
             assert (f(np.sort(x)[1:]) >= f(np.sort(x)[:-1])).all()
+
+
+def test_exact_matrix_fast_conversion_equals_the_entry_by_entry_one():
+    """ExactMatrix converts small numerators and denominators (< 2^53) as float arrays: the same
+    floats and radii as _slow's correctly rounded int / int, on dyadic and other entries."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(3)
+    vals = [Fraction(int(a), int(b)) for a, b in zip(rng.integers(-2**52, 2**52, 300), rng.integers(1, 2**52, 300))]
+    vals += [Fraction(int(a), 2 ** int(k)) for a, k in zip(rng.integers(-2**52, 2**52, 100), rng.integers(0, 52, 100))]
+    vals += [Fraction(0), Fraction(1, 3), Fraction(-5, 8), Fraction(2**53 - 1, 2**52 - 1), Fraction(1, 2**52)]
+    M = np.array(vals, dtype=object).reshape(-1, 5)
+    W = si.ExactMatrix(M)
+    m, r, inexact = si.ExactMatrix._slow(list(M.ravel()))
+    r[inexact] = np.abs(m[inexact]) * si.U + si.ETA
+    assert (W.m.ravel() == m).all() and (W.r.ravel() == r).all()
+    assert all(float(Fraction(float(a)) - a) == 0 or W.r.ravel()[i] >= abs(Fraction(float(a)) - a)
+               for i, a in enumerate(M.ravel()))
+    big = si.ExactMatrix(np.array([[Fraction(2**60 + 1, 3), Fraction(1, 2**1100)]], dtype=object))
+    assert big.r[0, 0] > 0 and big.r[0, 1] > 0
