@@ -85,11 +85,18 @@ def _same_objects(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     entries grouped by identity.  An object array is a table of object pointers (numpy's layout; the
     array holds a reference to each, so none moves or dies meanwhile): two entries hold the same
     object exactly when their pointers are equal, so the table, read as unsigned integers, is
-    grouped by one sort (np.unique) instead of one id() call and one dict look-up per entry."""
+    grouped by one sort instead of one id() call and one dict look-up per entry (np.unique's
+    return_index would sort stably, several times slower, for a first index no one needs)."""
     table = ctypes.cast(flat.ctypes.data, ctypes.POINTER(ctypes.c_size_t))
     pointers = np.ctypeslib.as_array(table, shape=(flat.size,)).copy()
-    _, first, which = np.unique(pointers, return_index=True, return_inverse=True)
-    return first, np.asarray(which).ravel()
+    order = np.argsort(pointers)
+    ordered = pointers[order]
+    starts = np.empty(len(ordered), dtype=bool)  # where a new pointer begins in sorted order
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    which = np.empty(len(ordered), dtype=np.intp)
+    which[order] = np.cumsum(starts) - 1
+    return order[starts], which
 
 
 def _all_below(mats, limit: int) -> bool:
