@@ -232,7 +232,7 @@ class PointDecider:
                 status, lo_m, hi_m, _ = self._interval_forward().decide(Hnum, den, lab)
                 ok = status == 1
                 correct += int(ok.sum())
-                wrong.extend(int(i) for i in batch.index[status == -1])
+                wrong.extend(batch.index[status == -1].tolist())  # Python ints, as int(i) gave
                 by_tables += int((status != 0).sum())
                 if ok.any() and len(self.model.classes) > 1:  # a single class has no margin (NaN ends)
                     a, b = int(np.argmin(lo_m[ok])), int(np.argmin(hi_m[ok]))

@@ -102,9 +102,24 @@ def _matrix(value, where: str, shape: tuple[int | None, int]) -> np.ndarray:
             raise BadInput(f"{where}[{i}]: expected a list (a row)")
         if len(row) != cols:
             raise BadInput(f"{where}[{i}]: has {len(row)} entries, expected {cols}")
-        out[i] = [_parse_once(v, seen, where, i, j) for j, v in enumerate(row)]
+        out[i] = _parse_row(row, seen, where, i)
     out.flags.writeable = False
     return out
+
+
+def _parse_row(row: list, seen: dict, where: str, i: int) -> list:
+    """[_parse_once(v, ...) for v in row], the cached entries looked up in one pass first (a
+    call per entry showed in profiles): `seen` holds (str or int, value) keys only, so a float,
+    bool or other entry is never found there and goes on to parse_rational's refusal."""
+    get = seen.get
+    try:
+        vals = [get((type(v), v)) for v in row]
+    except TypeError:  # an unhashable entry (a list, a dict): parsed one by one, refused there
+        vals = [None] * len(row)
+    for j, q in enumerate(vals):
+        if q is None:
+            vals[j] = _parse_once(row[j], seen, where, i, j)
+    return vals
 
 
 def _parse_once(v, seen: dict, where: str, i: int, j: int | None = None) -> Fraction:
