@@ -311,6 +311,21 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
     g = _gamma_up(k)
     absY = np.abs(Y.m)
     m = X.m @ Y.m
+    if X.m.shape[-2] == 1 and Y.m.ndim == 3 and (Y.r is None or Y.r.shape == Y.m.shape):
+        # one row of X (the last layer read at the last position): the bound's sums themselves,
+        # as two products with X's row, cheaper than the column maxima of Y (and never larger):
+        #   gamma_k sum_j |x_j||y_ji| + sum_j |x_j| yr_ji + sum_j xr_j (|y_ji| + yr_ji)
+        #     = sum_j (|x_j| + xr_j) yr_ji + sum_j (gamma_k |x_j| + xr_j) |y_ji|,
+        # the coefficients rounded up (_up1); R is a float sum of 2k non-negative products
+        # (_bound for 2k, plus the k eta of the rounding term)
+        absX = np.abs(X.m)
+        b = _up1(g * absX)
+        if X.r is not None:
+            b = _up1(b + X.r)
+        R = b @ absY
+        if Y.r is not None:
+            R += (absX if X.r is None else _up1(absX + X.r)) @ Y.r
+        return Interval(m, _bound(R, 2 * k, extra=k))
     if radius_product and X.r is not None and Y.m.ndim == 3 and (Y.r is None or Y.r.shape[-2] == 1):
         # the same bound with fewer passes over Y when Y's radius is shared by its rows j
         # (yr_ji = yr_i): the rounding term's max_j |y_ji| by the point's max over all of |Y|
@@ -322,9 +337,10 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
         # (||x_k||_1 + sum_j xr_kj) cmax_i: one outer product (one float product in the sum)
         ypt = _rowmax(absY)
         cmax = _up1(g * ypt) if Y.r is None else _up1(Y.r + _up1(g * ypt))
-        norms = _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k)  # >= ||x_k||_1
-        if Y.r is not None:
-            norms = _up1(norms + _bound(X.r.sum(axis=-1, keepdims=True), k))  # + sum_j xr_kj, rounded up
+        if Y.r is None:
+            norms = _bound(np.abs(X.m).sum(axis=-1, keepdims=True), k)  # >= ||x_k||_1
+        else:  # >= ||x_k||_1 + sum_j xr_kj: a float sum of the 2k non-negative terms (pairs first)
+            norms = _bound((np.abs(X.m) + X.r).sum(axis=-1, keepdims=True), 2 * k)
         R = X.r @ absY
         R += norms * cmax
         return Interval(m, _bound(R, k + 1, extra=k))

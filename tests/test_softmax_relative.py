@@ -125,3 +125,48 @@ def test_exact_matrix_fast_conversion_equals_the_entry_by_entry_one():
                for i, a in enumerate(M.ravel()))
     big = si.ExactMatrix(np.array([[Fraction(2**60 + 1, 3), Fraction(1, 2**1100)]], dtype=object))
     assert big.r[0, 0] > 0 and big.r[0, 1] > 0
+
+
+def _exact_range_of_products(xm, xr, ym, yr):
+    """The exact range of sum_j x_j y_ji over the boxes |x - xm| <= xr, |y - ym| <= yr (each term's
+    range from its four corners, in Fractions; the terms are independent)."""
+    from fractions import Fraction
+
+    k, n = ym.shape
+    out = []
+    for i in range(n):
+        lo = hi = Fraction(0)
+        for j in range(k):
+            xs = [Fraction(float(xm[j])) + s * Fraction(float(xr[j])) for s in (-1, 1)]
+            ys = [Fraction(float(ym[j, i])) + s * Fraction(float(yr[j, i])) for s in (-1, 1)]
+            c = [a * b for a in xs for b in ys]
+            lo, hi = lo + min(c), hi + max(c)
+        out.append((lo, hi))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_one_row_products_enclose_the_exact_range(seed):
+    """mul with one row of X (the last layer's query or weights): the two-product radius encloses
+    every exact product of the enclosed operands (radii full, None, subnormal, huge)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(seed)
+    B, k, n = 3, 6, 4
+    sx, sy = [(1, 1), (1e-160, 1e-160), (1e150, 1e-150), (1e3, 1e3), (1, 1e-300), (1e-3, 1e5), (1, 1), (7, 3)][seed]
+    xm, ym = rng.normal(size=(B, 1, k)) * sx, rng.normal(size=(B, k, n)) * sy
+    if seed == 6:
+        xm[..., :2] = 0.0
+        ym[:, :2] = 5e-324
+    xr = np.abs(xm) * 10.0 ** rng.uniform(-16, -2, xm.shape) + (seed % 2) * 1e-310
+    yr = np.abs(ym) * 10.0 ** rng.uniform(-16, -2, ym.shape)
+    for X_r, Y_r in ((xr, yr), (None, yr), (xr, None), (None, None)):
+        with np.errstate(all="ignore"):
+            P = si.mul(si.Interval(xm, X_r), si.Interval(ym, Y_r))
+        assert P.r.shape == P.m.shape
+        for b in range(B):
+            rng_ = _exact_range_of_products(xm[b, 0], np.zeros(k) if X_r is None else X_r[b, 0], ym[b],
+                                            np.zeros((k, n)) if Y_r is None else Y_r[b])
+            for i, (lo, hi) in enumerate(rng_):
+                c, r = Fraction(float(P.m[b, 0, i])), Fraction(float(P.r[b, 0, i]))
+                assert c - r <= lo and hi <= c + r, (seed, b, i)
