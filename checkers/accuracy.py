@@ -270,7 +270,8 @@ class PointDecider:
         layer before it, that is the one-hot embedding itself (built directly: the prefix evaluator
         would multiply it by an identity matrix).  floats (the float64 intervals, no norm): on the
         prefix's float64 path (integers proven below 2^53) its stream itself, float64 holding
-        exact integers, instead of the same numbers read out by the identity W_O as int64."""
+        exact integers, instead of the same numbers read out by the identity W_O as int64; with
+        no rational layer, the one-hot embedding as float64 (0 and 1, exact)."""
         if self.decider.first:
             ev = self.prefix
             if floats and ev.use_float and not self.model.has_norm_or_smooth \
@@ -281,7 +282,9 @@ class PointDecider:
             return ev.logits_all(ids)
         B, n = ids.shape
         V, d = len(self.model.vocab), self.model.dim
-        H = np.zeros((B, n, d), dtype=np.int64)
+        # floats: the float64 intervals take float64 integers as they are (no int64 copy to convert)
+        as_float = floats and not self.model.has_norm_or_smooth  # a norm reads exact integers
+        H = np.zeros((B, n, d), dtype=np.float64 if as_float else np.int64)
         rows = np.arange(B)[:, None]
         H[rows, np.arange(n)[None, :], ids] = 1
         H[:, np.arange(n), V + np.arange(n)] = 1

@@ -212,18 +212,24 @@ class ExactMatrix:
                 inexact[i] = True
         return m, r, inexact
 
-    def right(self):
+    def right(self, bias: "ExactMatrix | None" = None):
         """For X @ W.T (a contraction of length k = W's columns): (Wm^T, A^T = (|Wm| + Wr)^T
         rounded up, and per row i of W upper bounds cs_i >= sum_j (Wr + gamma_k |Wm|)_ij and
-        as_i >= sum_j A_ij)."""
-        g = _float_up(gamma(self.shape[1]))
+        as_i >= sum_j A_ij).  With a bias b (one row): X @ W.T + b, a dot product of length
+        k + 1 (the last term 1 b_i, exact), so gamma_{k+1} in cs and two more entries: bm and
+        bb_i >= gamma_{k+1} |bm_i| + br_i (lin)."""
+        g = _float_up(gamma(self.shape[1] + (bias is not None)))
         absm = np.abs(self.m)
         with np.errstate(over="ignore", invalid="ignore"):  # inf bounds make every point unsure; no warning
             C = _up1(self.r + _up1(g * absm))
             A = _up1(absm + self.r)
             cs = _bound(C.sum(axis=1), self.shape[1])  # a sum of k non-negative floats (products by 1)
             as_ = _bound(A.sum(axis=1), self.shape[1])
-        return np.ascontiguousarray(self.m.T), np.ascontiguousarray(A.T), cs, as_
+            out = (np.ascontiguousarray(self.m.T), np.ascontiguousarray(A.T), cs, as_)
+            if bias is None:
+                return out
+            bm, br = bias.m.reshape(-1), bias.r.reshape(-1)
+            return out + (bm, _up1(br + _up1(g * np.abs(bm))))
 
 
 def _rowmax(A):
@@ -250,8 +256,16 @@ def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = Fal
     or, with radius_product, the last sum as the product (Xr A^T)_i itself (the read-out: a
     large radius of one row does not leak into a logit that does not read it); fl of these is
     a float sum of at most k + 1 non-negative products (_bound).
-    bias <bm, br>: m = fl(fl(Xm Wm^T) + bm) adds br + u |m| (two more terms of the sum)."""
-    Wm_T, A_T, cs, as_ = W
+    bias <bm, br>: m = fl(fl(Xm Wm^T) + bm) adds br + u |m| (two more terms of the sum).
+    W given as ExactMatrix.right(b) (X @ W^T + b): m = fl(fl(Xm Wm^T) + bm) is a dot product of
+    length k + 1 (the term 1 bm_i exact), so the rounding term is gamma_{k+1} (sum_j |x_j||Wm_ij|
+    + |bm_i|) + (k + 1) eta, and the bound gains bb_i >= gamma_{k+1} |bm_i| + br_i (cs with
+    gamma_{k+1}): a float sum of at most k + 2 non-negative products, plus (k + 1) eta."""
+    if len(W) == 6:
+        Wm_T, A_T, cs, as_, bm, bb = W
+    else:
+        Wm_T, A_T, cs, as_ = W
+        bm = None
     k = Wm_T.shape[0]
     m = _matmul(X.m, Wm_T)
     if radius_product:
@@ -263,6 +277,10 @@ def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = Fal
         R = _absmax(X.m) * cs
         if X.r is not None:  # Holder again: sum_j xr_j A_ij <= max_j xr_j as_i, one more product
             R += _rowmax(X.r) * as_
+    if bm is not None:
+        m += bm
+        R += bb
+        return Interval(m, _bound(R, k + 2, extra=k + 1))
     if bias is None:
         return Interval(m, _bound(R, k + 1, extra=k))
     m += bias.m
@@ -607,7 +625,7 @@ class IntervalForward:
                 W1, W2 = ExactMatrix(layer.mlp.W1), ExactMatrix(layer.mlp.W2)
                 b1, b2 = ExactMatrix(np.asarray(layer.mlp.b1).reshape(1, -1)), ExactMatrix(np.asarray(layer.mlp.b2).reshape(1, -1))
                 ok &= W1.finite and W2.finite and b1.finite and b2.finite
-                mlp = (W1.right(), Interval(b1.m[0], b1.r[0]), W2.right(), Interval(b2.m[0], b2.r[0]))
+                mlp = (W1.right(b1), None, W2.right(b2), None)  # the biases folded in (lin)
             inv_m = _const_interval(Fraction(1, len(layer))) if len(layer) else None
             self.layers.append((heads, layer.causal, mlp, inv_m))
             extra = layer_extras(layer, model)  # LayerNorm/RMSNorm, MLP activation (norm_activation_intervals)

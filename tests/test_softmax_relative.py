@@ -170,3 +170,37 @@ def test_one_row_products_enclose_the_exact_range(seed):
             for i, (lo, hi) in enumerate(rng_):
                 c, r = Fraction(float(P.m[b, 0, i])), Fraction(float(P.r[b, 0, i]))
                 assert c - r <= lo and hi <= c + r, (seed, b, i)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("radius_product", [False, True])
+def test_lin_with_a_folded_bias_encloses_the_exact_affine_map(seed, radius_product):
+    """lin(X, W.right(b)): X @ W^T + b with the bias folded into the dot product (gamma_{k+1}),
+    against the exact range in Fractions (rational W and b, some not floats; subnormal and large X)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(seed)
+    B, n, k, e = 2, 3, 5, 4
+    W = np.array([[Fraction(int(a), int(d)) for a, d in zip(rng.integers(-9, 10, k), rng.integers(1, 12, k))]
+                  for _ in range(e)], dtype=object)
+    b = np.array([Fraction(int(a), int(d)) for a, d in zip(rng.integers(-9, 10, e), rng.integers(1, 12, e))],
+                 dtype=object)
+    scale = [1.0, 1e-300, 1e200, 1e-3, 3.0, 1e5][seed]
+    xm = rng.normal(size=(B, n, k)) * scale
+    xr = np.abs(xm) * 10.0 ** rng.uniform(-16, -3, xm.shape)
+    Wf = si.ExactMatrix(W).right(si.ExactMatrix(b.reshape(1, -1)))
+    for X_r in (xr, None):
+        with np.errstate(all="ignore"):
+            P = si.lin(si.Interval(xm, X_r), Wf, radius_product=radius_product)
+        R = np.broadcast_to(P.r, P.m.shape)
+        for i0 in range(B):
+            for i1 in range(n):
+                for i in range(e):
+                    lo = hi = b[i]
+                    for j in range(k):
+                        xs = [Fraction(float(xm[i0, i1, j])) + s * Fraction(0 if X_r is None else float(X_r[i0, i1, j]))
+                              for s in (-1, 1)]
+                        c = [x * W[i, j] for x in xs]
+                        lo, hi = lo + min(c), hi + max(c)
+                    mid, rad = Fraction(float(P.m[i0, i1, i])), Fraction(float(R[i0, i1, i]))
+                    assert mid - rad <= lo and hi <= mid + rad, (seed, i0, i1, i)
