@@ -428,18 +428,18 @@ def relu(X: Interval) -> Interval:
     if X.r is None:
         return Interval(np.maximum(X.m, 0.0), None)
     # a non-finite m or r (an overflow, possibly mid-sum: the exact value may have either sign)
-    # is neither: the straddling branch turns it into inf/NaN, which makes the point unsure
-    finite = np.isfinite(X.m) & np.isfinite(X.r)
+    # never settles to 0: NaN fails both comparisons, r = inf passes neither unless m = +-inf,
+    # and m = -inf is excluded by hand; m = +inf passes as "positive", an inf value (as the
+    # straddling branch would make it), which makes the point unsure just the same
     pos = X.m >= X.r
-    pos &= finite
-    mixed = ~(X.m <= -X.r)
-    mixed |= ~finite
-    mixed &= ~pos
-    # not mixed: m where x >= 0 surely (m >= r >= 0, so max(m, 0) = m), else 0 (m <= -r <= 0)
+    settled = X.m <= -X.r
+    settled &= X.m > -INF
+    settled |= pos
+    # settled: m where x >= 0 surely (m >= r >= 0, so max(m, 0) = m), else 0 (m <= -r <= 0)
     m = np.maximum(X.m, 0.0)
     r = np.where(pos, X.r, 0.0)
-    if mixed.any():  # the straddling entries only (usually few)
-        idx = np.nonzero(mixed)
+    if not settled.all():  # the straddling entries only (usually few)
+        idx = np.nonzero(~settled)
         half = _hi(X.m[idx] + np.broadcast_to(X.r, X.m.shape)[idx]) * 0.5
         m[idx] = half
         r[idx] = half + ETA

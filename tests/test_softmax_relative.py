@@ -204,3 +204,17 @@ def test_lin_with_a_folded_bias_encloses_the_exact_affine_map(seed, radius_produ
                         lo, hi = lo + min(c), hi + max(c)
                     mid, rad = Fraction(float(P.m[i0, i1, i])), Fraction(float(R[i0, i1, i]))
                     assert mid - rad <= lo and hi <= mid + rad, (seed, i0, i1, i)
+
+
+def test_relu_settles_only_finite_sure_signs():
+    """relu: an entry is passed on (x >= 0 surely) or set to 0 (x <= 0 surely) only on finite
+    evidence; an overflowed midpoint or radius never becomes an exact 0 (the point stays unsure)."""
+    m = np.array([[[2.0, -2.0, 0.5, -np.inf, np.inf, np.nan, 1.0, -1.0, 0.0]]])
+    r = np.array([[[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, np.inf, np.inf, 0.0]]])
+    with np.errstate(all="ignore"):
+        A = si.relu(si.Interval(m, r))
+    assert (A.m[0, 0, :2] == [2.0, 0.0]).all() and (A.r[0, 0, :2] == [1.0, 0.0]).all()
+    assert A.m[0, 0, 2] - A.r[0, 0, 2] <= 0 and A.m[0, 0, 2] + A.r[0, 0, 2] >= 1.5  # straddles: [0, 1.5]
+    for j in (3, 4, 5, 6, 7):  # overflowed entries: inf or NaN in the result
+        assert not (np.isfinite(A.m[0, 0, j]) and np.isfinite(A.r[0, 0, j])), j
+    assert A.m[0, 0, 8] == 0.0 and A.r[0, 0, 8] == 0.0
