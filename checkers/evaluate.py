@@ -39,10 +39,6 @@ from depthcert.checkers.model import Model
 FLOAT_EXACT_LIMIT = 2**53
 MAX_DENOMINATOR_BITS = 2**24  # 16 million bits (2 MB) per number: deeper models are refused
 EXACT_MEMORY_BYTES = 256 * 2**20  # big integers in flight per sub-batch of the exact path
-# float64 logits per block of points in margins_last: a block stays in the last-level cache between the
-# product and the margins' passes (SC l=8, 6,561 classes: 160 points; a whole 2,048-point batch of logits
-# is 107 MB, written to memory and read back: the product and margins took about twice as long)
-LOGIT_BLOCK_BYTES = 8 * 2**20
 # Models whose values grow doubly exponentially in depth (a relu layer can cube them): a layer's
 # products take time growing as bits^1.6 (one point of a layer at 1.7 million bits: seconds; at 5
 # million: a minute).  magnitude_bound gives up once its bound passes MAX_STREAM_BITS // 3 bits
@@ -589,9 +585,9 @@ class Evaluator:
         X, k = self._stream(token_ids, last_only=True)
         h = X[:, -1, :]
         if not self.big_classifier:
-            margins = self._margins_float(h, rows)
-            if margins is not None:
-                return _scaled(margins, k), self.denominator, None
+            f = self._classify_float(h)
+            if f is not None:  # exact float logits: only the two logits per point become integers
+                return _scaled(_margins_from_float_logits(f, rows), k), self.denominator, None
             num = _scaled(self._classify(h), k)
             return _margins_from_logits(num, rows), self.denominator, num
         keys = _row_keys(h)
@@ -603,19 +599,6 @@ class Evaluator:
             else:  # the label is not the strict argmax: its own logit minus the best
                 margins[i] = (self._logit(h[i], int(y)) - best) * k
         return margins, self.denominator, None
-
-    def _margins_float(self, h: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
-        """The margins (int64) from float64 logits when every block's logits are proven exact
-        (`_classify_float`), a block of points at a time (LOGIT_BLOCK_BYTES), else None: only the
-        label's and the best other logit per point become integers."""
-        step = max(1, LOGIT_BLOCK_BYTES // (8 * max(1, self._CT.shape[1])))
-        parts = []
-        for lo in range(0, len(h), step):
-            f = self._classify_float(h[lo:lo + step])
-            if f is None:
-                return None
-            parts.append(_margins_from_float_logits(f, rows[lo:lo + step]))
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def _summary(self, key, row):
         got = self._rows_cache.get(key)
