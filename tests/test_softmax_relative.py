@@ -218,3 +218,23 @@ def test_relu_settles_only_finite_sure_signs():
     for j in (3, 4, 5, 6, 7):  # overflowed entries: inf or NaN in the result
         assert not (np.isfinite(A.m[0, 0, j]) and np.isfinite(A.r[0, 0, j])), j
     assert A.m[0, 0, 8] == 0.0 and A.r[0, 0, 8] == 0.0
+
+
+def test_short_row_helpers_equal_numpy_reductions():
+    """_maxalong is numpy's max exactly (NaN included); _lastsum and _lastdot are float sums in
+    some order, within gamma_n of the exact sums (the only property the bounds use)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(5)
+    A = rng.normal(size=(4, 3, 7)) * 10.0 ** rng.integers(-300, 300, (4, 3, 7))
+    A[0, 0, 3] = np.nan
+    for axis in (-1, -2):
+        assert np.array_equal(si._maxalong(A, axis), A.max(axis=axis, keepdims=True), equal_nan=True)
+    P = np.abs(rng.normal(size=(4, 3, 7)))
+    Q = np.abs(rng.normal(size=(4, 3, 7)))
+    g = si.gamma(7)
+    for got, terms in ((si._lastsum(P), P), (si._lastdot(P, Q), None)):
+        for i in np.ndindex(4, 3):
+            exact = sum(Fraction(float(v)) for v in P[i]) if terms is not None else \\
+                sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(P[i], Q[i]))
+            assert abs(Fraction(float(got[i][0])) - exact) <= g * exact
