@@ -235,6 +235,8 @@ def test_short_row_helpers_equal_numpy_reductions():
     g = si.gamma(7)
     for got, terms in ((si._lastsum(P), P), (si._lastdot(P, Q), None)):
         for i in np.ndindex(4, 3):
-            exact = sum(Fraction(float(v)) for v in P[i]) if terms is not None else \\
-                sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(P[i], Q[i]))
+            if terms is not None:
+                exact = sum(Fraction(float(v)) for v in P[i])
+            else:
+                exact = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(P[i], Q[i]))
             assert abs(Fraction(float(got[i][0])) - exact) <= g * exact
