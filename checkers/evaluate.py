@@ -892,37 +892,45 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
 def _attention_onehot_last(token_ids: np.ndarray, model: Model, fw, L: IntLayer) -> np.ndarray:
     """`_attention_onehot` for the last query only (a last layer read at the last position): (B, 1, d).
 
-    Scores as there: U = x_k [A_1^T ... A_m^T] is the sum of the rows of the query's token, position and
-    constant, and s_ij = x_j . (A_i x_k) the sum of U's entries at key j's token, position and constant:
-    sums of terms of the score's dot product, bounded by `magnitude_bound`'s smax.  The values then
-    follow `_attention_fused` instead of gathering a row x_j coef_i B_i^T per key and head (m n rows
-    per point, several times the work of the rest): V_i = sum_j w_ij x_j with the one-hot embedding X0
-    (a (B, m, n) x (B, n, d) product), then [V_1 ... V_m] [coef_1 B_1^T; ...; coef_m B_m^T] plus the
-    residual x_k x_scale.  Exact in float64, the a-priori bound being below 2^53 (`magnitude_bound`,
-    whose hb is 1 on the input rows):
+    Only the R = model.input_rows rows of X0 (tokens, positions, constant) can be non-zero, so every
+    product is taken on them alone (the others' terms are exact zeros).  Scores as in
+    `_attention_onehot`: U = x_k [A_1^T ... A_m^T] (its R input columns per head) is the sum of the rows
+    of the query's token, position and constant, and s_ij = x_j . (A_i x_k) the sum of U's entries at
+    key j's token, position and constant: sums of terms of the score's dot product, bounded by
+    `magnitude_bound`'s smax.  The values then follow `_attention_fused` instead of gathering a row
+    x_j coef_i B_i^T per key and head (m n rows per point, several times the work of the rest):
+    V_i = sum_j w_ij x_j on the input rows (a (B, m, n) x (B, n, R) product with the one-hot rows),
+    then [V_1 ... V_m] [coef_1 B_1^T; ...; coef_m B_m^T] (its input rows) plus the residual
+    x_k x_scale.  Exact in float64, the a-priori bound being below 2^53 (`magnitude_bound`, whose hb
+    is 1 on the input rows):
       V_i[f] is a sum of the non-negative terms w_ij x_j[f] (relu and hardmax weights are >= 0, x_j is
         0/1), so every partial sum is at most sum_j w_ij <= mass (n smax for relu, lam for hardmax),
-        which the bound covers (`worst`); V_i[f] = 0 off the input rows;
+        which the bound covers (`worst`);
       out[e] = sum_i sum_f V_i[f] coef_i B_i[e, f] + x_scale x_k[e]: every partial sum, in any order,
         is at most sum_i coef_i mass (|B_i| hb)[e] + x_scale hb[e], the layer's new stream bound.
     The rows x_j coef_i B_i^T are never formed, so this path needs no 2^53 / 3 bound on coef_i B_i."""
     AT, BT, relu, _ = fw
     ids = np.asarray(token_ids, dtype=np.int64)
     B, n = ids.shape
-    d, m, V = model.dim, len(relu), len(model.vocab)
+    d, m, V, R = model.dim, len(relu), len(model.vocab), model.input_rows
     const = model.constant_index if model.constant_row else None
-    U = AT[ids[:, n - 1]] + AT[V + n - 1]  # (B, m d): x_k [A_1^T ... A_m^T], k the last position
+    ATr = AT.reshape(d, m, d)[:, :, :R]  # (d, m, R): head i's A_i^T, its input columns
+    U = ATr[ids[:, n - 1]] + ATr[V + n - 1]  # (B, m, R): x_k [A_1^T ... A_m^T], k the last position
     if const is not None:
-        U += AT[const]
-    U = U.reshape(B, m, d)
+        U += ATr[const]
     # s_ij = U[i, token_j] + U[i, V + j] (+ U[i, const]): the tokens' entries by one flat gather
-    S = np.take(U, (np.arange(B * m) * d).reshape(B, m, 1) + ids[:, None, :]) + U[:, :, V:V + n]
+    S = np.take(U, (np.arange(B * m) * R).reshape(B, m, 1) + ids[:, None, :]) + U[:, :, V:V + n]
     if const is not None:
         S += U[:, :, const:const + 1]
     Wt = _fused_weights_of_scores(S.reshape(B, 1, m, n), relu, L, True).reshape(B, m, n)
-    X0 = embed_rows(model, ids, np.float64)  # (B, n, d) one-hot rows
-    out = np.matmul(Wt, X0).reshape(B, m * d) @ BT  # (B, d): sum over heads and keys
-    out += X0[:, -1, :] * L.x_scale  # the residual
+    X0 = np.zeros((B, n, R))  # the one-hot rows x_j on the input rows
+    X0[np.arange(B)[:, None], np.arange(n)[None, :], ids] = 1
+    X0[:, np.arange(n), V + np.arange(n)] = 1
+    if const is not None:
+        X0[:, :, const] = 1
+    BTr = BT.reshape(m, d, d)[:, :R, :].reshape(m * R, d)  # coef_i B_i^T, its input rows
+    out = np.matmul(Wt, X0).reshape(B, m * R) @ BTr  # (B, d): sum over heads and keys
+    out[:, :R] += X0[:, -1, :] * L.x_scale  # the residual
     return out[:, None, :]
 
 
