@@ -85,18 +85,32 @@ def _same_objects(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     entries grouped by identity.  An object array is a table of object pointers (numpy's layout; the
     array holds a reference to each, so none moves or dies meanwhile): two entries hold the same
     object exactly when their pointers are equal, so the table, read as unsigned integers, is
-    grouped by one sort instead of one id() call and one dict look-up per entry (np.unique's
-    return_index would sort stably, several times slower, for a first index no one needs)."""
-    table = ctypes.cast(flat.ctypes.data, ctypes.POINTER(ctypes.c_size_t))
-    pointers = np.ctypeslib.as_array(table, shape=(flat.size,)).copy()
-    order = np.argsort(pointers)
-    ordered = pointers[order]
+    grouped by sorting instead of one id() call and one dict look-up per entry.  A few distinct
+    objects (a builder's shared zero and a handful of values) are then found by one equality pass
+    each; more by the sorting permutation."""
+    table = (ctypes.c_size_t * flat.size).from_address(flat.ctypes.data)
+    pointers = np.frombuffer(table, dtype=np.uintp).copy()
+    ordered = np.sort(pointers)
     starts = np.empty(len(ordered), dtype=bool)  # where a new pointer begins in sorted order
     starts[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
-    which = np.empty(len(ordered), dtype=np.intp)
+    distinct = ordered[starts]
+    if len(distinct) <= _FEW_OBJECTS:
+        which = np.zeros(len(pointers), dtype=np.intp)
+        first = np.empty(len(distinct), dtype=np.intp)
+        for k, ptr in enumerate(distinct):
+            hit = pointers == ptr
+            if k:
+                which[hit] = k
+            first[k] = int(hit.argmax())
+        return first, which
+    order = np.argsort(pointers)
+    which = np.empty(len(pointers), dtype=np.intp)
     which[order] = np.cumsum(starts) - 1
     return order[starts], which
+
+
+_FEW_OBJECTS = 8  # up to this many distinct objects, one equality pass each (SC's read-out: 2)
 
 
 def _all_below(mats, limit: int) -> bool:
