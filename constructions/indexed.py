@@ -591,7 +591,7 @@ class IndexedMatrix:
                     if e in ci:
                         M[i, ci[e]] = x
                 continue
-            M[np.ix_(list(ri.values()), list(ci.values()))] = x
+            M[_block_index(list(ri.values()), list(ci.values()))] = x
             if pat == "ne":
                 for e, i in ri.items():
                     if e in ci:
@@ -603,6 +603,16 @@ class IndexedMatrix:
                 M[rpos[(rf, a)], cpos[(cf, b)]] = value_at(v, values)
         M.flags.writeable = False
         return M
+
+
+def _block_index(rows: list, cols: list):
+    """The index of the block rows x cols of a matrix: slices when both run consecutively (a family's
+    rows usually do; basic indexing, no index arrays), else np.ix_."""
+    def as_slice(ix):
+        return slice(ix[0], ix[-1] + 1) if ix[-1] - ix[0] == len(ix) - 1 and ix == list(range(ix[0], ix[-1] + 1)) else None
+
+    rs, cs = as_slice(rows), as_slice(cols)
+    return (rs, cs) if rs is not None and cs is not None else np.ix_(rows, cols)
 
 
 @dataclass(frozen=True)
