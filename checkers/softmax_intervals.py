@@ -297,10 +297,16 @@ def lin(X: Interval, W, bias: Interval | None = None, radius_product: bool = Fal
     k = Wm_T.shape[0]
     m = _matmul(X.m, Wm_T)
     if radius_product:
-        R = np.empty_like(m)
-        np.multiply(_absmax(X.m), cs, out=R)
-        if X.r is not None:
-            R += _matmul(X.r, A_T)
+        if X.r is None:
+            R = np.empty_like(m)
+            np.multiply(_absmax(X.m), cs, out=R)
+        else:  # max|x| cs_i + (Xr A^T)_i as one product of [Xr | max|x|] with [A^T ; cs]: the same
+            # float sum of k + 1 non-negative products (a broadcast product over the output cost
+            # as much as the product itself)
+            Xaug = np.empty(X.m.shape[:-1] + (k + 1,))
+            Xaug[..., :k] = X.r
+            Xaug[..., k:] = _absmax(X.m)
+            R = _matmul(Xaug, np.vstack([A_T, cs]))
     else:  # the same bound for every row of a point: a radius array of shape (B, 1, d_out)
         R = _absmax(X.m) * cs
         if X.r is not None:  # Holder again: sum_j xr_j A_ij <= max_j xr_j as_i, one more product
@@ -371,7 +377,6 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
     large radii of X meet small entries of Y: attention weights times values)."""
     k = X.m.shape[-1]
     g = _gamma_up(k)
-    absY = np.abs(Y.m)
     m = X.m @ Y.m
     if X.m.shape[-2] == 1 and Y.m.ndim == 3 and (Y.r is None or Y.r.shape == Y.m.shape):
         # one row of X (the last layer read at the last position): the bound's sums themselves,
@@ -380,6 +385,7 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
         #     = sum_j (|x_j| + xr_j) yr_ji + sum_j (gamma_k |x_j| + xr_j) |y_ji|,
         # the coefficients rounded up (_up1); R is a float sum of 2k non-negative products
         # (_bound for 2k, plus the k eta of the rounding term)
+        absY = np.abs(Y.m)
         absX = np.abs(X.m)
         b = _up1(g * absX)
         if X.r is not None:
@@ -397,18 +403,27 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
         # non-negative products (the k of Xr |Ym|, one outer product), bounded by _bound
         # (B, 1, 1); with yr, cmax >= yr_i, so ||x_k||_1 cmax_i + (sum_j xr_kj) yr_i is at most
         # (||x_k||_1 + sum_j xr_kj) cmax_i: one outer product (one float product in the sum)
+        # R = Xr |Ym| + norms cmax as one product of [Xr | norms] with [|Ym| ; cmax] (a numpy
+        # outer product broadcast over (B, q, d) cost as much as the product): the same float sum
+        # of k + 1 non-negative products, in another order
+        Yaug = np.empty(Y.m.shape[:-2] + (k + 1, Y.m.shape[-1]))
+        absY = np.abs(Y.m, out=Yaug[..., :k, :])
         ypt = _rowmax(absY)
         cmax = _up1(g * ypt) if Y.r is None else _up1(Y.r + _up1(g * ypt))
         if Y.r is None:
             norms = _bound(_lastsum(np.abs(X.m)), k)  # >= ||x_k||_1
         else:  # >= ||x_k||_1 + sum_j xr_kj: a float sum of the 2k non-negative terms (pairs first)
             norms = _bound(_lastsum(np.abs(X.m) + X.r), 2 * k)
-        R = X.r @ absY
-        R += norms * cmax
+        Yaug[..., k:, :] = cmax
+        Xaug = np.empty(np.broadcast_shapes(X.m.shape, X.r.shape)[:-1] + (k + 1,))
+        Xaug[..., :k] = X.r
+        Xaug[..., k:] = norms
+        R = Xaug @ Yaug
         return Interval(m, _bound(R, k + 1, extra=k))
     # per column i: max_j (yr_ji + gamma_k |y_ji|) <= max_j yr_ji + gamma_k max_j |y_ji| (equal when
     # the radius is shared by every row j); _up1, + and * by g >= 0 are monotone, so rounding the
     # maxima up bounds the maximum of the rounded terms
+    absY = np.abs(Y.m)
     ymax = _maxalong(absY, -2)
     rmax = None if Y.r is None else (Y.r if Y.r.shape[-2] == 1 else _maxalong(Y.r, -2))
     cmax = _up1(g * ymax) if rmax is None else _up1(rmax + _up1(g * ymax))
@@ -683,6 +698,7 @@ class IntervalForward:
         self.W_O = WO.right()
         self.usable = ok
         self.decided = 0  # points certified correct so far (read by the verdict's path line)
+        self._masks = {}  # n -> the causal mask
 
     def _exact_scores(self, li: int, hi: int, nums, den: int, q: int) -> Interval | None:
         """The first softmax layer's scores from the exact stream: W_QK = W_int 2^-e with integer
@@ -743,7 +759,10 @@ class IntervalForward:
         ok = np.ones(B, dtype=bool)
         labelled = labels >= 0
         last_only = not labelled[:, : n - 1].any()
-        causal_mask = np.tril(np.ones((n, n), dtype=bool))  # [query k, key j]: j <= k
+        if n not in self._masks:
+            self._masks[n] = np.tril(np.ones((n, n), dtype=bool))
+            self._masks[n].flags.writeable = False
+        causal_mask = self._masks[n]  # [query k, key j]: j <= k (read only)
         # with a norm or a smooth MLP, radii entry by entry (a second product with |W|): the
         # shared Holder radius, amplified by every norm's 1/s, left most points to arb
         rp = self.model.has_norm_or_smooth

@@ -240,3 +240,42 @@ def test_short_row_helpers_equal_numpy_reductions():
             else:
                 exact = sum(Fraction(float(a)) * Fraction(float(b)) for a, b in zip(P[i], Q[i]))
             assert abs(Fraction(float(got[i][0])) - exact) <= g * exact
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_attention_products_with_shared_value_radii_enclose_the_exact_range(seed):
+    """mul(A, V, radius_product=True) with V's radius shared by its rows (the first layer's values)
+    and lin(X, W, radius_product=True) (the read-out): one augmented product each, checked
+    against the exact range of the products in Fractions."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(seed)
+    B, q, k, n = 2, 3, 5, 4
+    sa, sv = [(1, 1), (1, 1e-300), (1e-3, 1e200), (1, 30.0), (1e-200, 1e100)][seed]
+    am = np.abs(rng.normal(size=(B, q, k))) * sa
+    ar = am * 10.0 ** rng.uniform(-16, -4, am.shape)
+    vm = rng.normal(size=(B, k, n)) * sv
+    vr = np.abs(vm).max(axis=1, keepdims=True) * 10.0 ** rng.uniform(-16, -4, (B, 1, n))
+    for V_r in (vr, None):
+        with np.errstate(all="ignore"):
+            P = si.mul(si.Interval(am, ar), si.Interval(vm, V_r), radius_product=True)
+        for b in range(B):
+            for row in range(q):
+                yr = np.zeros((k, n)) if V_r is None else np.broadcast_to(V_r[b], (k, n))
+                for i, (lo, hi) in enumerate(_exact_range_of_products(am[b, row], ar[b, row], vm[b], yr)):
+                    c, r = Fraction(float(P.m[b, row, i])), Fraction(float(P.r[b, row, i]))
+                    assert c - r <= lo and hi <= c + r, (seed, b, row, i)
+    W = np.array([[Fraction(int(a), int(d)) for a, d in zip(rng.integers(-9, 10, k), rng.integers(1, 12, k))]
+                  for _ in range(n)], dtype=object)
+    Wf = si.ExactMatrix(W).right()
+    with np.errstate(all="ignore"):
+        L = si.lin(si.Interval(am[:, :1].copy(), ar[:, :1].copy()), Wf, radius_product=True)
+    for b in range(B):
+        for i in range(n):
+            lo = hi = Fraction(0)
+            for j in range(k):
+                xs = [Fraction(float(am[b, 0, j])) + s * Fraction(float(ar[b, 0, j])) for s in (-1, 1)]
+                c = [x * W[i, j] for x in xs]
+                lo, hi = lo + min(c), hi + max(c)
+            mid, rad = Fraction(float(L.m[b, 0, i])), Fraction(float(L.r[b, 0, i]))
+            assert mid - rad <= lo and hi <= mid + rad
