@@ -279,3 +279,36 @@ def test_attention_products_with_shared_value_radii_enclose_the_exact_range(seed
                 lo, hi = lo + min(c), hi + max(c)
             mid, rad = Fraction(float(L.m[b, 0, i])), Fraction(float(L.r[b, 0, i]))
             assert mid - rad <= lo and hi <= mid + rad
+
+
+def test_chunks_decided_in_threads_equal_one_thread(monkeypatch, recwarn):
+    """IntervalForward.decide's worker threads give exactly the one-thread result (chunk order,
+    every output), and warn about nothing (numpy's error state is set in each worker)."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import bench_all
+
+    from depthcert import constructions
+    from depthcert.checkers.accuracy import PointDecider
+    from depthcert.checkers.tasks import make_task
+
+    task = make_task("tm", l=4, alphabet=4)
+    model = bench_all._random_softmax_mlp(constructions.build(task, lemma3=False).model, seed=1)
+    dec = PointDecider(model, task, method="intervals")
+    batch = next(iter(task.batches(4096)))
+    Hnum, den = dec._stream_in(batch.ids, floats=True)
+    n = batch.ids.shape[1]
+    lab = np.full((len(batch.ids), n), -1, dtype=np.int64)
+    lab[:, n - 1] = dec.class_rows[batch.labels]
+    fw = dec._interval_forward()
+    monkeypatch.setattr(fw, "CHUNK", 37)  # many chunks, the last one short
+    monkeypatch.setattr(si, "THREADS", 1)
+    one = fw.decide(Hnum, den, lab)
+    monkeypatch.setattr(si, "THREADS", 2)
+    two = fw.decide(Hnum, den, lab)
+    assert len(batch.ids) > 37 * 4
+    for a, b in zip(one, two):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
