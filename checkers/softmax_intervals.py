@@ -351,7 +351,8 @@ def _warm_allocator():
         _HEAP_WARMED.append(True)
 
 
-THREADS = min(2, os.cpu_count() or 1)  # chunks decided at a time (IntervalForward.decide)
+# chunks decided at a time (IntervalForward.decide): two where this process may use two CPUs
+THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 _POOL = []  # the thread pool, made on first use
 
 
