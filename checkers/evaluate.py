@@ -866,7 +866,9 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
     """`_attention_fused` on the embedding itself (the first layer): every row x_j of X0 is the sum of
     the one-hot rows of its token, its position and the constant, so each product with X0 is the sum of
     two or three gathered rows of the other operand, with no product at all.  The sums are the same
-    terms as the dense products' (the others are exact zeros) and so bounded the same way, except the
+    terms as the dense products' (the others are exact zeros) and so bounded the same way, in any
+    grouping (the position and constant rows are added first, once per position: every partial sum is
+    a sum of some of those terms), except the
     rows x_j coef_i B_i^T, whose entries are each below 2^53 / 3 (`_fused_weights`); where a head's
     weights are all zero such a row may be inexact, but it is finite and meets only zeros.  Every query
     (q = n); the last query alone (a last layer) goes to `_attention_onehot_last`."""
@@ -880,18 +882,25 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
     ids = np.asarray(token_ids, dtype=np.int64)
     qk = np.arange(n)  # the queries' positions
     q = len(qk)
-    U = AT[ids[:, qk]] + AT[V + qk][None, :, :]  # (B, q, m d): row k is x_k [A_1^T ... A_m^T]
+    # the rows of the position (and constant) one-hots are the same for every point: added once per
+    # position, then to the gathered token rows (np.take: a gather along one axis, in place after)
+    pos_U = AT[V + qk]  # (q, m d)
     if const is not None:
-        U += AT[const]
+        pos_U = pos_U + AT[const]
+    U = np.take(AT, ids, axis=0)
+    U += pos_U  # (B, q, m d): row k is x_k [A_1^T ... A_m^T]
     U = U.reshape(B, q * m, d)
-    S = np.take_along_axis(U, ids[:, None, :], axis=2) + U[:, :, V:V + n]  # (B, q m, n): x_j . (A_i x_k)
+    S = np.take_along_axis(U, ids[:, None, :], axis=2)
+    S += U[:, :, V:V + n]  # (B, q m, n): x_j . (A_i x_k)
     if const is not None:
         S += U[:, :, const:const + 1]
     Wt = _fused_weights_of_scores(S.reshape(B, q, m, n), relu, L, False)
     BT3 = BT.reshape(m, d, d)  # head i's coef_i B_i^T
-    XB = BT3[:, ids] + BT3[:, V:V + n][:, None, :, :]  # (m, B, n, d): x_j coef_i B_i^T
+    pos_B = BT3[:, V:V + n]  # (m, n, d)
     if const is not None:
-        XB += BT3[:, const][:, None, None, :]
+        pos_B = pos_B + BT3[:, const][:, None, :]
+    XB = np.take(BT3, ids, axis=1)
+    XB += pos_B[:, None]  # (m, B, n, d): x_j coef_i B_i^T
     XB = XB.transpose(1, 0, 2, 3).reshape(B, m * n, d)
     out = np.matmul(Wt.reshape(B, q, m * n), XB)  # (B, q, d): sum over heads and keys
     b = np.arange(B)[:, None]
