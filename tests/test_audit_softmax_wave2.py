@@ -237,22 +237,25 @@ def test_interval_operations_enclose_exact_values_on_mixed_magnitudes(seed):
 def test_exact_matrix_fast_conversion_at_its_limits():
     """Numerators/denominators just below and at 2^53 (fast path / entry by entry), powers of 2
     (exact), thirds (inexact): the radius covers the exact entry and is 0 exactly when exact."""
-    vals = [Fraction(2**53 - 1, 3), Fraction(1, 2**53 - 1), Fraction(2**53 - 1, 2**52), Fraction(2**53, 3),
-            Fraction(-(2**53 - 1), 2**53 - 2), Fraction(0), Fraction(-7, 2**40), Fraction(1, 3), Fraction(2**53 + 1)]
-    M = si.ExactMatrix(np.array(vals, dtype=object).reshape(3, 3))
-    for v, m, r in zip(vals, M.m.ravel(), M.r.ravel()):
-        assert abs(v - Fraction(float(m))) <= Fraction(float(r))
-        assert (r == 0) == (Fraction(float(m)) == v)
+    fast = [Fraction(2**53 - 1, 3), Fraction(1, 2**53 - 1), Fraction(2**53 - 1, 2**52), Fraction(5, 2**52),
+            Fraction(-(2**53 - 1), 2**53 - 2), Fraction(0), Fraction(-7, 2**40), Fraction(1, 3)]
+    for entries in (fast, fast + [Fraction(2**53, 3), Fraction(2**53 + 1)]):  # fast path; entry by entry
+        M = si.ExactMatrix(np.array(entries, dtype=object).reshape(1, -1))
+        for v, m, r in zip(entries, M.m.ravel(), M.r.ravel()):
+            assert abs(v - Fraction(float(m))) <= Fraction(float(r))
+            assert (r == 0) == (Fraction(float(m)) == v)
 
 
 def test_nudges_are_non_decreasing_across_binade_and_subnormal_boundaries():
     """e72fed7 takes _lo of the smallest end and _hi of the largest: exact only if both are
-    non-decreasing.  20,000 consecutive floats from each boundary, both signs."""
+    non-decreasing.  20,000 consecutive floats centred on each boundary, both signs."""
     with np.errstate(all="ignore"):
         for c in (0.0, 2.0 ** -1022, 2.0 ** -1021, 2.0 ** -971, 2.0 ** -972, 1.0, 2.0 ** 1023):
             for sgn in (1.0, -1.0):
                 x = np.empty(20000)
                 x[0] = sgn * c
+                for _ in range(10000):  # centred on the boundary
+                    x[0] = np.nextafter(x[0], -np.inf)
                 for i in range(1, len(x)):
                     x[i] = np.nextafter(x[i - 1], np.inf)
                 for f in (si._lo, si._hi):
