@@ -105,8 +105,9 @@ def test_relative_softmax_encloses_mpmath_on_hostile_scores(seed):
     assert used >= 40  # most cases take the relative path (the rest: a radius above 2^-10 or non-finite)
 
 
-@pytest.mark.parametrize("n, rho", [(2000, si.RHO_MAX * 0.999), (2000, 0.0), (300, si.RHO_MAX / 3)])
-def test_relative_softmax_holds_for_a_sum_order_with_the_worst_rounding(monkeypatch, n, rho):
+@pytest.mark.parametrize("n, rho, every_key", [(2000, si.RHO_MAX * 0.999, False), (2000, 0.0, False),
+                                                (300, si.RHO_MAX / 3, False), (2000, si.RHO_MAX * 0.99, True)])
+def test_relative_softmax_holds_for_a_sum_order_with_the_worst_rounding(monkeypatch, n, rho, every_key):
     """The docstring allows the normaliser (and p) to be summed in any order.  Left to right, with
     one key of weight ~1 and n - 1 keys whose weights lie just below u, every addition after the
     first is absorbed: fl(Z) = 1 while Z = 1 + (n - 1) x, a relative error close to gamma_n.  The
@@ -116,7 +117,7 @@ def test_relative_softmax_holds_for_a_sum_order_with_the_worst_rounding(monkeypa
     x = float(np.nextafter(2.0 ** -53, 0)) * 0.99999
     m = np.full((1, 1, n), float(np.log(x)))
     m[..., 0] = 0.0
-    r = np.zeros(m.shape)
+    r = np.full(m.shape, rho if every_key else 0.0)  # every key: p's own sum is absorbed too
     r[..., 0] = rho
     e = _excess(si.Interval(m, r), None, keys=[0, 1, n - 1])
     assert 0.9 < e < 1.0, e  # the order does realise (most of) the worst case, and it is covered
