@@ -437,6 +437,7 @@ class Evaluator:
         self.use_float = self.im.use_float and not force_exact
         self.checked = not self.use_float and not force_exact and _checkable(self.im)
         self.batches = {"float": 0, "checked": 0, "exact": 0}
+        self._fused_first = None  # the checked path's proven first layer, fused (below)
         self._deadline = None  # stop_after
         self._exact_w = self._weights(lambda M: M)
         # The MLP's static bias terms (b * g, g the model's denominator) are proven below 2^53 on the
@@ -449,6 +450,9 @@ class Evaluator:
         elif self.checked:
             self._float_w = self._weights(_float, static=False)
             self._abs_w = self._weights(lambda M: _float(_absmat(M)), static=False)
+            # the first layer, when the a-priori bound proves it (the stream is then the one-hot
+            # embedding over g = 1, its scalars the static ones): fused as on the proven path
+            self._fused_first = _fused_weights(self.im.layers[0]) if self.im.proven_layers >= 1 else None
         C = self.im.C
         self.big_classifier = not self.im.classifier_below_2_53
         self._CT = C.T
@@ -500,7 +504,8 @@ class Evaluator:
         if self.checked:
             try:
                 with _one_blas_thread():
-                    X, g = _run_renormalized(self.model, token_ids, last_only, self._float_w, self._abs_w, self.im)
+                    X, g = _run_renormalized(self.model, token_ids, last_only, self._float_w, self._abs_w, self.im,
+                                             self._fused_first)
                 self.batches["checked"] += 1
                 g_final = self.im.layers[-1].g_out if self.im.layers else 1
                 return X, g_final // g
@@ -656,19 +661,32 @@ def layer_constants(L: IntLayer, g: int):
     return x_scale, coefs, (m.beta1 * g_att, m.beta2 * (m.q1 * g_att), m.x_scale), g_att * m.x_scale
 
 
-def _run_renormalized(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, im: IntegerModel):
+def _run_renormalized(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, im: IntegerModel,
+                      fused_first=None):
     """The checked float64 pass with per-batch denominators: before each layer the stream and
     its denominator g are divided by their gcd over the batch (exact: the quotients are
     integers), and the layer's scalars are recomputed for that g.  Every value is the static
     pass's value times g_batch / g_static <= 1 (g_batch divides g_static: lcm of divisors divides
     the lcm), so the a-priori proven prefix stays proven; from there every product is checked
-    on absolute values.  Returns (X, g_batch)."""
-    X = embed_rows(model, token_ids, np.float64)
+    on absolute values.  fused_first: `_fused_weights` of the first layer when it is in the proven
+    prefix; its attention then runs as on the proven path (`_attention_onehot`, from the token ids:
+    the stream is the one-hot embedding, g = 1, and the layer's scalars are the static ones, which
+    is checked here).  Returns (X, g_batch)."""
+    onehot = bool(fused_first is not None and fused_first[3] and W and W[0][0] and W[0][4] is None
+                  and im.proven_layers >= 1)
+    if onehot:
+        x_scale, coefs, _, g_first = layer_constants(W[0][3], 1)
+        onehot = (x_scale, coefs) == (W[0][3].x_scale, W[0][3].coef)
+    X = np.zeros((len(token_ids), token_ids.shape[1], model.dim)) if onehot else embed_rows(model, token_ids, np.float64)
     Xa = None
     g = 1
     nl = len(W)
     for li, (ATs, BTs, _, L, mlp) in enumerate(W):
         last = last_only and li == nl - 1
+        if li == 0 and onehot:  # the proven first layer (no MLP) as on the proven path
+            X = _attention_onehot(X, token_ids, model, fused_first, L, last)
+            g = g_first
+            continue
         if g > 1 and X.size:
             gam = gcd(g, int(np.gcd.reduce(np.abs(X).astype(np.int64).ravel())))
             if gam > 1:

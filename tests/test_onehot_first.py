@@ -110,3 +110,38 @@ def test_constructions(name, sizes, variant, every_query_calls):
     tokens = token_rows(model, task)
     _same(model, ids if tokens is None else tokens[ids])
     assert every_query_calls
+
+
+def _same_checked(model, ids) -> bool:
+    """The checked float64 pass (its proven first layer fused) gives the big-integer pass's logits,
+    margins and last hidden vectors; True when every batch stayed on float64 (none redone exactly)."""
+    fast, exact = Evaluator(model), Evaluator(model, force_exact=True)
+    assert fast.checked and not fast.use_float and fast._fused_first is not None
+    a, da = fast.logits(ids)
+    b, db = exact.logits(ids)
+    assert da == db and [int(x) for x in a.flat] == [int(x) for x in b.flat]
+    ha, ga = fast.hidden_last(ids)
+    hb, gb = exact.hidden_last(ids)
+    assert ga == gb and [int(x) for x in ha.flat] == [int(x) for x in hb.flat]
+    rows = np.arange(len(ids)) % len(model.classes)
+    ma, _, _ = fast.margins_last(ids, rows)
+    mb, _, _ = exact.margins_last(ids, rows)
+    assert [int(x) for x in ma] == [int(x) for x in mb]
+    fa, fb = fast.logits_all(ids), exact.logits_all(ids)
+    assert fa[1] == fb[1] and [int(x) for x in fa[0].flat] == [int(x) for x in fb[0].flat]
+    return fast.batches["exact"] == 0 and fast.batches["checked"] > 0
+
+
+@pytest.mark.parametrize("name,sizes,variant", [
+    ("parity", dict(n=8), "tree"), ("multihop", dict(hops=3, k=3, n_entities=3), "linear"),
+    ("multihop", dict(hops=3, k=3, n_entities=3), "relu-and"), ("ictm", dict(k=2, l=2, alphabet=3, n_answers=2), None)])
+def test_checked_path_constructions(name, sizes, variant, every_query_calls):
+    """Constructions on the checked float64 path (the a-priori bound fails past the first layers):
+    their proven first layer runs fused from the token ids, the rest checked, and every point's
+    numbers are the big-integer pass's."""
+    task = make_task(name, **sizes)
+    model = constructions.build(task, variant, lemma3=False).model
+    ids = next(task.batches(task.size)).ids
+    tokens = token_rows(model, task)
+    assert _same_checked(model, ids if tokens is None else tokens[ids])
+    assert every_query_calls
