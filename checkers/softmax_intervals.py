@@ -553,15 +553,16 @@ _REL_C0: dict = {}  # n -> softmax_relative's c0
 
 
 def _rel_c0(n: int) -> float:
-    """c0 for n keys: a float >= (max(K, K') (1 + tau)^2 - 1)(1 + 2^-48) + 2^-54 with E = EXP_REL,
+    """c0 for n keys: a float >= (max(K, K') (1 + tau)^2 - 1)(1 + 2^-48 + 2^-7) + 2^-54 with E = EXP_REL,
     g = gamma_n, K = (1 + E)(1 + g) / ((1 - E)(1 - u)), K' = (1 + E)(1 + u) / ((1 - E)(1 - g)),
-    tau = 4 n 2^-1000 (softmax_relative)."""
+    tau = 4 n 2^-1000 (softmax_relative; the 2^-7 part covers replacing pi by w in Delta_j)."""
     if n not in _REL_C0:
         E, g, u = Fraction(1, 2**50), gamma(n), Fraction(1, 2**53)
         K = (1 + E) * (1 + g) / ((1 - E) * (1 - u))
         K2 = (1 + E) * (1 + u) / ((1 - E) * (1 - g))
         tau = Fraction(4 * n, 2**1000)
-        _REL_C0[n] = _float_up((max(K, K2) * (1 + tau) ** 2 - 1) * (1 + Fraction(1, 2**48)) + Fraction(1, 2**54))
+        _REL_C0[n] = _float_up((max(K, K2) * (1 + tau) ** 2 - 1) * (1 + Fraction(1, 2**48) + Fraction(1, 2**7))
+                               + Fraction(1, 2**54))
     return _REL_C0[n]
 
 
@@ -592,8 +593,11 @@ def softmax_relative(T: Interval, mask) -> Interval | None:
     lies in [1 / (K' (1 + tau)), K (1 + tau)] (K, K' of _rel_c0), and the exact weight W_j
     satisfies W_j / w_j in [e^-Delta_j / (K' (1 + tau)^2), e^Delta_j K (1 + tau)]:
     |W_j - w_j| <= w_j (max(K, K')(1 + tau)^2 - 1 + 1.01 Delta_j) (Delta_j <= 4 RHO_MAX, e^x - 1
-    <= 1.003 x there).  Replacing pi by w and rho' by rho in Delta_j changes it by at most 2^-57
-    (relative errors of order 2^-48 times RHO_MAX, eta-terms: w_j <= 1), so with
+    <= 1.003 x there).  Replacing pi by w and rho' by rho in Delta_j changes it by at most
+    2^-7.9 (Kh - 1) + 2^-57, Kh = max(K, K')(1 + tau): pi_l = w_l (1 + eps_l) with |eps_l| <= Kh - 1,
+    rho' = rho (1 + 2u) + eta, so the change is at most e^(2 RHO_MAX') (3 (Kh - 1 + 2u) RHO_MAX + 2u
+    RHO_MAX) plus eta-terms (p, w_j rho_j <= RHO_MAX = 2^-10); the first part grows with n (Kh - 1 is
+    about gamma_n) and is in c0 (its 2^-7 (Kh - 1) term), the second in c0's 2^-54; so with
     p_hat = _bound(fl(sum_l w_l rho_l), n) >= sum_l w_l rho_l (n non-negative products) and
     x_j = fl(fl(rho_j - 2 fl(w_j rho_j)) + p_hat) (within 2^-59 of its exact value:
     |terms| <= 3 RHO_MAX), delta_j = fl(fl(REL_C1 x_j) + c0) >= (max(K, K')(1 + tau)^2 - 1) +
