@@ -26,7 +26,10 @@ exact.  Otherwise the pass runs on Python integers (numpy object arrays): slower
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
+import threading
 import time
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -403,6 +406,48 @@ def _one_blas_thread():
     return _BLAS[0].limit(limits=1, user_api="blas")
 
 
+# batches evaluated at a time (in_order): two where this process may use two CPUs
+THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def in_order(ev: "Evaluator", fn, items, threads: int | None = None):
+    """(item, fn(item)) for each item, in the items' order, with up to `threads` (THREADS by default)
+    items' fn running at once in worker threads when ev runs on float64 (numpy releases the GIL in
+    its loops; big-integer batches hold it, so they run one at a time).  Speed only: each batch is
+    evaluated on its own (the Evaluator's shared state is its counts, taken under a lock, and
+    read-only weights) and the results come back in order, so every caller sees the one-thread
+    sequence; the one-BLAS-thread limit is held once around the whole loop.  A consumer that stops
+    early (a counterexample) waits for at most `threads` batches in flight."""
+    threads = THREADS if threads is None else threads
+    if threads < 2 or not (getattr(ev, "use_float", False) or getattr(ev, "checked", False)):
+        for item in items:
+            yield item, fn(item)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    limit = _one_blas_thread()
+    limit.__enter__()
+    ev._blas_held = True
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="depthcert-batches")
+    pending: deque = deque()
+    try:
+        for item in items:
+            pending.append((item, pool.submit(fn, item)))
+            if len(pending) >= threads:
+                first, fut = pending.popleft()
+                yield first, fut.result()
+        while pending:
+            first, fut = pending.popleft()
+            yield first, fut.result()
+    finally:
+        for _, fut in pending:
+            fut.cancel()
+        pool.shutdown(wait=True)  # no worker runs past this point: then the limit is left
+        ev._blas_held = False
+        limit.__exit__(None, None, None)
+
+
 class Evaluator:
     """Batched exact logits of one model.  `logits(ids)` -> (numerators (B, C) int, denominator)
     at the last position; `logits_all(ids)` -> (numerators (B, n, C), denominator);
@@ -437,6 +482,8 @@ class Evaluator:
         self.use_float = self.im.use_float and not force_exact
         self.checked = not self.use_float and not force_exact and _checkable(self.im)
         self.batches = {"float": 0, "checked": 0, "exact": 0}
+        self._lock = threading.Lock()  # the counts above, from worker threads (in_order)
+        self._blas_held = False  # in_order holds the one-BLAS-thread limit for the whole loop
         self._fused_first = None  # the checked path's proven first layer, fused (below)
         self._deadline = None  # stop_after
         self._exact_w = self._weights(lambda M: M)
@@ -475,6 +522,16 @@ class Evaluator:
             out.append(([conv(A.T) for A in L.A], [conv(B.T) for B in L.B], L.coef, L, mlp))
         return out
 
+    def _count(self, kind: str) -> None:
+        with self._lock:
+            self.batches[kind] += 1
+
+    def _blas(self):
+        """One BLAS thread for this batch's products (in_order sets it once for all its threads:
+        threadpoolctl's limit is process-wide, entered and left here per batch it would be restored
+        by one thread while another still runs)."""
+        return contextlib.nullcontext() if self._blas_held else _one_blas_thread()
+
     @property
     def path(self) -> str:
         if self.use_float:
@@ -498,20 +555,20 @@ class Evaluator:
         if token_ids.shape[1] > self.model.max_length:
             raise ValueError(f"sequence length {token_ids.shape[1]} exceeds max_length {self.model.max_length}")
         if self.use_float:
-            self.batches["float"] += 1
-            with _one_blas_thread():
+            self._count("float")
+            with self._blas():
                 return _run(self.model, token_ids, last_only, self._float_w, None, np.float64, fused=self._fused), 1
         if self.checked:
             try:
-                with _one_blas_thread():
+                with self._blas():
                     X, g = _run_renormalized(self.model, token_ids, last_only, self._float_w, self._abs_w, self.im,
                                              self._fused_first)
-                self.batches["checked"] += 1
+                self._count("checked")
                 g_final = self.im.layers[-1].g_out if self.im.layers else 1
                 return X, g_final // g
             except _Exceeded:
                 pass
-        self.batches["exact"] += 1
+        self._count("exact")
         step = self.exact_batch_points(token_ids.shape[1])
         # no a-priori bound: sizes (and a time limit, if set) checked per layer
         cap = None if self.im.bounded else MAX_STREAM_BITS

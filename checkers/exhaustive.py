@@ -357,9 +357,12 @@ def verify(
     min_num = None
     counter = None
     first = True
-    for batch in batches:
-        t_batch = time.perf_counter()
-        margins, den, bad, num, positions = check_batch(ev, batch, class_rows, tokens, need_logits=False)
+    from depthcert.checkers.evaluate import in_order
+
+    t_batch = time.perf_counter()
+    # batches two at a time in worker threads where the evaluation is on float64, in order (in_order)
+    for batch, result in in_order(ev, lambda b: check_batch(ev, b, class_rows, tokens, need_logits=False), batches):
+        margins, den, bad, num, positions = result
         if first and len(batch.index) < plan.n_eval:  # the a-priori rate may be far off: re-estimate
             first = False
             per_point = (time.perf_counter() - t_batch) / len(batch.index)

@@ -176,10 +176,11 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
     pos = 0
     den = ev.stream_denominator
     timed = False
-    for batch in batches:
-        t_batch = time.perf_counter()
-        ids = batch.ids if tokens is None else tokens[batch.ids]
-        H, den = ev.hidden_last(ids)
+    from depthcert.checkers.evaluate import in_order
+
+    t_batch = time.perf_counter()
+    # batches two at a time in worker threads where the evaluation is on float64, in order (in_order)
+    for batch, (H, den) in in_order(ev, lambda b: ev.hidden_last(b.ids if tokens is None else tokens[b.ids]), batches):
         if batch.labels.ndim != 1:
             raise BadInput(f"task {task.name} labels every position: a hidden-vector table reads the last one")
         ys = class_rows[batch.labels]
