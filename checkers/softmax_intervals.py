@@ -354,6 +354,8 @@ def _warm_allocator():
 # chunks decided at a time (IntervalForward.decide): two where this process may use two CPUs
 THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 _POOL = []  # the thread pool, made on first use
+if hasattr(os, "register_at_fork"):  # a forked worker (checkers/shards.py) has none of the parent's threads:
+    os.register_at_fork(after_in_child=_POOL.clear)  # its own pool then (the inherited one would never run)
 
 
 def _pool():

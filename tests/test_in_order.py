@@ -75,3 +75,22 @@ def test_verify_is_the_same_with_one_or_two_threads(model_task, threads, monkeyp
         assert (v.counterexample is None) == (ref.counterexample is None)
         if v.counterexample is not None:
             assert v.counterexample.index == ref.counterexample.index
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork")
+def test_a_forked_worker_gets_its_own_interval_thread_pool():
+    # softmax_intervals keeps a thread pool for the process; a worker forked after the parent used it
+    # (checkers/shards.py forks) has none of its threads and would wait forever on the inherited one
+    import os
+
+    from depthcert.checkers import softmax_intervals as si
+
+    assert si._pool().submit(lambda: 1).result(timeout=10) == 1
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(0 if si._pool().submit(lambda: 42).result(timeout=10) == 42 else 1)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
