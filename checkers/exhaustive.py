@@ -332,10 +332,13 @@ def verify(
         # and with one the a-priori rate still ignores their size (weights of thousands of digits),
         # so no estimate bounds the time: the big-integer pass checks --max-seconds before every layer
         ev.stop_after(limit, what, start=t0)
+    from depthcert.checkers.evaluate import balanced_batch
+
+    step = balanced_batch(ev, plan.n_eval, batch_size)  # batches even across in_order's threads
     if plan.indices is None:
-        batches = task.batches(batch_size)
+        batches = task.batches(step)
     else:
-        batches = task.batches_of(plan.indices, batch_size)
+        batches = task.batches_of(plan.indices, step)
     n_eval = plan.n_eval
     if progress is None:
         progress = sys.stderr.isatty()

@@ -161,7 +161,10 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
         charge_seconds(estimate, what)
     if limit is not None and not ev.use_float:
         ev.stop_after(limit, what, start=t0)
-    batches = task.batches(batch_size) if plan.indices is None else task.batches_of(plan.indices, batch_size)
+    from depthcert.checkers.evaluate import balanced_batch
+
+    step = balanced_batch(ev, plan.n_eval, batch_size)  # batches even across in_order's threads
+    batches = task.batches(step) if plan.indices is None else task.batches_of(plan.indices, step)
     if progress is None:
         progress = sys.stderr.isatty()
     bar = None

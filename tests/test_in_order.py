@@ -94,3 +94,19 @@ def test_a_forked_worker_gets_its_own_interval_thread_pool():
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_balanced_batch_sizes(model_task):
+    from depthcert.checkers.evaluate import balanced_batch
+
+    model, _ = model_task
+    ev = Evaluator(model)
+    assert balanced_batch(ev, 3125, 2048, threads=2) == 1563
+    assert balanced_batch(ev, 6561, 2048, threads=2) == 1641
+    assert balanced_batch(ev, 3125, 2048, threads=1) == 2048
+    assert balanced_batch(Evaluator(model, force_exact=True), 3125, 2048, threads=2) == 2048
+    for n in (1, 2, 3, 7, 100, 4097, 823_543):
+        for size in (1, 5, 2048):
+            b = balanced_batch(ev, n, size, threads=2)
+            rounds = -(-(-(-n // size)) // 2)  # rounds of two batches at the given size
+            assert 1 <= b <= size and -(-n // b) <= 2 * rounds  # never more rounds, the batches evened out
