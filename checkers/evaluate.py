@@ -410,16 +410,18 @@ def _one_blas_thread():
 THREADS = min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def in_order(ev: "Evaluator", fn, items, threads: int | None = None):
+def in_order(ev: "Evaluator", fn, items, threads: int | None = None, count: int | None = None):
     """(item, fn(item)) for each item, in the items' order, with up to `threads` (THREADS by default)
     items' fn running at once in worker threads when ev runs on float64 (numpy releases the GIL in
     its loops; big-integer batches hold it, so they run one at a time).  Speed only: each batch is
     evaluated on its own (the Evaluator's shared state is its counts, taken under a lock, and
     read-only weights) and the results come back in order, so every caller sees the one-thread
     sequence; the one-BLAS-thread limit is held once around the whole loop.  A consumer that stops
-    early (a counterexample) waits for at most `threads` batches in flight."""
+    early (a counterexample) waits for at most `threads` batches in flight.  count: how many items
+    there are, when known (one item: no thread is started)."""
     threads = THREADS if threads is None else threads
-    if threads < 2 or not (getattr(ev, "use_float", False) or getattr(ev, "checked", False)):
+    if threads < 2 or (count is not None and count < 2) or not (getattr(ev, "use_float", False)
+                                                                or getattr(ev, "checked", False)):
         for item in items:
             yield item, fn(item)
         return
@@ -449,14 +451,14 @@ def in_order(ev: "Evaluator", fn, items, threads: int | None = None):
 
 
 def balanced_batch(ev: "Evaluator", n_points: int, batch_size: int, threads: int | None = None) -> int:
-    """A batch size of at most batch_size that splits n_points into a multiple of `threads` batches of
-    near-equal size where in_order runs them in threads (the last round's threads all busy: 3,125
+    """A batch size of at most batch_size that splits n_points (more than one batch of them) into a
+    multiple of `threads` batches of near-equal size where in_order runs them in threads (the last round's threads all busy: 3,125
     points in two batches of 1,563 rather than 2,048 and 1,077); batch_size otherwise.  Verdicts do
     not depend on the batch size."""
     threads = THREADS if threads is None else threads
-    if threads < 2 or n_points <= 0 or batch_size < 1 or not (getattr(ev, "use_float", False)
-                                                              or getattr(ev, "checked", False)):
-        return batch_size
+    if threads < 2 or n_points <= batch_size or batch_size < 1 or not (getattr(ev, "use_float", False)
+                                                                       or getattr(ev, "checked", False)):
+        return batch_size  # (one batch: no threads, whose start costs more than small runs take)
     n_batches = -(-n_points // batch_size)
     n_batches = -(-n_batches // threads) * threads
     return max(1, -(-n_points // n_batches))

@@ -364,7 +364,8 @@ def verify(
 
     t_batch = time.perf_counter()
     # batches two at a time in worker threads where the evaluation is on float64, in order (in_order)
-    for batch, result in in_order(ev, lambda b: check_batch(ev, b, class_rows, tokens, need_logits=False), batches):
+    for batch, result in in_order(ev, lambda b: check_batch(ev, b, class_rows, tokens, need_logits=False), batches,
+                                  count=-(-plan.n_eval // step)):
         margins, den, bad, num, positions = result
         if first and len(batch.index) < plan.n_eval:  # the a-priori rate may be far off: re-estimate
             first = False

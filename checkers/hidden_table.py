@@ -183,7 +183,8 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
 
     t_batch = time.perf_counter()
     # batches two at a time in worker threads where the evaluation is on float64, in order (in_order)
-    for batch, (H, den) in in_order(ev, lambda b: ev.hidden_last(b.ids if tokens is None else tokens[b.ids]), batches):
+    for batch, (H, den) in in_order(ev, lambda b: ev.hidden_last(b.ids if tokens is None else tokens[b.ids]), batches,
+                                    count=-(-plan.n_eval // step)):
         if batch.labels.ndim != 1:
             raise BadInput(f"task {task.name} labels every position: a hidden-vector table reads the last one")
         ys = class_rows[batch.labels]

@@ -105,6 +105,7 @@ def test_balanced_batch_sizes(model_task):
     assert balanced_batch(ev, 6561, 2048, threads=2) == 1641
     assert balanced_batch(ev, 3125, 2048, threads=1) == 2048
     assert balanced_batch(Evaluator(model, force_exact=True), 3125, 2048, threads=2) == 2048
+    assert balanced_batch(ev, 2000, 2048, threads=2) == 2048  # one batch: left whole
     for n in (1, 2, 3, 7, 100, 4097, 823_543):
         for size in (1, 5, 2048):
             b = balanced_batch(ev, n, size, threads=2)
