@@ -463,19 +463,16 @@ def mul(X: Interval, Y: Interval, radius_product: bool = False) -> Interval:
 def add(X: Interval, Y: Interval) -> Interval:
     """X + Y: |x + y - fl(xm + ym)| <= xr + yr + u |fl(xm + ym)| (additions do not underflow);
     that sum of three non-negative terms is bounded by _bound."""
-    m = X.m + Y.m
-    R = np.abs(m)
-    R *= U
-    if X.r is not None:
-        R += X.r
-    if Y.r is not None:
-        R += Y.r
-    return Interval(m, _bound(R, 3, extra=1))
+    return _summed(X.m + Y.m, X, Y)
 
 
 def sub(X: Interval, Y: Interval) -> Interval:
     """X - Y: fl(xm - ym) = fl(xm + (-ym)) (negation is exact), so add's bound holds as it is."""
-    m = X.m - Y.m
+    return _summed(X.m - Y.m, X, Y)
+
+
+def _summed(m: np.ndarray, X: Interval, Y: Interval) -> Interval:
+    """<m, bound of xr + yr + u |m|>: m = fl(xm +- ym) (add and sub)."""
     R = np.abs(m)
     R *= U
     if X.r is not None:
