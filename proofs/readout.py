@@ -668,21 +668,34 @@ def _game_readout(Xf: np.ndarray, y: np.ndarray, C: int, var: np.ndarray, n_var:
     cum = np.zeros((N, C))  # the margins summed over the responses so far
     Wsum = np.zeros((C, d))
     flat = var.ravel()
+    untied = n_var == C * d and np.array_equal(flat, np.arange(C * d))
+    # the step's arithmetic, with the label entries addressed in the flat views (the same elements
+    # as [ar, y]) and the constant masks made once: the same float operations in the same order
+    lab = ar * C + y
+    is_lab = np.zeros((N, C), dtype=bool)
+    is_lab.ravel()[lab] = True
+    cum_flat = cum.ravel()
+    L = np.empty((N, C))
+    L_flat = L.ravel()
+    masked = np.empty((N, C))
     best, best_W = -np.inf, None
     for k in range(1, steps + 1):
-        L = cum * -eta
-        L[ar, y] = -np.inf
+        np.multiply(cum, -eta, out=L)
+        L_flat[lab] = -np.inf
         L -= L.max()
         P = np.exp(L, out=L)
         P /= P.sum()
-        P[ar, y] = -P.sum(axis=1)  # the gradient of sum P (W_y - W_c) . x_i in W, as -(weights) x rows
+        L_flat[lab] = -P.sum(axis=1)  # the gradient of sum P (W_y - W_c) . x_i in W, as -(weights) x rows
         grad = -(P.T @ Xf)
-        W = np.sign(np.bincount(flat, weights=grad.ravel(), minlength=n_var))[var]
+        # tied entries summed (bincount adds each weight to a bin of 0.0; without ties, to its own)
+        W = np.sign(grad + 0.0) if untied else np.sign(np.bincount(flat, weights=grad.ravel(), minlength=n_var))[var]
         S = Xf @ W.T
-        cum += S[ar, y][:, None] - S
+        cum += S.ravel()[lab][:, None] - S
         Wsum += W
-        cum[ar, y] = 0.0
-        low = float(np.where(np.arange(C)[None, :] == y[:, None], np.inf, cum).min()) / k
+        cum_flat[lab] = 0.0
+        np.copyto(masked, cum)
+        masked.ravel()[lab] = np.inf
+        low = float(masked.min()) / k
         if low > best:
             best, best_W = low, Wsum / k
         # given up: no average within R / 100 of separating the vectors after an eighth of the steps, or
@@ -765,6 +778,64 @@ def _tied_average(W: np.ndarray | None, var: np.ndarray, y: np.ndarray, C: int) 
     return out / top if top > 0 else None
 
 
+SMALL_LINES = 32  # lines few enough for the bisection's steps in Python floats (numpy's calls cost more)
+
+
+def _bisect(a: np.ndarray, b: np.ndarray, steps: int) -> tuple[float, float]:
+    """[lo, hi] after `steps` halvings of [0, 1], each keeping the half towards which the minimum of the lines
+    a + m b rises: right of mid when the line first attaining the minimum at mid (np.argmin) has b > 0.
+
+    With finite lines the lines that can no longer attain the minimum are dropped as the interval shrinks
+    (_lines_below: every decision unchanged), and once few are left the steps run on Python floats: the
+    same IEEE double products and sums, the first line attaining the minimum kept as np.argmin keeps it
+    (lines finite, so no value is NaN)."""
+    lo, hi = 0.0, 1.0
+    finite = bool(np.isfinite(a).all() and np.isfinite(b).all())
+    prune_at = 4 if finite else steps
+    for step in range(steps):
+        if step == prune_at:  # pruned again every 4 steps while it halves the lines
+            n = len(a)
+            a, b = _lines_below(a, b, lo, hi)
+            prune_at = step + 4 if len(a) <= n // 2 else steps
+        if finite and len(a) <= SMALL_LINES:
+            return _bisect_small(a.tolist(), b.tolist(), lo, hi, steps - step)
+        mid = (lo + hi) / 2
+        if b[int(np.argmin(a + mid * b))] > 0:  # the minimum still rises to the right of mid
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _bisect_small(a: list, b: list, lo: float, hi: float, steps: int) -> tuple[float, float]:
+    """_bisect's steps on Python floats (a, b non-empty, finite)."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        low, slope = a[0] + mid * b[0], b[0]
+        for i in range(1, len(a)):
+            v = a[i] + mid * b[i]
+            if v < low:  # strictly: the first line attaining the minimum, as np.argmin
+                low, slope = v, b[i]
+        if slope > 0:
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _lines_below(a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """The lines a + m b (floats, finite) that may be the first minimum at some m in [lo, hi], in their order.
+
+    Exact for the bisection below: the float value fl(a + fl(m b)) is monotone in m (rounding is), so
+    line i is at least min(its values at lo and hi) on [lo, hi], and the line attaining
+    U = min_j max(its values at lo and hi) is at most U there; a line whose least end value is above U
+    is strictly above that line at every m in [lo, hi], never a minimum, and dropping it changes
+    neither the minimum nor which line is first among those attaining it."""
+    at_lo, at_hi = a + lo * b, a + hi * b
+    keep = np.minimum(at_lo, at_hi) <= np.maximum(at_lo, at_hi).min()
+    return a[keep], b[keep]
+
+
 def _best_mix(M0: np.ndarray, M1: np.ndarray) -> tuple[float, float]:
     """lambda in [0, 1] maximizing min over pairs of (1 - lambda) M0 + lambda M1 (concave and
     piecewise linear in lambda: bisection on the slope of the line attaining the minimum), and that
@@ -782,13 +853,7 @@ def _best_mix(M0: np.ndarray, M1: np.ndarray) -> tuple[float, float]:
     def f(lam):
         return float((a + lam * b).min())
 
-    lo, hi = 0.0, 1.0
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        if b[int(np.argmin(a + mid * b))] > 0:  # the minimum still rises to the right of mid
-            lo = mid
-        else:
-            hi = mid
+    lo, hi = _bisect(a, b, 50)
     return max(((lam, f(lam)) for lam in ((lo + hi) / 2, 0.0, 1.0)), key=lambda p: p[1])
 
 
