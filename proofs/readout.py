@@ -352,11 +352,12 @@ class _MarginLP:
         self.rows = 0
         self.inf = inf
 
-    def add(self, A) -> None:
-        """Append the rows A x >= 0 (A: scipy CSR, one row per pair)."""
-        P = A.shape[0]
-        self.h.addRows(P, np.zeros(P), np.full(P, self.inf), A.nnz, A.indptr.astype(np.int32),
-                       A.indices.astype(np.int32), A.data.astype(np.float64))
+    def add(self, csr) -> None:
+        """Append the rows A x >= 0 (csr: A's (indptr, indices, data), one row per pair)."""
+        indptr, indices, data = csr
+        P = len(indptr) - 1
+        self.h.addRows(P, np.zeros(P), np.full(P, self.inf), len(data), indptr.astype(np.int32),
+                       indices.astype(np.int32), data.astype(np.float64))
         self.rows += P
 
     def solve(self, max_iterations: int) -> tuple[str, np.ndarray, int]:
@@ -376,21 +377,46 @@ class _MarginLP:
         return h.modelStatusToString(st), sol, its
 
 
-def _pair_rows(pairs: np.ndarray, Xf: np.ndarray, y: np.ndarray, var: np.ndarray, n_var: int):
-    """The rows (W_y - W_c) . x_i - t >= 0 of the pairs (i, c) over the LP's variables (tied
-    entries share a variable: their coefficients are summed)."""
-    import scipy.sparse as sp
-
+def _pair_csr(pairs: np.ndarray, Xf: np.ndarray, y: np.ndarray, var: np.ndarray, n_var: int):
+    """(indptr, indices, data) of the rows (W_y - W_c) . x_i - t >= 0 of the pairs (i, c) over the LP's
+    variables (tied entries share a variable: their coefficients are summed), in canonical CSR form:
+    each row's columns increasing, no zero.  These are the arrays scipy's csr_matrix((data, (rows,
+    cols))) holds (its row-by-row layout, then sum_duplicates, then eliminate_zeros): without ties
+    a row's columns are the disjoint increasing ranges of its two classes' rows and t's, put in
+    order directly (nothing to sum); with ties scipy sorts and sums them (its summation order is
+    its sort's, kept by going through it)."""
     I, Cc = pairs[:, 0], pairs[:, 1]
     P, d = len(pairs), Xf.shape[1]
-    data = np.concatenate([Xf[I], -Xf[I], -np.ones((P, 1))], axis=1).ravel()
-    cols = np.concatenate([var[y[I]], var[Cc], np.full((P, 1), n_var)], axis=1).ravel()
-    rowi = np.repeat(np.arange(P), 2 * d + 1)
+    yI = y[I]
+    untied = n_var == var.size and np.array_equal(var.ravel(), np.arange(var.size))
+    if untied:  # the smaller class's block first
+        first = np.minimum(yI, Cc)[:, None]
+        sign = np.where(yI < Cc, 1.0, -1.0)[:, None]
+        data = np.concatenate([sign * Xf[I], -sign * Xf[I], -np.ones((P, 1))], axis=1).ravel()
+        cols = np.concatenate([var[first[:, 0]], var[np.maximum(yI, Cc)], np.full((P, 1), n_var)], axis=1).ravel()
+    else:
+        data = np.concatenate([Xf[I], -Xf[I], -np.ones((P, 1))], axis=1).ravel()
+        cols = np.concatenate([var[yI], var[Cc], np.full((P, 1), n_var)], axis=1).ravel()
     keep = data != 0
-    A = sp.csr_matrix((data[keep], (rowi[keep], cols[keep])), shape=(P, n_var + 1))
+    idx = np.int32 if max(int(keep.sum()), n_var + 1) < 2**31 else np.int64  # scipy's index dtype
+    indptr = np.zeros(P + 1, dtype=idx)
+    np.cumsum(keep.reshape(P, 2 * d + 1).sum(axis=1), out=indptr[1:])
+    data, cols = data[keep], cols[keep].astype(idx)
+    if untied:
+        return indptr, cols, data
+    import scipy.sparse as sp
+
+    A = sp.csr_matrix((data, cols, indptr), shape=(P, n_var + 1))  # each row in its entries' order
     A.sum_duplicates()
     A.eliminate_zeros()
-    return A
+    return A.indptr, A.indices, A.data
+
+
+def _pair_rows(pairs: np.ndarray, Xf: np.ndarray, y: np.ndarray, var: np.ndarray, n_var: int):
+    """_pair_csr's rows as a scipy CSR matrix."""
+    import scipy.sparse as sp
+
+    return sp.csr_matrix(_pair_csr(pairs, Xf, y, var, n_var)[::-1], shape=(len(pairs), n_var + 1))
 
 
 def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None, effort: int = 1) -> Readout:
@@ -435,15 +461,22 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
             break
         near = np.argpartition(D2, kk - 1, axis=1)[:, :kk]
         near = near[np.arange(len(near))[:, None], np.argsort(np.take_along_axis(D2, near, axis=1), axis=1)]
-        for i, row in enumerate(near, start=lo):
-            for rank, j in enumerate(row):
-                if np.isfinite(D2[i - lo, j]):
-                    active.add((i, int(y[j])))
-                    first_rank.setdefault((i, int(y[j])), rank)
-    for i in range(N):  # every vector meets at least one other class
-        if not any((i, c) in active for c in (int(y[i]) - 1, int(y[i]) + 1)):
-            active.add((i, (int(y[i]) + 1) % C))
-            first_rank.setdefault((i, (int(y[i]) + 1) % C), 0)
+        # (vector, class of its rank-th nearest) for the finite distances, row by row, rank by rank
+        ok = np.isfinite(np.take_along_axis(D2, near, axis=1))
+        rows, ranks = np.nonzero(ok)
+        for i, c, rank in zip((rows + lo).tolist(), y[near[rows, ranks]].tolist(), ranks.tolist()):
+            active.add((i, c))
+            first_rank.setdefault((i, c), rank)
+    # every vector meets at least one other class: (i, y_i + 1 mod C) added where neither (i, y_i - 1)
+    # nor (i, y_i + 1) is a first competitor
+    meets = np.zeros((N, C + 2), dtype=bool)  # column c + 1 holds class c; columns 0 and C + 1 none
+    if active:
+        meets[tuple((np.array(list(active), dtype=np.int64) + [0, 1]).T)] = True
+    yl = np.asarray(y, dtype=np.int64)
+    alone = ~(meets[np.arange(N), yl] | meets[np.arange(N), yl + 2])
+    for i, c in zip(np.nonzero(alone)[0].tolist(), ((yl[alone] + 1) % C).tolist()):
+        active.add((i, c))
+        first_rank.setdefault((i, c), 0)
     W = None
     t = 0.0
     rounds = 0
@@ -488,7 +521,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         is_active[tuple(np.array(new_pairs, dtype=np.int64).T)] = True
     max_rounds = MAX_LP_ROUNDS * effort  # more work, more rounds
     for rounds in range(1, 0 if skipped else max_rounds + 1):
-        lp.add(_pair_rows(np.array(new_pairs, dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var))
+        lp.add(_pair_csr(np.array(new_pairs, dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var))
         size = lp.rows + lp.n_col
         limit = (lp_cap - work - ROUND_WORK) // size
         if limit < 1 and best_W is not None:  # (with nothing to keep, one iteration past the budget)
