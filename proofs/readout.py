@@ -194,9 +194,13 @@ def hidden_vectors(model: Model, task, symmetry: str = "auto", max_points: int |
     # the distinct rows in the order the points first meet them
     _, first = np.unique(rows, return_index=True)
     pick = rows[np.sort(first)]
-    X = np.empty((len(pick), model.dim), dtype=object)
-    for i, r in enumerate(pick.tolist()):
-        X[i, :] = [int(v) for v in table.X[r]]
+    X = np.empty((len(pick), model.dim), dtype=object)  # Python ints
+    rows_X = table.X[pick]
+    if rows_X.dtype.kind in "iu":  # numpy integers: their Python int values, all at once
+        X[:, :] = rows_X.astype(object)
+    else:
+        for i, r in enumerate(pick.tolist()):
+            X[i, :] = [int(v) for v in table.X[r]]
     return HiddenVectors(X, int(table.den), np.asarray(table.labels[pick], dtype=np.int64), ties, n_points, note)
 
 
@@ -419,6 +423,45 @@ def _pair_rows(pairs: np.ndarray, Xf: np.ndarray, y: np.ndarray, var: np.ndarray
     return sp.csr_matrix(_pair_csr(pairs, Xf, y, var, n_var)[::-1], shape=(len(pairs), n_var + 1))
 
 
+def _coprime_fraction():
+    """A maker of Fraction(n, d) for n, d already in lowest terms (d > 0), skipping the constructor's
+    type checks and gcd: Fraction._from_coprime_ints where Python has it (3.12+), else the same two
+    slots set directly; checked once here against the constructor (equal, same numerator and
+    denominator, same hash), else the constructor itself."""
+    make = getattr(Fraction, "_from_coprime_ints", None)
+    if make is None:
+        def make(n: int, d: int) -> Fraction:
+            f = object.__new__(Fraction)
+            f._numerator, f._denominator = n, d
+            return f
+    try:
+        for n, d in ((-3, 4), (0, 1), (5, 1), (2**70 + 1, 2**64)):
+            f, g = make(n, d), Fraction(n, d)
+            if not (type(f) is Fraction and f == g and (f.numerator, f.denominator) == (n, d) and hash(f) == hash(g)
+                    and str(f) == str(g)):
+                return Fraction
+    except Exception:  # a Fraction whose internals differ: the constructor
+        return Fraction
+    return make
+
+
+_make_fraction = _coprime_fraction()
+
+
+def _dyadic_fractions(values: np.ndarray, bits: int) -> list:
+    """[Fraction(v, 2^bits) for v in values] (int64, |v| < 2^62, bits < 62): each v / 2^bits put in lowest
+    terms in numpy (the common factor is 2^s, s the trailing zero bits of v capped at bits; 0 is 0/1)."""
+    v = np.asarray(values, dtype=np.int64)
+    if not (0 <= bits < 62) or (v.size and not -2**62 < int(v.min()) <= int(v.max()) < 2**62):  # outside the bounds: the constructor
+        return [Fraction(int(x), 2**bits) for x in values]
+    low = v & -v  # v's lowest set bit (0 for 0)
+    tz = np.where(v == 0, bits, np.frexp(low.astype(np.float64))[1] - 1)  # low = 2^(exponent - 1), exact
+    shift = np.minimum(tz, bits).astype(np.int64)
+    nums = (v >> shift).tolist()  # exact: v is a multiple of 2^shift (or 0)
+    dens = (np.int64(1) << (bits - shift)).tolist()
+    return [_make_fraction(n, d) for n, d in zip(nums, dens)]
+
+
 def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None, effort: int = 1) -> Readout:
     """The LP above by constraint generation, rounded to the coarsest good dyadic grid.
 
@@ -486,7 +529,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     # the cheap read-out: the better (on every pair, floats) of the lifting of the nearest-mean rule
     # and the cosine read-out; the LP's iterates are mixed with it, and it is kept when no LP is solved
     fallbacks = [(name, _tied_average(W0, var, y, C)) for name, W0 in
-                 (("lifting", _lifting(hv.X, Xf, y, C)), ("cosine", _cosine(Xf, y, C))) if W0 is not None]
+                 (("lifting", _lifting(hv.X, Xf, y, C, Xi)), ("cosine", _cosine(Xf, y, C))) if W0 is not None]
     W_lift, M_lift, lift = None, None, None
     for name, W0 in fallbacks:
         S = Xf @ W0.T
@@ -629,6 +672,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     # the grid is good enough once it keeps the chosen W_O's own margin (floats) up to CLOSE_ENOUGH
     own_norm = best_low * scale / hv.den / wmax if wmax > 0 else 0.0
     best = None
+    good = Fraction(own_norm) * Fraction(CLOSE_ENOUGH) if own_norm > 0 else None  # the grid's target
     for bits in GRID_BITS:
         Wq = np.rint(W * 2.0**bits).astype(np.int64)
         top_q = int(np.abs(Wq).max())
@@ -638,7 +682,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         norm = Fraction(m, hv.den * top_q)
         if best is None or norm > best[1]:
             best = (bits, norm, Wq)
-        if own_norm > 0 and norm >= Fraction(own_norm) * Fraction(CLOSE_ENOUGH):
+        if good is not None and norm >= good:
             break
     if best is None:
         return Readout(np.full((C, d), Fraction(0), dtype=object), 0, lp_norm, Fraction(0), N, rounds,
@@ -646,7 +690,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     bits, norm, Wq = best
     den = 2**bits
     values, where = np.unique(Wq, return_inverse=True)  # one Fraction per distinct entry
-    W_O = np.array([Fraction(int(v), den) for v in values] + [None], dtype=object)[:-1][where.reshape(C, d)]
+    W_O = np.array(_dyadic_fractions(values, bits) + [None], dtype=object)[:-1][where.reshape(C, d)]
     W_O.flags.writeable = False
     note = (f"max-margin read-out: LP over {N} distinct hidden vectors x {C} classes ({rounds} round{'s' if rounds != 1 else ''} of "
             f"constraint generation, warm-started dual simplex), entries multiples of 2^-{bits}")
@@ -746,15 +790,19 @@ def _game_readout(Xf: np.ndarray, y: np.ndarray, C: int, var: np.ndarray, n_var:
     return W, M, k
 
 
-def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int) -> np.ndarray | None:
+def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int, Xi: np.ndarray | None = None) -> np.ndarray | None:
     """A read-out that separates distinct single-vector classes when some coordinate is the same
     non-zero constant kappa on every vector (a bias): logit_c(x) = 2 m_c . x - |m_c|^2 =
     |x|^2 - |x - m_c|^2 with m_c the class mean (the lifting of the nearest-mean rule), classes
     without vectors -1; the bias spread over every constant coordinate and each column's range
     centred on 0 (neither changes a margin: the logits move by the same amount for every class),
-    then scaled into the box.  None without a constant coordinate."""
+    then scaled into the box.  None without a constant coordinate.  Xi: X in int64 when it fits (the
+    same comparisons, in numpy)."""
     N, d = Xf.shape
-    const = [j for j in range(d) if N and X[0, j] != 0 and all(X[i, j] == X[0, j] for i in range(N))]
+    if Xi is not None:
+        const = np.nonzero((Xi[0] != 0) & (Xi == Xi[0]).all(axis=0))[0].tolist() if N else []
+    else:
+        const = [j for j in range(d) if N and X[0, j] != 0 and all(X[i, j] == X[0, j] for i in range(N))]
     if not const:
         return None
     j0 = const[0]
