@@ -690,7 +690,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     bits, norm, Wq = best
     den = 2**bits
     values, where = np.unique(Wq, return_inverse=True)  # one Fraction per distinct entry
-    W_O = np.array(_dyadic_fractions(values, bits) + [None], dtype=object)[:-1][where.reshape(C, d)]
+    fractions = _dyadic_fractions(values, bits)
+    W_O = np.fromiter(fractions, dtype=object, count=len(fractions))[where.reshape(C, d)]
     W_O.flags.writeable = False
     note = (f"max-margin read-out: LP over {N} distinct hidden vectors x {C} classes ({rounds} round{'s' if rounds != 1 else ''} of "
             f"constraint generation, warm-started dual simplex), entries multiples of 2^-{bits}")
