@@ -372,7 +372,8 @@ class _MarginLP:
         h.setOptionValue("simplex_iteration_limit", int(max_iterations))
         h.run()
         st = h.getModelStatus()
-        its = int(h.getInfo().simplex_iteration_count)
+        ok, its = h.getInfoValue("simplex_iteration_count")  # one value, not a copy of the whole info record
+        its = int(its) if ok == highspy.HighsStatus.kOk else int(h.getInfo().simplex_iteration_count)
         sol = np.array(h.getSolution().col_value, dtype=np.float64)
         if st == highspy.HighsModelStatus.kOptimal:
             return "optimal", sol, its
@@ -392,20 +393,26 @@ def _pair_csr(pairs: np.ndarray, Xf: np.ndarray, y: np.ndarray, var: np.ndarray,
     I, Cc = pairs[:, 0], pairs[:, 1]
     P, d = len(pairs), Xf.shape[1]
     yI = y[I]
+    idx = np.int32 if max(P * (2 * d + 1), n_var + 1) < 2**31 else np.int64
     untied = n_var == var.size and np.array_equal(var.ravel(), np.arange(var.size))
-    if untied:  # the smaller class's block first
-        first = np.minimum(yI, Cc)[:, None]
-        sign = np.where(yI < Cc, 1.0, -1.0)[:, None]
-        data = np.concatenate([sign * Xf[I], -sign * Xf[I], -np.ones((P, 1))], axis=1).ravel()
-        cols = np.concatenate([var[first[:, 0]], var[np.maximum(yI, Cc)], np.full((P, 1), n_var)], axis=1).ravel()
+    XI = Xf[I]
+    if untied:  # the smaller class's block first: its coefficients are -x_i when it is c
+        lo_class, hi_class = np.minimum(yI, Cc), np.maximum(yI, Cc)
+        XI = np.where((yI < Cc)[:, None], XI, -XI)
     else:
-        data = np.concatenate([Xf[I], -Xf[I], -np.ones((P, 1))], axis=1).ravel()
-        cols = np.concatenate([var[yI], var[Cc], np.full((P, 1), n_var)], axis=1).ravel()
+        lo_class, hi_class = yI, Cc
+    data = np.empty((P, 2 * d + 1))
+    data[:, :d] = XI
+    np.negative(XI, out=data[:, d:2 * d])
+    data[:, 2 * d] = -1.0
+    cols = np.empty((P, 2 * d + 1), dtype=idx)
+    cols[:, :d] = var[lo_class]
+    cols[:, d:2 * d] = var[hi_class]
+    cols[:, 2 * d] = n_var
     keep = data != 0
-    idx = np.int32 if max(int(keep.sum()), n_var + 1) < 2**31 else np.int64  # scipy's index dtype
     indptr = np.zeros(P + 1, dtype=idx)
-    np.cumsum(keep.reshape(P, 2 * d + 1).sum(axis=1), out=indptr[1:])
-    data, cols = data[keep], cols[keep].astype(idx)
+    np.cumsum(keep.sum(axis=1), out=indptr[1:])
+    data, cols = data[keep], cols[keep]
     if untied:
         return indptr, cols, data
     import scipy.sparse as sp
@@ -850,7 +857,7 @@ def _tied_average(W: np.ndarray | None, var: np.ndarray, y: np.ndarray, C: int) 
         return None
     seen = np.zeros(C, dtype=bool)
     seen[y] = True
-    weight = np.broadcast_to(seen[:, None], W.shape).astype(np.float64).ravel()
+    weight = np.repeat(seen.astype(np.float64), W.shape[1])  # seen[c] for each entry (c, r), row by row
     n = int(var.max()) + 1
     tot = np.bincount(var.ravel(), weights=W.ravel() * weight, minlength=n)
     cnt = np.bincount(var.ravel(), weights=weight, minlength=n)
@@ -890,8 +897,14 @@ def _bisect(a: np.ndarray, b: np.ndarray, steps: int) -> tuple[float, float]:
 
 
 def _bisect_small(a: list, b: list, lo: float, hi: float, steps: int) -> tuple[float, float]:
-    """_bisect's steps on Python floats (a, b non-empty, finite)."""
-    for _ in range(steps):
+    """_bisect's steps on Python floats (a, b non-empty, finite), the lines pruned as in _lines_below
+    every 4 steps."""
+    for step in range(steps):
+        if step % 4 == 0 and len(a) > 1:
+            ends = [(ai + lo * bi, ai + hi * bi) for ai, bi in zip(a, b)]
+            top = min(max(e) for e in ends)
+            kept = [i for i, e in enumerate(ends) if min(e) <= top]
+            a, b = [a[i] for i in kept], [b[i] for i in kept]
         mid = (lo + hi) / 2
         low, slope = a[0] + mid * b[0], b[0]
         for i in range(1, len(a)):
