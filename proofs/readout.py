@@ -499,8 +499,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     y = hv.labels
     var, n_var = _tied_variables(C, d, hv.ties)
     # first competitors: the classes of each vector's nearest vectors (Euclidean) of other labels
-    active: set = set()
-    first_rank: dict = {}  # (i, c) -> rank of c among vector i's first competitors
+    found = []  # per chunk: (vector, class of its rank-th nearest, rank) for the finite distances, in order
     sq = (Xf * Xf).sum(axis=1)
     k = min(COMPETITORS, C - 1)
     for lo in range(0, N, 1024):
@@ -511,22 +510,24 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
             break
         near = np.argpartition(D2, kk - 1, axis=1)[:, :kk]
         near = near[np.arange(len(near))[:, None], np.argsort(np.take_along_axis(D2, near, axis=1), axis=1)]
-        # (vector, class of its rank-th nearest) for the finite distances, row by row, rank by rank
-        ok = np.isfinite(np.take_along_axis(D2, near, axis=1))
-        rows, ranks = np.nonzero(ok)
-        for i, c, rank in zip((rows + lo).tolist(), y[near[rows, ranks]].tolist(), ranks.tolist()):
-            active.add((i, c))
-            first_rank.setdefault((i, c), rank)
+        rows, ranks = np.nonzero(np.isfinite(np.take_along_axis(D2, near, axis=1)))  # row by row, rank by rank
+        found.append((rows + lo, np.asarray(y[near[rows, ranks]], dtype=np.int64), ranks))
+    if found:
+        fi, fc, fr = (np.concatenate(parts) for parts in zip(*found))
+    else:
+        fi = fc = fr = np.zeros(0, dtype=np.int64)
+    # (i, c) -> rank of c among vector i's first competitors, the first met (a dict built from the last
+    # occurrence to the first keeps the first)
+    first_rank: dict = dict(zip(list(zip(fi.tolist(), fc.tolist()))[::-1], fr.tolist()[::-1]))
     # every vector meets at least one other class: (i, y_i + 1 mod C) added where neither (i, y_i - 1)
     # nor (i, y_i + 1) is a first competitor
     meets = np.zeros((N, C + 2), dtype=bool)  # column c + 1 holds class c; columns 0 and C + 1 none
-    if active:
-        meets[tuple((np.array(list(active), dtype=np.int64) + [0, 1]).T)] = True
+    meets[fi, fc + 1] = True
     yl = np.asarray(y, dtype=np.int64)
     alone = ~(meets[np.arange(N), yl] | meets[np.arange(N), yl + 2])
     for i, c in zip(np.nonzero(alone)[0].tolist(), ((yl[alone] + 1) % C).tolist()):
-        active.add((i, c))
         first_rank.setdefault((i, c), 0)
+    active: set = set(first_rank)  # the pairs of the first LP
     W = None
     t = 0.0
     rounds = 0
