@@ -876,17 +876,26 @@ def _bisect(a: np.ndarray, b: np.ndarray, steps: int) -> tuple[float, float]:
     a + m b rises: right of mid when the line first attaining the minimum at mid (np.argmin) has b > 0.
 
     With finite lines the lines that can no longer attain the minimum are dropped as the interval shrinks
-    (_lines_below: every decision unchanged), and once few are left the steps run on Python floats: the
+    (_lines_below: every decision unchanged), then, if many are left, the later copies of equal lines
+    (the first line attaining the minimum is a first copy, and its copies have its b; lines equal up to
+    the sign of a zero give equal values and decisions), and once few are left the steps run on Python floats: the
     same IEEE double products and sums, the first line attaining the minimum kept as np.argmin keeps it
     (lines finite, so no value is NaN)."""
     lo, hi = 0.0, 1.0
     finite = bool(np.isfinite(a).all() and np.isfinite(b).all())
     prune_at = 4 if finite else steps
+    deduped = False
     for step in range(steps):
         if step == prune_at:  # pruned again every 4 steps while it halves the lines
             n = len(a)
             a, b = _lines_below(a, b, lo, hi)
             prune_at = step + 4 if len(a) <= n // 2 else steps
+            if prune_at == steps and not deduped:  # many lines left: each distinct line's first copy only
+                deduped = True
+                _, first = np.unique(a + 1j * b, return_index=True)
+                if len(first) < len(a):
+                    first.sort()
+                    a, b = a[first], b[first]
         if finite and len(a) <= SMALL_LINES:
             return _bisect_small(a.tolist(), b.tolist(), lo, hi, steps - step)
         mid = (lo + hi) / 2
@@ -899,12 +908,14 @@ def _bisect(a: np.ndarray, b: np.ndarray, steps: int) -> tuple[float, float]:
 
 def _bisect_small(a: list, b: list, lo: float, hi: float, steps: int) -> tuple[float, float]:
     """_bisect's steps on Python floats (a, b non-empty, finite), the lines pruned as in _lines_below
-    every 4 steps."""
+    every 4 steps while that halves them."""
+    prune = True
     for step in range(steps):
-        if step % 4 == 0 and len(a) > 1:
+        if prune and step % 4 == 0 and len(a) > 2:
             ends = [(ai + lo * bi, ai + hi * bi) for ai, bi in zip(a, b)]
             top = min(max(e) for e in ends)
             kept = [i for i, e in enumerate(ends) if min(e) <= top]
+            prune = len(kept) <= len(a) // 2
             a, b = [a[i] for i in kept], [b[i] for i in kept]
         mid = (lo + hi) / 2
         low, slope = a[0] + mid * b[0], b[0]
