@@ -45,24 +45,29 @@ def template_name(pattern: Sequence[int]) -> str:
     return ".".join(str(v) for v in pattern)
 
 
-def _need(ok: bool, why: str) -> None:
-    if not ok:
-        raise RuleViolation(why)
+# The rules test each condition with `if not ...: raise RuleViolation(...)`: a message is only
+# written for a point that fails (the rules run once per orbit representative).
 
 
 def icqa_label(k: int, questions: Sequence[str], answers: Sequence[str]) -> Callable[[Sequence[str]], str]:
     qs, ans = set(questions), set(answers)
 
     def rule(tokens):
-        _need(len(tokens) == 3 * k + 2, f"length {len(tokens)}, not 3k + 2 = {3 * k + 2}")
+        if not len(tokens) == 3 * k + 2:
+            raise RuleViolation(f"length {len(tokens)}, not 3k + 2 = {3 * k + 2}")
         triples = [tuple(tokens[3 * t: 3 * t + 3]) for t in range(k)]
         for q, eq, a in triples:
-            _need(q in qs and eq == RESPONSE and a in ans, f"{q} {eq} {a} is not a (question, =, answer) triple")
-        _need(len({q for q, _, _ in triples}) == k, "a question occurs twice")
-        _need(len({a for _, _, a in triples}) == k, "an answer occurs twice")
-        _need(tokens[3 * k + 1] == RESPONSE, "the sequence does not end with =")
+            if not (q in qs and eq == RESPONSE and a in ans):
+                raise RuleViolation(f"{q} {eq} {a} is not a (question, =, answer) triple")
+        if not len({q for q, _, _ in triples}) == k:
+            raise RuleViolation("a question occurs twice")
+        if not len({a for _, _, a in triples}) == k:
+            raise RuleViolation("an answer occurs twice")
+        if not tokens[3 * k + 1] == RESPONSE:
+            raise RuleViolation("the sequence does not end with =")
         hits = [a for q, _, a in triples if q == tokens[3 * k]]
-        _need(len(hits) == 1, f"the query {tokens[3 * k]} is not one of the context questions")
+        if not len(hits) == 1:
+            raise RuleViolation(f"the query {tokens[3 * k]} is not one of the context questions")
         return hits[0]
 
     return rule
@@ -86,13 +91,18 @@ def multihop_label(k: int, hops: int, entities: Sequence[str]) -> Callable[[Sequ
     ents = set(entities)
 
     def rule(tokens):
-        _need(len(tokens) == 3 * k + 2, f"length {len(tokens)}, not 3k + 2 = {3 * k + 2}")
+        if not len(tokens) == 3 * k + 2:
+            raise RuleViolation(f"length {len(tokens)}, not 3k + 2 = {3 * k + 2}")
         pairs = [(tokens[3 * i], tokens[3 * i + 1], tokens[3 * i + 2]) for i in range(k)]
-        _need(all(x in ents and r == RELATION for x, r, _ in pairs), "a pair is not (entity, >, entity)")
+        if not all(x in ents and r == RELATION for x, r, _ in pairs):
+            raise RuleViolation("a pair is not (entity, >, entity)")
         f = {x: y for x, _, y in pairs}
-        _need(len(f) == k, "a source occurs twice")
-        _need(all(y in f for _, _, y in pairs), "a target is not one of the sources")
-        _need(tokens[3 * k] in f and tokens[3 * k + 1] == RELATION, "the query is not (source, >)")
+        if not len(f) == k:
+            raise RuleViolation("a source occurs twice")
+        if not all(y in f for _, _, y in pairs):
+            raise RuleViolation("a target is not one of the sources")
+        if not (tokens[3 * k] in f and tokens[3 * k + 1] == RELATION):
+            raise RuleViolation("the query is not (source, >)")
         return function_power_at(f, tokens[3 * k], hops)
 
     return rule
@@ -102,9 +112,12 @@ def tm_label(l: int, alphabet: Sequence[str]) -> Callable[[Sequence[str]], str]:
     alpha = set(alphabet)
 
     def rule(tokens):
-        _need(len(tokens) == l + 1 and tokens[l] == CLS, f"not l = {l} tokens followed by {CLS}")
-        _need(all(t in alpha for t in tokens[:l]), "a token outside the alphabet")
-        return template_name(template_of(tokens[:l]))
+        if not (len(tokens) == l + 1 and tokens[l] == CLS):
+            raise RuleViolation(f"not l = {l} tokens followed by {CLS}")
+        word = tokens[:l]
+        if not all(t in alpha for t in word):
+            raise RuleViolation("a token outside the alphabet")
+        return template_name(template_of(word))
 
     return rule
 
@@ -115,19 +128,27 @@ def ictm_label(k: int, l: int, alphabet: Sequence[str], answers: Sequence[str], 
     block = l + 2
 
     def rule(tokens):
-        _need(len(tokens) == k * block + l + 1, f"length {len(tokens)}, not k(l+2)+l+1 = {k * block + l + 1}")
+        if not len(tokens) == k * block + l + 1:
+            raise RuleViolation(f"length {len(tokens)}, not k(l+2)+l+1 = {k * block + l + 1}")
         ctx = [tuple(tokens[i * block: i * block + l]) for i in range(k)]
         outs = [tokens[i * block + l + 1] for i in range(k)]
-        _need(all(tokens[i * block + l] == RESPONSE for i in range(k)) and tokens[-1] == RESPONSE, "an = is missing")
-        _need(all(t in alpha for x in ctx for t in x), "a context token outside the alphabet")
-        _need(all(a in ans for a in outs) and len(set(outs)) == k, "the answers are not k distinct answer tokens")
+        if not (all(tokens[i * block + l] == RESPONSE for i in range(k)) and tokens[-1] == RESPONSE):
+            raise RuleViolation("an = is missing")
+        if not all(t in alpha for x in ctx for t in x):
+            raise RuleViolation("a context token outside the alphabet")
+        if not (all(a in ans for a in outs) and len(set(outs)) == k):
+            raise RuleViolation("the answers are not k distinct answer tokens")
         temps = [template_of(x) for x in ctx]
-        _need(len(set(temps)) == k, "two context questions have the same template")
+        if not len(set(temps)) == k:
+            raise RuleViolation("two context questions have the same template")
         q = tuple(tokens[k * block: k * block + l])
-        _need(all(t in alpha for t in q), "a query token outside the alphabet")
+        if not all(t in alpha for t in q):
+            raise RuleViolation("a query token outside the alphabet")
         hits = [i for i in range(k) if temps[i] == template_of(q)]
-        _need(len(hits) == 1, "the query's template is not one of the context templates")
-        _need(query != "new" or q != ctx[hits[0]], "the query repeats its context question (query new)")
+        if not len(hits) == 1:
+            raise RuleViolation("the query's template is not one of the context templates")
+        if not (query != "new" or q != ctx[hits[0]]):
+            raise RuleViolation("the query repeats its context question (query new)")
         return outs[hits[0]]
 
     return rule
@@ -135,7 +156,8 @@ def ictm_label(k: int, l: int, alphabet: Sequence[str], answers: Sequence[str], 
 
 def count_label(p: int) -> Callable[[Sequence[str]], str]:
     def rule(tokens):
-        _need(all(t in ("0", "1") for t in tokens), "a token other than 0 and 1")
+        if not all(t in ("0", "1") for t in tokens):
+            raise RuleViolation("a token other than 0 and 1")
         return str(sum(t == "1" for t in tokens) % p)
 
     return rule

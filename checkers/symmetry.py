@@ -97,9 +97,129 @@ def _decoded(task, idx, size: int = 4096):
         lo = hi
 
 
+def _objects(values) -> np.ndarray:
+    """A 1-d object array of the values as they are."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+class _Forms:
+    """first_occurrence_form and orbit_size of many points at once, in numpy.
+
+    Every distinct value a point's form may hold (a token, a class name, None for an unlabelled
+    position) gets a number e < E (equal strings, e.g. a class named like a token, one number).
+    A point's row of numbers (tokens, then labels) becomes its form row: a value of no group stays
+    e; a member of group g becomes E + F * G + g, F the position of its first occurrence in the row.
+    Two points have equal first-occurrence forms exactly when their form rows are equal: the form's
+    (g, rank) pairs and the rows' (g, F) pairs determine each other (rank = the number of distinct
+    g-members whose first occurrence comes before F; F = the first position holding the same
+    (g, rank)), and values of no group are compared as themselves in both.  The orbit size is
+    prod_g A(|g|, u_g) as in orbit_size, u_g the distinct members of g among the row's values
+    (None left out), counted at their first occurrences."""
+
+    def __init__(self, task, groups: tuple[tuple[str, ...], ...]):
+        self.per_position = getattr(task, "outputs", "last") == "all"
+        number: dict = {}
+        self.vocab, self.classes = _objects(task.vocab), _objects(task.classes)
+        self.tok_num = np.array([number.setdefault(t, len(number)) for t in task.vocab], dtype=np.int64)
+        self.cls_num = np.array([number.setdefault(c, len(number)) for c in task.classes], dtype=np.int64)
+        self.none_num = number.setdefault(None, len(number))
+        self.number = number
+        values = list(number)
+        where = {t: g for g, toks in enumerate(groups) for t in toks}  # as first_occurrence_form
+        self.group = np.array([where.get(v, -1) for v in values], dtype=np.int64)
+        # member[e, g]: value e counts towards u_g (orbit_size: None is left out)
+        members = [set(toks) for toks in groups]
+        self.member = np.array([[v is not None and v in m for m in members] for v in values],
+                               dtype=bool).reshape(len(values), len(groups))
+        self.E, self.G = len(values), len(groups)
+        self.group_len = [len(toks) for toks in groups]
+        self._sizes: dict = {}
+
+    def rows(self, n_points: int, ids, labels):
+        """(tokens, labels as class names, form keys, orbit sizes) of one decoded piece of
+        n_points points, or None when the piece is not plain (ids or labels out of range, other
+        types or shapes): the caller then reads it point by point."""
+        if not isinstance(ids, np.ndarray) or ids.ndim != 2 or ids.dtype.kind not in "iu":
+            return None
+        B, n = ids.shape
+        y = np.asarray(labels)
+        C = len(self.classes)
+        if y.dtype.kind not in "iu" or y.ndim != (2 if self.per_position else 1) or len(y) != B:
+            return None
+        if B == 0 or B != n_points or (n and (int(ids.min()) < 0 or int(ids.max()) >= len(self.vocab))):
+            return None
+        if self.per_position:
+            if y.size and int(y.max()) >= C:
+                return None
+            lab_num = np.where(y < 0, self.none_num, self.cls_num[np.maximum(y, 0)] if C else self.none_num)
+            lab_names = np.where(y < 0, None, self.classes[np.clip(y, 0, max(C - 1, 0))] if C else None)
+        else:
+            if int(y.min()) < -C or int(y.max()) >= C:
+                return None
+            y = np.where(y < 0, y + C, y)[:, None]
+            lab_num, lab_names = self.cls_num[y], self.classes[y]
+        keys, sizes = self.encode(np.concatenate([self.tok_num[ids], lab_num], axis=1))
+        return self.vocab[ids].tolist(), lab_names.tolist(), keys, sizes
+
+    def of_values(self, values: list) -> tuple:
+        """(form key, orbit size) of one point given as its values (tokens, then labels)."""
+        keys, sizes = self.encode(np.array([[self.number[v] for v in values]], dtype=np.int64).reshape(1, len(values)))
+        return keys[0], sizes[0]
+
+    def encode(self, X: np.ndarray) -> tuple[list, list]:
+        """(form keys, orbit sizes) of the rows of X (B, L): value numbers, tokens then labels."""
+        B, L = X.shape
+        code = np.empty((B, L), dtype=np.int64)
+        counts = np.empty((B, self.G), dtype=np.int64)
+        step = max(1, (1 << 20) // max(1, L * L))  # rows at a time: B x L x L comparisons bounded
+        pos = np.arange(L)
+        for lo in range(0, B, step):
+            x = X[lo:lo + step]
+            first = (x[:, :, None] == x[:, None, :]).argmax(axis=2)  # first position holding the same value
+            g = self.group[x]
+            code[lo:lo + step] = np.where(g < 0, x, self.E + first * self.G + g)
+            fresh = (first == pos)[:, :, None] & self.member[x]
+            counts[lo:lo + step] = fresh.sum(axis=1)
+        keys = np.ascontiguousarray(code).view(np.dtype((np.void, 8 * L))).ravel().tolist() if L else [b""] * B
+        return keys, [self._size(c) for c in map(tuple, counts.tolist())]
+
+    def _size(self, used: tuple) -> int:
+        got = self._sizes.get(used)
+        if got is None:
+            from math import perm
+
+            got = 1
+            for n, u in zip(self.group_len, used):
+                got *= perm(n, u)
+            self._sizes[used] = got
+        return got
+
+
+def _points(task, groups, forms: _Forms, part, ids, labels):
+    """(index, tokens, labels as class names, form key, orbit size) per point of a decoded piece:
+    from _Forms.rows, or (a piece that is not plain) point by point as the tokens and labels are
+    read one at a time (what that raises is raised when the point is reached)."""
+    got = forms.rows(len(part), ids, labels)
+    if got is not None:
+        yield from zip(part.tolist(), *got)
+        return
+    for i, row, y in zip(part.tolist(), ids.tolist(), labels):
+        toks = [task.vocab[t] for t in row]
+        labs = _labels_as_tokens(task, y)
+        yield (i, toks, labs, *forms.of_values(toks + labs))
+
+
 def check_orbits(task, indices, sizes) -> OrbitCheck:
     """Check the orbit representatives (indices, orbit sizes) of `task` under its symmetry groups
-    (the module docstring says what is checked); raises EnumerationError naming the first fault."""
+    (the module docstring says what is checked); raises EnumerationError naming the first fault.
+
+    Points are checked in order, each point's label before its orbit: the first fault met is the
+    one named.  The forms and orbit sizes are computed a decoded piece at a time (_Forms: equal
+    exactly where first_occurrence_form is equal, sizes as orbit_size); labels are recomputed
+    point by point by the task's rule."""
     from depthcert.checkers.label_rules import RuleViolation, rule_for
 
     groups = tuple(tuple(g) for g in task.symmetry_groups())
@@ -111,12 +231,11 @@ def check_orbits(task, indices, sizes) -> OrbitCheck:
     if int(idx.min()) < 0 or int(idx.max()) >= task.size:
         raise EnumerationError(f"{where}: an index outside the dataset (0 .. {task.size - 1})")
     rule = rule_for(task)
+    coder = _Forms(task, groups)
     forms: dict = {}
     derived = []
     for part, ids, labels in _decoded(task, idx):
-        for i, row, y in zip(part.tolist(), ids.tolist(), labels):
-            toks = [task.vocab[t] for t in row]
-            labs = _labels_as_tokens(task, y)
+        for i, toks, labs, form, size in _points(task, groups, coder, part, ids, labels):
             if rule is not None:
                 try:
                     want = rule(toks)
@@ -126,12 +245,11 @@ def check_orbits(task, indices, sizes) -> OrbitCheck:
                 if want != labs[0]:
                     raise EnumerationError(f"{where}: point {i} ({' '.join(toks)}) is labelled {labs[0]}, the "
                                            f"task's rule gives {want}")
-            form = first_occurrence_form(toks + labs, groups)
             if form in forms:
                 raise EnumerationError(f"{where}: points {forms[form]} and {i} are in one orbit (equal "
                                        "first-occurrence forms): a duplicate representative")
             forms[form] = i
-            derived.append(orbit_size(toks + [t for t in labs if t is not None], groups))
+            derived.append(size)
     for i, (mine, theirs) in enumerate(zip(derived, given)):
         if mine != theirs:
             raise EnumerationError(f"{where}: point {int(idx[i])} has an orbit of {mine} points (prod A(|g|, used)), "
@@ -202,32 +320,38 @@ def row_permutation(model: Model, sigma: dict[str, str]) -> np.ndarray | None:
     return pi
 
 
-def hidden_permutation(mlp, pi: np.ndarray) -> np.ndarray | None:
+def hidden_permutation(mlp, pi: np.ndarray, coded=None) -> np.ndarray | None:
     """q with W1[q[a], pi[r]] = W1[a, r], b1[q[a]] = b1[a], W2[pi[s], q[a]] = W2[s, a], or None.
 
     Hidden unit a must go to a unit whose (W1 row, b1, W2 column) is unit a's with the stream
-    coordinates permuted by pi; units are matched by that exact signature."""
-    f = mlp.W1.shape[0]
+    coordinates permuted by pi; units are matched by that exact signature, compared as the
+    entries' value codes (equal exactly where the entries are; `coded`: W -> _value_codes(W))."""
+    coded = _value_codes if coded is None else coded
     inv = np.empty_like(pi)
     inv[pi] = np.arange(len(pi))
-
-    def signature(a, perm):
-        # unit a's row of W1 and column of W2, read through perm (identity: the unit as it is)
-        return (tuple(mlp.W1[a, perm]), mlp.b1[a], tuple(mlp.W2[perm, a]))
-
-    ident = np.arange(len(pi))
+    W1, b1, W2 = coded(mlp.W1), coded(mlp.b1), coded(mlp.W2)
+    # unit a's row of W1, b1 and column of W2: as it is, and read through inv
+    have = _row_keys(np.concatenate([W1, b1[:, None], W2.T], axis=1))
+    want = _row_keys(np.concatenate([W1[:, inv], b1[:, None], W2[inv, :].T], axis=1))
     pool: dict = {}
-    for a in range(f):
-        pool.setdefault(signature(a, ident), []).append(a)
-    q = np.empty(f, dtype=np.int64)
-    for a in range(f):
+    for a, key in enumerate(have):
+        pool.setdefault(key, []).append(a)
+    q = np.empty(len(want), dtype=np.int64)
+    for a, key in enumerate(want):
         # unit b = q[a] needs W1[b, pi[r]] = W1[a, r], i.e. W1[b, :] = W1[a, inv] (same for W2)
-        want = signature(a, inv)
-        free = pool.get(want)
+        free = pool.get(key)
         if not free:
             return None
         q[a] = free.pop()
     return q
+
+
+def _row_keys(C: np.ndarray) -> list:
+    """One bytes key per row of an int64 matrix, equal exactly where the rows are."""
+    C = np.ascontiguousarray(C, dtype=np.int64)
+    if C.shape[1] == 0:
+        return [b""] * C.shape[0]
+    return C.view(np.dtype((np.void, 8 * C.shape[1]))).ravel().tolist()
 
 
 def _value_codes(W: np.ndarray) -> np.ndarray:
@@ -246,16 +370,44 @@ def _invariant(W: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> bool:
     return bool((W[np.ix_(rows, cols)] == W).all())
 
 
-def check_equivariance(model: Model, groups: tuple[tuple[str, ...], ...]) -> EquivarianceReport:
-    """Exact check of the claim's equations for every generator of every group."""
-    class_index = {c: i for i, c in enumerate(model.classes)}
-    codes: dict = {}
+class _Objects:
+    """A matrix of exact entries with the ids of its entry objects (one pass over the entries)."""
 
-    def coded(W):  # W's value codes, computed once per matrix (every generator compares the same matrices)
-        got = codes.get(id(W))
+    def __init__(self, W: np.ndarray):
+        self.W = np.asarray(W, dtype=object)
+        flat = self.W.ravel().tolist()
+        self.ids = np.fromiter(map(id, flat), dtype=np.uint64, count=len(flat)).reshape(np.shape(W))
+
+    def invariant(self, rows: np.ndarray, cols: np.ndarray) -> bool:
+        """W[rows[i], cols[j]] == W[i, j] for all i, j: where the two entries are one object they
+        are equal; the other pairs are compared as exact values (==)."""
+        differ = self.ids[np.ix_(rows, cols)] != self.ids
+        if not differ.any():
+            return True
+        i, j = np.nonzero(differ)
+        moved = self.W[rows[i], cols[j]].tolist()
+        return all(a == b for a, b in zip(moved, self.W[i, j].tolist()))
+
+
+def check_equivariance(model: Model, groups: tuple[tuple[str, ...], ...]) -> EquivarianceReport:
+    """Exact check of the claim's equations for every generator of every group.  Each matrix is
+    read once per call (_Objects: entries that are one object are equal, others are compared
+    exactly; the MLPs' hidden units are matched by value codes)."""
+    class_index = {c: i for i, c in enumerate(model.classes)}
+    seen: dict = {}
+
+    def read(W, how):  # computed once per matrix: every generator compares the same matrices
+        got = seen.get((id(W), how))
         if got is None:
-            got = codes[id(W)] = (W, _value_codes(W))  # W kept: its id stays its own
+            got = seen[(id(W), how)] = (W, _Objects(W) if how == "objects" else _value_codes(W))  # W kept: its id stays its own
         return got[1]
+
+    def coded(W):
+        return read(W, "codes")
+
+    def invariant(W, rows, cols):
+        return read(W, "objects").invariant(rows, cols)
+
     for group in groups:
         for sigma in generators(group):
             pi = row_permutation(model, sigma)
@@ -269,17 +421,17 @@ def check_equivariance(model: Model, groups: tuple[tuple[str, ...], ...]) -> Equ
                     kappa[i] = class_index[sigma[c]]
             for li, layer in enumerate(model.layers):
                 for hi, head in enumerate(layer):
-                    if not _invariant(coded(head.W_QK), pi, pi):
+                    if not invariant(head.W_QK, pi, pi):
                         return EquivarianceReport(False, groups, f"layer {li + 1} head {hi + 1} W_QK is not invariant under {_show(sigma)}")
-                    if not _invariant(coded(head.W_V), pi, pi):
+                    if not invariant(head.W_V, pi, pi):
                         return EquivarianceReport(False, groups, f"layer {li + 1} head {hi + 1} W_V is not invariant under {_show(sigma)}")
                 if layer.mlp is not None:
                     mlp = layer.mlp
-                    q = hidden_permutation(mlp, pi)
+                    q = hidden_permutation(mlp, pi, coded)
                     if q is None or not (_invariant(coded(mlp.W1), q, pi) and _invariant(coded(mlp.W2), pi, q)
                                          and bool((mlp.b1[q] == mlp.b1).all()) and bool((mlp.b2[pi] == mlp.b2).all())):
                         return EquivarianceReport(False, groups, f"layer {li + 1} MLP is not equivariant under {_show(sigma)}")
-            if not _invariant(coded(model.W_O), kappa, pi):
+            if not invariant(model.W_O, kappa, pi):
                 return EquivarianceReport(False, groups, f"W_O is not equivariant under {_show(sigma)}")
     n_gen = sum(len(generators(g)) for g in groups)
     return EquivarianceReport(True, groups, f"{n_gen} generator{'s' if n_gen != 1 else ''} of {len(groups)} symmetric "
