@@ -566,13 +566,14 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     at_cap = False
     lp = None if skipped else _MarginLP(n_var, 2 * float(np.abs(Xf).sum(axis=1).max()) if N else 0.0)
     failed = None  # a status other than optimal or the iteration limit: the best so far is kept
-    new_pairs = sorted(active)
+    # the first LP's pairs as an (n, 2) array in increasing order (codes i C + c sort as (i, c) do)
+    codes = np.unique(np.fromiter((i * C + c for i, c in active), dtype=np.int64, count=len(active)))
+    new_pairs = np.stack([codes // C, codes % C], axis=1)
     is_active = np.zeros((N, C), dtype=bool)
-    if active:
-        is_active[tuple(np.array(new_pairs, dtype=np.int64).T)] = True
+    is_active[new_pairs[:, 0], new_pairs[:, 1]] = True
     max_rounds = MAX_LP_ROUNDS * effort  # more work, more rounds
     for rounds in range(1, 0 if skipped else max_rounds + 1):
-        lp.add(_pair_csr(np.array(new_pairs, dtype=np.int64).reshape(-1, 2), Xf, y, var, n_var))
+        lp.add(_pair_csr(new_pairs, Xf, y, var, n_var))
         size = lp.rows + lp.n_col
         limit = (lp_cap - work - ROUND_WORK) // size
         if limit < 1 and best_W is not None:  # (with nothing to keep, one iteration past the budget)
@@ -621,8 +622,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         if not len(ii) or room <= 0:
             break
         order = np.lexsort((cc, ii, mm))[:room]  # the most violated first overall
-        new_pairs = list(zip(ii[order].tolist(), cc[order].tolist()))
-        active.update(new_pairs)
+        new_pairs = np.stack([ii[order], cc[order]], axis=1).astype(np.int64)
+        active.update(zip(new_pairs[:, 0].tolist(), new_pairs[:, 1].tolist()))
         is_active[ii[order], cc[order]] = True
     if converged and active:
         # the optimal face: dual simplex stops at one of its vertices, and which one depends on the
