@@ -918,8 +918,9 @@ def _run(model: Model, token_ids: np.ndarray, last_only: bool, W, Wa, dtype, pro
 
 def _fused_weights(L: IntLayer):
     """The float64 weights of `_attention_fused` for layer L: (A_i^T side by side (d, m d), coef_i B_i^T
-    stacked (m d, d), relu per head), or None when some entry is not an integer below 2^53 (then the
-    heads run one by one).  Only for the proven float path (`magnitude_bound` below 2^53)."""
+    stacked (m d, d), relu per head, whether `_attention_onehot` may run every query, the pair tables of
+    a first layer (`_PairTables`, built on first use)), or None when some entry is not an integer below
+    2^53 (then the heads run one by one).  Only for the proven float path (`magnitude_bound` below 2^53)."""
     if not L.A:
         return None
     scaled = [B * c for B, c in zip(L.B, L.coef)]
@@ -932,7 +933,7 @@ def _fused_weights(L: IntLayer):
     # _attention_onehot adds up to three rows of coef_i B_i^T (token, position, constant) before any bound
     # applies: below 2^53 when every entry is below 2^53 / 3
     onehot = _all_below(scaled, FLOAT_EXACT_LIMIT // 3)
-    return AT, BT, np.array([k == "relu" for k in L.kinds], dtype=bool), onehot
+    return AT, BT, np.array([k == "relu" for k in L.kinds], dtype=bool), onehot, _PairTables()
 
 
 def _attention_fused(X: np.ndarray, fw, L: IntLayer, last: bool) -> np.ndarray:
@@ -941,7 +942,7 @@ def _attention_fused(X: np.ndarray, fw, L: IntLayer, last: bool) -> np.ndarray:
     [V_1 ... V_m] [coef_1 B_1^T; ...; coef_m B_m^T].  Each product is a sum of the same terms as the
     head-by-head pass, whose every partial sum `magnitude_bound` bounds (the layer's new stream
     bound covers the sum over heads, the entries coef_i B_i are below 2^53): exact in any order."""
-    AT, BT, relu, _ = fw
+    AT, BT, relu = fw[:3]
     B, n, d = X.shape
     m = len(relu)
     Q = X[:, -1:, :] if last else X
@@ -965,12 +966,16 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
     (q = n); the last query alone (a last layer) goes to `_attention_onehot_last`."""
     if last:
         return _attention_onehot_last(token_ids, model, fw, L)
-    AT, BT, relu, _ = fw
+    AT, BT, relu = fw[:3]
     B, n, d = X.shape
     m = len(relu)
     V = len(model.vocab)
     const = model.constant_index if model.constant_row else None
     ids = np.asarray(token_ids, dtype=np.int64)
+    if len(fw) > 4 and relu.all() and B and n and ids.min() >= 0 and ids.max() < V:
+        table = fw[4].get(model, fw, L, n, B)
+        if table is not None:
+            return _attention_pairs(ids, table, L, d)
     qk = np.arange(n)  # the queries' positions
     q = len(qk)
     # the rows of the position (and constant) one-hots are the same for every point: added once per
@@ -1003,6 +1008,149 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
     return out
 
 
+PAIR_TABLE_ENTRIES = 1 << 20  # the largest first-layer pair table (float64 entries) `_PairTables` builds
+PAIR_TABLE_SHARE = 4  # ... and at most 1/4 of the entries one batch would gather key by key (its build pays)
+PAIR_TABLE_KEYS = 4  # keys per table row at most
+
+
+class _PairTables:
+    """The first layer's pair tables (`_pair_table`), one per sequence length, built on first use by a
+    batch large enough to pay for one (later batches of any size reuse it) and shared by the threads of
+    in_order (built under a lock).  Speed only: the table path and the gathering path give the same
+    exact numbers."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._tables: dict = {}
+
+    def get(self, model: Model, fw, L: IntLayer, n: int, points: int):
+        key = (n, len(model.vocab), model.input_rows, model.dim)
+        got = self._tables.get(key)
+        if got is not None:
+            return got
+        with self._lock:
+            if key not in self._tables:
+                got = _pair_table(model, fw, L, n, points)
+                if got is None:
+                    return None  # a larger batch may pay for it
+                self._tables[key] = got
+            return self._tables[key]
+
+
+def _pair_table(model: Model, fw, L: IntLayer, n: int, points: int = 0):
+    """(T, cols, groups, V): the first layer's output at every query as a sum of one table row per group
+    of keys, for relu heads on the one-hot embedding of n positions; None when no table of at most
+    PAIR_TABLE_ENTRIES entries and 1/PAIR_TABLE_SHARE of what `points` points gather key by key
+    exists (or, never on the proven path, an entry is not below 2^53).
+
+    With x_p the one-hot input row of (token t, position p) (plus the constant) and relu heads only,
+    query k's output is  sum_j c(k, t_k, j, t_j) with
+        c(k, t, j, t') = sum_i relu(x_j^T A_i x_k) x_j coef_i B_i^T  (0 for j > k under a causal mask)
+                         + [j = k] x_scale x_k,
+    a function of the two (position, token) pairs alone (a hardmax head's weights depend on every
+    key: not tabulated).  The keys are split into consecutive groups of g (the largest g up to
+    PAIR_TABLE_KEYS within the limits above); group G's block holds, for every query (k, t_k) and
+    every tokens (t_j)_{j in G}, the sum over j in G of c(k, t_k, j, t_j), on `cols` (the input rows,
+    where the residual lands, and every column some coef_i B_i^T input row reaches; the others are
+    exact zeros), at row off_G + (k V + t_k) V^|G| + the tokens as base-V digits.  groups: (first key,
+    keys, off_G, V^|G|) per group.
+
+    Built exactly in int64 from the float64 weights of `_fused_weights` (integers below 2^53):
+    x_j^T A_i x_k and x_j coef_i B_i^T are sums of at most nine and three such entries (below 2^57);
+    relu(s) <= smax (`magnitude_bound`: s is a sum of some of the terms of hb^T |A_i| hb, hb = 1 on the
+    input rows) and |x_j coef_i B_i^T|[e] <= coef_i vb_i[e], so a product with relu(s) > 0 is at most
+    n smax coef_i vb_i[e], and every partial sum of these terms, over any heads and keys in any order
+    (an entry, a group's sum, the sum over groups) is at most sum_i coef_i n smax vb_i[e] + x_scale
+    hb[e], the layer's new stream bound, below 2^53 on the proven path (a product with relu(s) = 0 is
+    an exact 0, however large the row).  So every entry is exact in float64 (each is checked below
+    2^53 before conversion all the same), and `_attention_pairs`'s float64 sums over groups are exact
+    in any grouping."""
+    AT, BT, relu = fw[:3]
+    d, m, V, R = model.dim, len(relu), len(model.vocab), model.input_rows
+    const = model.constant_index if model.constant_row else None
+    if n > model.max_length or n < 1 or not relu.all():
+        return None
+    Bv = BT.reshape(m, d, d)[:, :R, :]  # head i's coef_i B_i^T, its input rows
+    reached = np.any(Bv != 0, axis=(0, 1))
+    reached[:R] = True
+    cols = np.flatnonzero(reached)
+    c = len(cols)
+    limit = min(PAIR_TABLE_ENTRIES, points * n * n * c // PAIR_TABLE_SHARE)
+
+    def entries(g):  # n V^(1 + |G|) c per group
+        return sum(n * V ** (1 + min(g, n - j0)) * c for j0 in range(0, n, g))
+    fits = [g for g in range(1, min(n, PAIR_TABLE_KEYS) + 1) if entries(g) <= limit]
+    if not fits:
+        return None
+    g = fits[-1]
+    E = np.zeros((n, V, R), dtype=np.int64)  # row (p, t): the one-hot input row of token t at position p
+    E[:, np.arange(V), np.arange(V)] = 1
+    E[np.arange(n), :, V + np.arange(n)] = 1
+    if const is not None:
+        E[:, :, const] = 1
+    E = E.reshape(n * V, R)
+    pos = np.repeat(np.arange(n), V)
+    ATi = AT.astype(np.int64).reshape(d, m, d)[:R, :, :R]  # ATi[b, i, a] = A_i[a, b]
+    Bvi = Bv[:, :, cols].astype(np.int64)  # (m, R, c)
+    T = np.zeros((n * V, n * V, c), dtype=np.int64)  # (query pair, key pair, column): c(k, t_k, j, t_j)
+    for i in range(m):
+        S = (E @ ATi[:, i, :]) @ E.T  # (query pair, key pair): x_j^T A_i x_k
+        W = np.maximum(S, 0)
+        if L.causal:
+            W[pos[:, None] < pos[None, :]] = 0  # key j after query k
+        T += W[:, :, None] * (E @ Bvi[i])[None, :, :]
+    diag = np.arange(n * V)
+    T[diag, diag, :R] += L.x_scale * E  # the residual: cols begins with the R input rows
+    T = T.reshape(n * V, n, V, c)  # (query pair, key j, t_j, column)
+    blocks, groups, off = [], [], 0
+    for j0 in range(0, n, g):
+        size = min(g, n - j0)
+        blk = np.zeros((n * V,) + (V,) * size + (c,), dtype=np.int64)
+        for a in range(size):
+            shape = [n * V] + [1] * size + [c]
+            shape[1 + a] = V
+            blk += T[:, j0 + a].reshape(shape)  # key j0 + a's token is digit a
+        blocks.append(blk.reshape(-1, c))
+        groups.append((j0, size, off, V ** size))
+        off += len(blocks[-1])
+    table = np.concatenate(blocks)
+    if table.size and not int(np.abs(table).max()) < FLOAT_EXACT_LIMIT:
+        return None
+    return table.astype(np.float64), cols, tuple(groups), V
+
+
+def _attention_pairs(ids: np.ndarray, table, L: IntLayer, d: int) -> np.ndarray:
+    """`_attention_onehot` (every query, relu heads) from the pair table (`_pair_table`): query k's
+    output is the sum over key groups of one gathered row, added group by group (exact in any
+    grouping: every partial sum is a sum of some of the layer's bounded terms, `_pair_table`)."""
+    T, cols, groups, V = table
+    B, n = ids.shape
+    acc = np.empty((B, n, len(cols)))
+    buf = None
+    query = ids + np.arange(n) * V  # (B, n): k V + t_k
+    for j0, size, off, span in groups:
+        key = ids[:, j0]
+        for j in range(j0 + 1, j0 + size):
+            key = key * V + ids[:, j]
+        # every index is in range (tokens below V): mode="clip" changes none, and lets take write to
+        # `out` unbuffered
+        if not j0:  # the first group reaches every query: written, not added
+            np.take(T, query * span + (key + off)[:, None], axis=0, out=acc, mode="clip")
+            continue
+        if L.causal:  # keys j0.. reach queries k >= j0 only
+            acc[:, j0:] += np.take(T, query[:, j0:] * span + (key + off)[:, None], axis=0, mode="clip")
+            continue
+        if buf is None:
+            buf = np.empty_like(acc)
+        np.take(T, query * span + (key + off)[:, None], axis=0, out=buf, mode="clip")
+        acc += buf
+    if len(cols) == d:
+        return acc
+    out = np.zeros((B, n, d))
+    out[:, :, cols] = acc
+    return out
+
+
 def _attention_onehot_last(token_ids: np.ndarray, model: Model, fw, L: IntLayer) -> np.ndarray:
     """`_attention_onehot` for the last query only (a last layer read at the last position): (B, 1, d).
 
@@ -1023,7 +1171,7 @@ def _attention_onehot_last(token_ids: np.ndarray, model: Model, fw, L: IntLayer)
       out[e] = sum_i sum_f V_i[f] coef_i B_i[e, f] + x_scale x_k[e]: every partial sum, in any order,
         is at most sum_i coef_i mass (|B_i| hb)[e] + x_scale hb[e], the layer's new stream bound.
     The rows x_j coef_i B_i^T are never formed, so this path needs no 2^53 / 3 bound on coef_i B_i."""
-    AT, BT, relu, _ = fw
+    AT, BT, relu = fw[:3]
     ids = np.asarray(token_ids, dtype=np.int64)
     B, n = ids.shape
     d, m, V, R = model.dim, len(relu), len(model.vocab), model.input_rows
