@@ -232,7 +232,8 @@ def _tied_variables(C: int, d: int, ties) -> tuple[np.ndarray, int]:
     # label over an entry's edges (both directions), then jumps labels to their labels' labels until
     # they settle; it ends when a round changes nothing, i.e. labels are constant on every edge, and
     # a label is always an entry of the same component, its smallest once it is constant there
-    label = np.arange(C * d)
+    entries = np.arange(C * d)
+    label = entries
     while True:
         new = label.copy()
         for f in images:
@@ -240,14 +241,14 @@ def _tied_variables(C: int, d: int, ties) -> tuple[np.ndarray, int]:
             np.minimum.at(new, f, label)
         while True:
             jumped = new[new]
-            if np.array_equal(jumped, new):
+            if not (jumped != new).any():
                 break
             new = jumped
-        if np.array_equal(new, label):
+        if not (new != label).any():
             break
         label = new
-    _, var = np.unique(label, return_inverse=True)  # the smallest entries, in increasing order
-    var = np.asarray(var).reshape(C, d)
+    # each component's smallest entry is the one labelled with itself: var numbers them in increasing order
+    var = (np.cumsum(label == entries) - 1)[label].reshape(C, d)
     return var, int(var.max()) + 1
 
 

@@ -170,3 +170,29 @@ def test_hidden_vectors_hold_python_ints():
         model = registry.build(task, variant, lemma3=False).model
         hv = ro.hidden_vectors(model, task)
         assert hv.X.dtype == object and all(type(v) is int for v in hv.X.flat)
+
+
+def test_tied_variables_number_components_by_their_smallest_entry():
+    rng = np.random.default_rng(2)
+    for trial in range(200):
+        C, d = int(rng.integers(1, 8)), int(rng.integers(1, 8))
+        ties = tuple((rng.permutation(d) if trial % 3 else rng.integers(0, d, size=d),
+                      rng.permutation(C) if trial % 5 else rng.integers(0, C, size=C))
+                     for _ in range(int(rng.integers(1, 4))))
+        var, n_var = ro._tied_variables(C, d, ties)
+        # the components by brute force: union-find over the edges entry -> image
+        parent = list(range(C * d))
+
+        def find(e):
+            while parent[e] != e:
+                e = parent[e]
+            return e
+
+        for pi, kappa in ties:
+            for c in range(C):
+                for r in range(d):
+                    a, b = find(c * d + r), find(int(kappa[c]) * d + int(pi[r]))
+                    parent[max(a, b)] = min(a, b)
+        roots = [find(e) for e in range(C * d)]  # each component's smallest entry
+        order = {root: i for i, root in enumerate(sorted(set(roots)))}
+        assert var.ravel().tolist() == [order[root] for root in roots] and n_var == len(order)
