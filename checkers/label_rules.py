@@ -35,13 +35,13 @@ class RuleViolation(Exception):
 def template_of(tokens: Sequence[str]) -> tuple[int, ...]:
     """The first-occurrence pattern: the j-th distinct token becomes j."""
     seen: dict[str, int] = {}
-    return tuple(seen.setdefault(t, len(seen)) for t in tokens)
+    return tuple([seen.setdefault(t, len(seen)) for t in tokens])
 
 
 def template_name(pattern: Sequence[int]) -> str:
     """'AAB' for (0, 0, 1); dotted numbers when a pattern has more than 26 wildcards."""
     if len(pattern) and max(pattern) < len(LETTERS):
-        return "".join(LETTERS[v] for v in pattern)
+        return "".join([LETTERS[v] for v in pattern])
     return ".".join(str(v) for v in pattern)
 
 
@@ -115,7 +115,7 @@ def tm_label(l: int, alphabet: Sequence[str]) -> Callable[[Sequence[str]], str]:
         if not (len(tokens) == l + 1 and tokens[l] == CLS):
             raise RuleViolation(f"not l = {l} tokens followed by {CLS}")
         word = tokens[:l]
-        if not all(t in alpha for t in word):
+        if not alpha.issuperset(word):
             raise RuleViolation("a token outside the alphabet")
         return template_name(template_of(word))
 

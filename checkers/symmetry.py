@@ -131,9 +131,11 @@ class _Forms:
         where = {t: g for g, toks in enumerate(groups) for t in toks}  # as first_occurrence_form
         self.group = np.array([where.get(v, -1) for v in values], dtype=np.int64)
         # member[e, g]: value e counts towards u_g (orbit_size: None is left out)
-        members = [set(toks) for toks in groups]
-        self.member = np.array([[v is not None and v in m for m in members] for v in values],
-                               dtype=bool).reshape(len(values), len(groups))
+        self.member = np.zeros((len(values), len(groups)), dtype=bool)
+        for g, toks in enumerate(groups):
+            for t in set(toks):
+                if t is not None and t in number:  # a member that is no token or class is never present
+                    self.member[number[t], g] = True
         self.E, self.G = len(values), len(groups)
         self.group_len = [len(toks) for toks in groups]
         self._sizes: dict = {}
@@ -173,10 +175,10 @@ class _Forms:
         """(form keys, orbit sizes) of the rows of X (B, L): value numbers, tokens then labels."""
         B, L = X.shape
         code = np.empty((B, L), dtype=np.int64)
-        counts = np.empty((B, self.G), dtype=np.int64)
+        counts = np.zeros((B, self.G), dtype=np.int64)
         step = max(1, (1 << 20) // max(1, L * L))  # rows at a time: B x L x L comparisons bounded
         pos = np.arange(L)
-        for lo in range(0, B, step):
+        for lo in range(0, B if L else 0, step):
             x = X[lo:lo + step]
             first = (x[:, :, None] == x[:, None, :]).argmax(axis=2)  # first position holding the same value
             g = self.group[x]
@@ -198,14 +200,18 @@ class _Forms:
         return got
 
 
-def _points(task, groups, forms: _Forms, part, ids, labels):
+def _points(task, forms: _Forms, part, ids, labels):
     """(index, tokens, labels as class names, form key, orbit size) per point of a decoded piece:
     from _Forms.rows, or (a piece that is not plain) point by point as the tokens and labels are
     read one at a time (what that raises is raised when the point is reached)."""
     got = forms.rows(len(part), ids, labels)
     if got is not None:
-        yield from zip(part.tolist(), *got)
-        return
+        return zip(part.tolist(), *got)
+    return _one_by_one(task, forms, part, ids, labels)
+
+
+def _one_by_one(task, forms: _Forms, part, ids, labels):
+    """_points of a piece that is not plain: each point read as the task's values when it is reached."""
     for i, row, y in zip(part.tolist(), ids.tolist(), labels):
         toks = [task.vocab[t] for t in row]
         labs = _labels_as_tokens(task, y)
@@ -235,7 +241,7 @@ def check_orbits(task, indices, sizes) -> OrbitCheck:
     forms: dict = {}
     derived = []
     for part, ids, labels in _decoded(task, idx):
-        for i, toks, labs, form, size in _points(task, groups, coder, part, ids, labels):
+        for i, toks, labs, form, size in _points(task, coder, part, ids, labels):
             if rule is not None:
                 try:
                     want = rule(toks)
