@@ -83,6 +83,20 @@ def _int64_or_none(num: np.ndarray, which: np.ndarray, shape) -> np.ndarray | No
     return np.array(vals, dtype=np.int64)[which].reshape(shape)
 
 
+def _int_matrix64(M: np.ndarray) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """`_int_matrix` and its N as int64 (`_int64_or_none`: None past int64), from one conversion."""
+    num, which, q = _int_parts(M)
+    return num[which].reshape(np.shape(M)), q, _int64_or_none(num, which, np.shape(M))
+
+
+def _below(M: np.ndarray, M64: np.ndarray | None, limit: int) -> bool:
+    """Every entry of the integer matrix M has |v| < limit, read from its int64 form M64 (the same
+    integers, each |v| < 2^63, so abs does not wrap) when given."""
+    if M64 is None:
+        return _all_below([M], limit)
+    return not M64.size or int(np.abs(M64).max()) < limit
+
+
 def _same_objects(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(index of one entry per distinct object, each entry's group) of a contiguous 1-D object array,
     entries grouped by identity.  An object array is a table of object pointers (numpy's layout; the
@@ -155,6 +169,10 @@ class IntLayer:
     mlp: IntMLP | None = None
     g_out: int = 1  # denominator after the whole layer
     dens: tuple[tuple[int, int], ...] = ()  # (a_i, b_i) per head: W_QK = A / a, W_V = B / b
+    # A and B as int64 (the same integers), per head, where every entry has |v| < 2^63 (else None);
+    # empty: not known
+    A64: tuple = ()
+    B64: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -205,11 +223,14 @@ def integerize(model: Model, deadline: tuple | None = None) -> IntegerModel:
                            "use fewer layers")
         m = len(layer)
         As, Bs, abs_, alphas_b, dens = [], [], [], [], []
+        A64s, B64s = [], []
         for head in layer:
-            A, a = _int_matrix(head.W_QK)
-            B, b = _int_matrix(head.W_V)
+            A, a, A64 = _int_matrix64(head.W_QK)
+            B, b, B64 = _int_matrix64(head.W_V)
             As.append(A)
             Bs.append(B)
+            A64s.append(A64)
+            B64s.append(B64)
             abs_.append(a * b)
             dens.append((a, b))
             alphas_b.append(g * g * a * b if head.attention == "relu" else lam * b)
@@ -229,7 +250,7 @@ def integerize(model: Model, deadline: tuple | None = None) -> IntegerModel:
                          P1[:, -1], P2[:, -1], q1)
             g = g * q1 * q2
         layers.append(IntLayer(tuple(As), tuple(Bs), coef, D, tuple(h.attention for h in layer),
-                               layer.causal, x_scale, lam, mlp, g, tuple(dens)))
+                               layer.causal, x_scale, lam, mlp, g, tuple(dens), tuple(A64s), tuple(B64s)))
     num, which, c = _int_parts(model.W_O)
     C = num[which].reshape(model.W_O.shape)
     C64 = _int64_or_none(num, which, model.W_O.shape)
@@ -239,10 +260,11 @@ def integerize(model: Model, deadline: tuple | None = None) -> IntegerModel:
     # which is sound only while such weights stay finite in float64: 0 * inf is NaN (a weight
     # pair of 2^1023 in an unreached row gave a wrong verdict), and ints >= 2^1024 do not convert.
     # Every integer weight below 2^53 keeps each unbounded product finite and each zero exact.
-    mats = [M for L in layers for M in L.A + L.B]
-    mats += [M for L in layers if L.mlp for M in (L.mlp.P1, L.mlp.beta1g, L.mlp.P2, L.mlp.beta2g)]
+    mats = [M for L in layers if L.mlp for M in (L.mlp.P1, L.mlp.beta1g, L.mlp.P2, L.mlp.beta2g)]
     im = IntegerModel(model, tuple(layers), C, c, bound, False, 0, C64)
-    small = im.classifier_below_2_53 and _all_below(mats, FLOAT_EXACT_LIMIT)
+    small = im.classifier_below_2_53 and all(_below(M, M64, FLOAT_EXACT_LIMIT) for L in layers
+                                             for M, M64 in zip(L.A + L.B, L.A64 + L.B64))
+    small = small and _all_below(mats, FLOAT_EXACT_LIMIT)
     small = small and (lam < FLOAT_EXACT_LIMIT or not any("hardmax" in L.kinds for L in layers))
     # layers whose every value is proven below 2^53 a priori: a checked run needs no abs pass there
     proven = 0
@@ -289,10 +311,13 @@ def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None 
             return BOUND_UNKNOWN
         if layer.A:
             new = hb * layer.x_scale
-            for A, B, coef, kind in zip(layer.A, layer.B, layer.coef, layer.kinds or ("relu",) * len(layer.A)):
+            none = (None,) * len(layer.A)
+            hs = hb.tolist()
+            for A, B, coef, kind, A64, B64 in zip(layer.A, layer.B, layer.coef, layer.kinds or ("relu",) * len(layer.A),
+                                                  layer.A64 or none, layer.B64 or none):
                 _check_deadline(deadline)
-                smax = int(hb @ _absmat(A) @ hb)  # |h_j^T A h_k| and all its partial sums
-                vb = _absmat(B) @ hb  # |B h_j| per row
+                smax = _abs_form(A, A64, hb, hs)  # |h_j^T A h_k| and all its partial sums
+                vb = _abs_image(B, B64, hb, hs)  # |B h_j| per row
                 # relu: sum_j relu(s_jk) |h_j| <= n smax hb; hardmax: sum_j N[j, k] = lam
                 mass = n * smax if kind == "relu" else layer.lam
                 new = new + vb * (coef * mass)
@@ -308,6 +333,36 @@ def magnitude_bound(model: Model, layers, C: np.ndarray, per_layer: list | None 
         if per_layer is not None:
             per_layer.append(worst)
     return max(worst, _abs_matvec_max(C, hb, C64))
+
+
+def _abs_form(A: np.ndarray, A64: np.ndarray | None, hb: np.ndarray, hs: list) -> int:
+    """hb^T |A| hb exactly (hb >= 0, hs its entries as a list): in int64 when A64 (A as int64) is given
+    and max|A| sum(hb)^2 < 2^63 (every partial sum of these non-negative terms is below it: no wrap),
+    else on Python integers."""
+    if A64 is not None and A64.size:
+        total, top = sum(hs), int(np.abs(A64).max())
+        if top == 0:
+            return 0
+        if top * total * total < 2**63:  # (top >= 1: every hb entry is below 2^63 too)
+            h = np.array(hs, dtype=np.int64)
+            return int(h @ np.abs(A64) @ h)
+    return int(hb @ _absmat(A) @ hb)
+
+
+def _abs_image(B: np.ndarray, B64: np.ndarray | None, hb: np.ndarray, hs: list) -> np.ndarray:
+    """|B| hb exactly, as an object array of Python ints (hb >= 0, hs its entries as a list): in int64
+    when B64 (B as int64) is given and max|B| sum(hb) < 2^63 (no partial sum wraps), else on Python
+    integers."""
+    if B64 is not None and B64.size:
+        top = int(np.abs(B64).max())
+        if top == 0 or top * sum(hs) < 2**63:  # (top >= 1: every hb entry is below 2^63 too)
+            out = np.empty(B64.shape[0], dtype=object)
+            if top == 0:
+                out[:] = 0
+                return out
+            out[:] = (np.abs(B64) @ np.array(hs, dtype=np.int64)).tolist()
+            return out
+    return _absmat(B) @ hb
 
 
 def _abs_matvec_max(C: np.ndarray, hb: np.ndarray, C64: np.ndarray | None) -> int:
@@ -508,11 +563,11 @@ class Evaluator:
         # there) and never reads the static ones, which can pass any float (a deep model's g has
         # thousands of bits): they are not converted.
         if self.use_float:
-            self._float_w = self._weights(_float)
+            self._float_w = self._weights(_float, conv64=_float)
             self._fused = [_fused_weights(L) for L in self.im.layers]
         elif self.checked:
-            self._float_w = self._weights(_float, static=False)
-            self._abs_w = self._weights(lambda M: _float(_absmat(M)), static=False)
+            self._float_w = self._weights(_float, static=False, conv64=_float)
+            self._abs_w = self._weights(lambda M: _float(_absmat(M)), static=False, conv64=lambda M: _float(np.abs(M)))
             # the first layer, when the a-priori bound proves it (the stream is then the one-hot
             # embedding over g = 1, its scalars the static ones): fused as on the proven path
             self._fused_first = _fused_weights(self.im.layers[0]) if self.im.proven_layers >= 1 else None
@@ -526,16 +581,22 @@ class Evaluator:
         self._rows_cache: dict = {}
         self.denominator = self.im.c * (self.im.layers[-1].g_out if self.im.layers else 1)
 
-    def _weights(self, conv, static: bool = True):
+    def _weights(self, conv, static: bool = True, conv64=None):
         """Per layer: (A^T per head, B^T per head, coef, IntLayer, MLP pieces or None), converted;
-        static=False leaves the MLP's static bias terms out (None)."""
+        static=False leaves the MLP's static bias terms out (None).  conv64, if given, converts a
+        head's int64 form (`IntLayer.A64`, `B64`: the same integers) in its place where it has one."""
         out = []
         for L in self.im.layers:
             mlp = None
             if L.mlp is not None:
                 b1, b2 = (conv(L.mlp.beta1g), conv(L.mlp.beta2g)) if static else (None, None)
                 mlp = (conv(L.mlp.P1.T), b1, conv(L.mlp.P2.T), b2, L.mlp.x_scale)
-            out.append(([conv(A.T) for A in L.A], [conv(B.T) for B in L.B], L.coef, L, mlp))
+            none = (None,) * len(L.A)
+
+            def one(M, M64):
+                return conv(M.T) if conv64 is None or M64 is None else conv64(M64.T)
+            out.append(([one(A, A64) for A, A64 in zip(L.A, L.A64 or none)],
+                        [one(B, B64) for B, B64 in zip(L.B, L.B64 or none)], L.coef, L, mlp))
         return out
 
     def _count(self, kind: str) -> None:
@@ -923,16 +984,29 @@ def _fused_weights(L: IntLayer):
     2^53 (then the heads run one by one).  Only for the proven float path (`magnitude_bound` below 2^53)."""
     if not L.A:
         return None
-    scaled = [B * c for B, c in zip(L.B, L.coef)]
-    if not _all_below(list(L.A) + scaled, FLOAT_EXACT_LIMIT):
-        return None
     if "hardmax" in L.kinds and L.lam >= FLOAT_EXACT_LIMIT:
         return None
-    AT = _float(np.concatenate([A.T for A in L.A], axis=1))
-    BT = _float(np.concatenate([M.T for M in scaled], axis=0))
-    # _attention_onehot adds up to three rows of coef_i B_i^T (token, position, constant) before any bound
-    # applies: below 2^53 when every entry is below 2^53 / 3
-    onehot = _all_below(scaled, FLOAT_EXACT_LIMIT // 3)
+    # the int64 forms where every A_i, B_i has one and coef_i max|B_i| < 2^63 (coef_i B_i then does not
+    # wrap): the same integers, checked and converted in C; else the object matrices
+    fast = len(L.A64) == len(L.A) and len(L.B64) == len(L.B) and not any(
+        M is None for M in L.A64 + L.B64) and all(
+        c < 2**63 and (not B.size or int(np.abs(B).max()) * c < 2**63) for B, c in zip(L.B64, L.coef))
+    if fast:
+        scaled = [B * c for B, c in zip(L.B64, L.coef)]
+        if not all(_below(M, M, FLOAT_EXACT_LIMIT) for M in list(L.A64) + scaled):
+            return None
+        AT = _float(np.concatenate([A.T for A in L.A64], axis=1))
+        BT = _float(np.concatenate([M.T for M in scaled], axis=0))
+        onehot = all(_below(M, M, FLOAT_EXACT_LIMIT // 3) for M in scaled)
+    else:
+        scaled = [B * c for B, c in zip(L.B, L.coef)]
+        if not _all_below(list(L.A) + scaled, FLOAT_EXACT_LIMIT):
+            return None
+        AT = _float(np.concatenate([A.T for A in L.A], axis=1))
+        BT = _float(np.concatenate([M.T for M in scaled], axis=0))
+        # _attention_onehot adds up to three rows of coef_i B_i^T (token, position, constant) before any
+        # bound applies: below 2^53 when every entry is below 2^53 / 3
+        onehot = _all_below(scaled, FLOAT_EXACT_LIMIT // 3)
     return AT, BT, np.array([k == "relu" for k in L.kinds], dtype=bool), onehot, _PairTables()
 
 
