@@ -460,8 +460,8 @@ def _dyadic_fractions(values: np.ndarray, bits: int) -> list:
     """[Fraction(v, 2^bits) for v in values] (int64, |v| < 2^62, bits < 62): each v / 2^bits put in lowest
     terms in numpy (the common factor is 2^s, s the trailing zero bits of v capped at bits; 0 is 0/1)."""
     v = np.asarray(values, dtype=np.int64)
-    if not (0 <= bits < 62) or (v.size and not -2**62 < int(v.min()) <= int(v.max()) < 2**62):  # outside the bounds: the constructor
-        return [Fraction(int(x), 2**bits) for x in values]
+    if not (0 <= bits < 62) or (v.size and not -2**62 < int(v.min()) <= int(v.max()) < 2**62):
+        return [Fraction(int(x), 2**bits) for x in values]  # outside those bounds: the constructor
     low = v & -v  # v's lowest set bit (0 for 0)
     tz = np.where(v == 0, bits, np.frexp(low.astype(np.float64))[1] - 1)  # low = 2^(exponent - 1), exact
     shift = np.minimum(tz, bits).astype(np.int64)
@@ -698,7 +698,6 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         return Readout(np.full((C, d), Fraction(0), dtype=object), 0, lp_norm, Fraction(0), N, rounds,
                        "the LP found no read-out with a positive margin")
     bits, norm, Wq = best
-    den = 2**bits
     values, where = np.unique(Wq, return_inverse=True)  # one Fraction per distinct entry
     fractions = _dyadic_fractions(values, bits)
     W_O = np.fromiter(fractions, dtype=object, count=len(fractions))[where.reshape(C, d)]
@@ -935,7 +934,7 @@ def _bisect_small(a: list, b: list, lo: float, hi: float, steps: int) -> tuple[f
 def _lines_below(a: np.ndarray, b: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
     """The lines a + m b (floats, finite) that may be the first minimum at some m in [lo, hi], in their order.
 
-    Exact for the bisection below: the float value fl(a + fl(m b)) is monotone in m (rounding is), so
+    Exact for _bisect: the float value fl(a + fl(m b)) is monotone in m (rounding is), so
     line i is at least min(its values at lo and hi) on [lo, hi], and the line attaining
     U = min_j max(its values at lo and hi) is at most U there; a line whose least end value is above U
     is strictly above that line at every m in [lo, hi], never a minimum, and dropping it changes
