@@ -280,25 +280,26 @@ def _min_margin(S: np.ndarray, y: np.ndarray) -> int:
 
 
 def _exact_min_margin(X: np.ndarray, Wq: np.ndarray, y: np.ndarray, Xf: np.ndarray | None = None,
-                      xa: int | None = None) -> int:
+                      xa: int | None = None, wa: int | None = None) -> int:
     """min over i and c != y_i of (Wq[y_i] - Wq[c]) . X[i], exactly.
 
     Wq = hi 2^k + lo with both halves small enough that X @ half^T is exact in float64; the
     margins hi part and lo part are then exact floats, their float combination locates the
     minimum up to a relative 2^-40, and the few candidates within that slack are combined in
     Python integers.  Falls back to exact scores when even the halves do not fit.  Xf: X as
-    float64 (exact: the caller's copy, to save the conversion); xa: max |X| (the caller's)."""
+    float64 (exact: the caller's copy, to save the conversion); xa: max |X|, wa: max |Wq| (the caller's)."""
     N, d = X.shape
     if xa is None:
         xa = max((abs(int(v)) for v in X.flat), default=0)
-    wa = int(np.abs(Wq).max()) if Wq.size else 0
+    if wa is None:
+        wa = int(np.abs(Wq).max()) if Wq.size else 0
     Xf = np.asarray(X, dtype=np.float64) if Xf is None else Xf
-    ar = np.arange(N)
+    lab = np.arange(N) * Wq.shape[0] + np.asarray(y)  # (i, y_i) in the flat (N, C) arrays
 
     def margins(W):
         S = Xf @ W.T.astype(np.float64)
-        M = S[ar, y][:, None] - S  # exact: every |score| < 2^52, so |M| < 2^53
-        M[ar, y] = np.inf
+        M = S.ravel()[lab][:, None] - S  # exact: every |score| < 2^52, so |M| < 2^53
+        M.ravel()[lab] = np.inf
         return M
 
     if xa * wa * d < 2**52:
@@ -688,7 +689,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
         top_q = int(np.abs(Wq).max())
         if top_q == 0:
             continue
-        m = _exact_min_margin(hv.X, Wq, y, Xint, xa)
+        m = _exact_min_margin(hv.X, Wq, y, Xint, xa, top_q)
         norm = Fraction(m, hv.den * top_q)
         if best is None or norm > best[1]:
             best = (bits, norm, Wq)
