@@ -565,6 +565,10 @@ class Evaluator:
         if self.use_float:
             self._float_w = self._weights(_float, conv64=_float)
             self._fused = [_fused_weights(L) for L in self.im.layers]
+            # a later layer's products on the columns its input stream can reach (`_stream_supports`)
+            for li, sup in enumerate(_stream_supports(model, self.im.layers)):
+                if li and sup is not None and self._fused[li] is not None:
+                    self._fused[li] = _on_support(self._fused[li], sup, model.dim)
         elif self.checked:
             self._float_w = self._weights(_float, static=False, conv64=_float)
             self._abs_w = self._weights(lambda M: _float(_absmat(M)), static=False, conv64=lambda M: _float(np.abs(M)))
@@ -1010,22 +1014,60 @@ def _fused_weights(L: IntLayer):
     return AT, BT, np.array([k == "relu" for k in L.kinds], dtype=bool), onehot, _PairTables()
 
 
+def _stream_supports(model: Model, layers) -> list:
+    """Per layer, the columns of its input stream that can be non-zero at all (for any input), or None
+    for every column: the input rows before the first layer; an attention layer adds every column e
+    with B_i[e, f] != 0 for some head i and some such column f (x_scale x_k, and every value row
+    coef_i B_i x_j, is zero elsewhere, exactly); after an MLP every column."""
+    sup = np.zeros(model.dim, dtype=bool)
+    sup[: model.input_rows] = True
+    out = []
+    for L in layers:
+        out.append(None if sup.all() else np.flatnonzero(sup))
+        if L.mlp is not None:
+            sup[:] = True
+            continue
+        for B, B64 in zip(L.B, L.B64 or (None,) * len(L.B)):
+            M = B if B64 is None else B64
+            sup = sup | np.asarray(M[:, sup] != 0, dtype=bool).any(axis=1)
+    return out
+
+
+def _on_support(fw, sup: np.ndarray, d: int):
+    """fw (`_fused_weights`) with the products of `_attention_fused` restricted to the input columns
+    `sup` (`_stream_supports`): A_i^T's rows and columns there, coef_i B_i^T's rows there."""
+    AT, BT, relu = fw[:3]
+    m, s = len(relu), len(sup)
+    ATs = np.ascontiguousarray(AT.reshape(d, m, d)[sup][:, :, sup].reshape(s, m * s))
+    BTs = np.ascontiguousarray(BT.reshape(m, d, d)[:, sup, :].reshape(m * s, d))
+    return tuple(fw[:5]) + ((sup, ATs, BTs),)
+
+
 def _attention_fused(X: np.ndarray, fw, L: IntLayer, last: bool) -> np.ndarray:
     """`_attention` on the proven float path with every head in the same few products: U = Q [A_1^T
     ... A_m^T] (every query against every head), scores U X^T, weights, V = weights X, and
     [V_1 ... V_m] [coef_1 B_1^T; ...; coef_m B_m^T].  Each product is a sum of the same terms as the
     head-by-head pass, whose every partial sum `magnitude_bound` bounds (the layer's new stream
-    bound covers the sum over heads, the entries coef_i B_i are below 2^53): exact in any order."""
+    bound covers the sum over heads, the entries coef_i B_i are below 2^53): exact in any order.
+    With a support (`_on_support`) the products run on the columns the stream can reach: the terms
+    left out are exact zeros for every input (`_stream_supports`), so every sum keeps the same
+    non-zero terms and the same bounds."""
     AT, BT, relu = fw[:3]
     B, n, d = X.shape
     m = len(relu)
     Q = X[:, -1:, :] if last else X
     q = Q.shape[1]
-    U = (Q.reshape(B * q, d) @ AT).reshape(B, q * m, d)  # row (k, i): (A_i x_k)^T
-    S = np.matmul(U, X.transpose(0, 2, 1)).reshape(B, q, m, n)  # (query k, head i, key j)
+    Xs = X
+    if len(fw) > 5:
+        sup, AT, BT = fw[5]
+        Xs = X[:, :, sup]
+    e = Xs.shape[2]
+    Qs = Xs[:, -1:, :] if last else Xs
+    U = (Qs.reshape(B * q, e) @ AT).reshape(B, q * m, e)  # row (k, i): (A_i x_k)^T
+    S = np.matmul(U, Xs.transpose(0, 2, 1)).reshape(B, q, m, n)  # (query k, head i, key j)
     Wt = _fused_weights_of_scores(S, relu, L, last)
-    V = np.matmul(Wt.reshape(B, q * m, n), X)  # (B, q m, d): sum_j w_j x_j per query and head
-    return Q * L.x_scale + (V.reshape(B * q, m * d) @ BT).reshape(B, q, d)
+    V = np.matmul(Wt.reshape(B, q * m, n), Xs)  # (B, q m, e): sum_j w_j x_j per query and head
+    return Q * L.x_scale + (V.reshape(B * q, m * e) @ BT).reshape(B, q, d)
 
 
 def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L: IntLayer, last: bool) -> np.ndarray:
