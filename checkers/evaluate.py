@@ -68,9 +68,17 @@ def _int_parts(M: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     if not flat.size:
         return np.empty(0, dtype=object), np.zeros(0, dtype=np.intp), 1
     first, which = _same_objects(flat)
-    distinct = [v if isinstance(v, (int, Fraction)) else Fraction(v) for v in flat[first].tolist()]
+    objs = flat[first].tolist()
+    num = np.empty(len(objs), dtype=object)
+    if set(map(type, objs)) <= {int, Fraction}:
+        nums = [v.numerator for v in objs]
+        dens = [v.denominator for v in objs]
+        if set(map(type, nums)) | set(map(type, dens)) <= {int}:  # (a Fraction of numpy ints holds numpy ints)
+            q = lcm(*set(dens))
+            num[:] = [n * (q // d) for n, d in zip(nums, dens)]
+            return num, which, q
+    distinct = [v if isinstance(v, (int, Fraction)) else Fraction(v) for v in objs]
     q = lcm(*{int(v.denominator) for v in distinct})
-    num = np.empty(len(distinct), dtype=object)
     num[:] = [int(v.numerator) * (q // int(v.denominator)) for v in distinct]  # int(): a numpy int's Fraction
     return num, which, q
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from depthcert.checkers.budget import charge_seconds, over_budget, seconds_limit
 from depthcert.checkers.errors import BadInput
-from depthcert.checkers.evaluate import FLOAT_EXACT_LIMIT, Evaluator, _int_matrix
+from depthcert.checkers.evaluate import FLOAT_EXACT_LIMIT, Evaluator, _int64_or_none, _int_parts
 from depthcert.checkers.model import Model, _same
 
 INT64_LIMIT = 2**63
@@ -314,10 +314,10 @@ def _scores(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 
 def _int_classifier(W_O: np.ndarray) -> tuple[np.ndarray, int]:
-    C, c = _int_matrix(W_O)
-    if all(abs(int(v)) < INT64_LIMIT for v in C.flat):
-        return C.astype(np.int64), c
-    return C, c
+    """(C, c) with W_O = C / c: C int64 when every entry has |v| < 2^63, else Python ints (object)."""
+    num, which, c = _int_parts(W_O)
+    C64 = _int64_or_none(num, which, np.shape(W_O))
+    return (num[which].reshape(np.shape(W_O)), c) if C64 is None else (C64, c)
 
 
 def decide(model: Model, table: HiddenTable, task, plan):

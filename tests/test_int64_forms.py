@@ -54,3 +54,33 @@ def test_same_bound_and_fused_weights(seed):
         if a is not None:
             assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2])
             assert a[3] == b[3]
+
+
+def _reference(M):
+    vals = [Fraction(v) if not isinstance(v, Fraction) else v for v in np.asarray(M, dtype=object).flat]
+    q = 1
+    for v in vals:
+        q = q * int(v.denominator) // np.gcd(q, int(v.denominator))
+    return [int(v * q) for v in vals], q
+
+
+@pytest.mark.parametrize("kind", ["fractions", "ints", "numpy", "bools", "mixed", "huge"])
+def test_int_parts_and_the_classifier(kind):
+    """_int_parts' plain path (ints and Fractions of ints) and its general one (numpy ints, Fractions of
+    numpy ints, bools) give M = N / q with the reference's N and q; the classifier is int64 exactly
+    when every entry is below 2^63."""
+    from depthcert.checkers.evaluate import _int_matrix
+    from depthcert.checkers.hidden_table import _int_classifier
+
+    rng = np.random.default_rng(len(kind))
+    raw = rng.integers(-50, 50, (7, 5))
+    make = {"fractions": lambda v: Fraction(int(v), 2**20), "ints": int, "numpy": lambda v: np.int64(v),
+            "bools": lambda v: bool(v % 2), "mixed": lambda v: (Fraction(np.int64(v), 3) if v % 3 else int(v)),
+            "huge": lambda v: Fraction(int(v) * 2**70, 7)}[kind]
+    M = np.array([[make(v) for v in r] for r in raw], dtype=object)
+    N, q = _int_matrix(M)
+    want, wq = _reference(M)
+    assert q == wq and [int(v) for v in N.flat] == want and all(type(v) is int for v in N.flat)
+    C, c = _int_classifier(M)
+    assert c == wq and [int(v) for v in C.flat] == want
+    assert (C.dtype == np.int64) == (max(abs(v) for v in want) < 2**63)
