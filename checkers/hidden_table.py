@@ -230,10 +230,13 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
             both = np.ascontiguousarray(np.concatenate([H, ys[:, None]], axis=1))
             where, inverse = _row_groups(both)
             gid = np.empty(len(where), dtype=np.int64)
-            for u in np.argsort(where, kind="stable").tolist():
-                j = int(where[u])
-                gid[u] = row_index(both[j].tobytes(), j)
-            row_of[pos:pos + B] = gid[np.asarray(inverse).reshape(-1)]
+            order = np.argsort(where, kind="stable")
+            js = where[order]
+            w = both.itemsize * both.shape[1]
+            blob = both[js].tobytes()  # row t's key (both[js[t]].tobytes()) is blob[t w: (t + 1) w]
+            for t, (u, j) in enumerate(zip(order.tolist(), js.tolist())):
+                gid[u] = row_index(blob[t * w:(t + 1) * w], j)
+            row_of[pos:pos + B] = gid[inverse]
         else:
             for j in range(B):
                 row_of[pos + j] = row_index(_row_key(H[j], int(ys[j])), j)
@@ -250,9 +253,12 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
     N, d = len(rows), model.dim
     small = all(r.dtype != object for r in rows) or all(
         -INT64_LIMIT < int(v) < INT64_LIMIT for r in rows for v in r)
-    X = np.empty((N, d), dtype=np.int64 if small else object)
-    for i, r in enumerate(rows):
-        X[i, :] = r if small or r.dtype == object else [int(v) for v in r]
+    if N and all(r.dtype == np.int64 for r in rows):
+        X = np.stack(rows)  # (N, d) int64, the rows in order
+    else:
+        X = np.empty((N, d), dtype=np.int64 if small else object)
+        for i, r in enumerate(rows):
+            X[i, :] = r if small or r.dtype == object else [int(v) for v in r]
     first_arr = np.asarray(first, dtype=np.int64)
     first_point = point_at[first_arr]
     indices = None if plan.indices is None else _frozen(np.array(plan.indices, dtype=np.int64))
