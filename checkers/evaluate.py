@@ -1226,19 +1226,23 @@ def _pair_table(model: Model, fw, L: IntLayer, n: int, points: int = 0):
     diag = np.arange(n * V)
     T[diag, diag, :R] += L.x_scale * E  # the residual: cols begins with the R input rows
     T = T.reshape(n * V, n, V, c)  # (query pair, key j, t_j, column)
-    blocks, groups, off = [], [], 0
+    table = np.empty((entries(g) // c, c), dtype=np.int64)
+    groups, off = [], 0
     for j0 in range(0, n, g):
         size = min(g, n - j0)
-        blk = np.zeros((n * V,) + (V,) * size + (c,), dtype=np.int64)
+        rows = n * V * V ** size
+        blk = table[off:off + rows].reshape((n * V,) + (V,) * size + (c,))
         for a in range(size):
             shape = [n * V] + [1] * size + [c]
             shape[1 + a] = V
-            blk += T[:, j0 + a].reshape(shape)  # key j0 + a's token is digit a
-        blocks.append(blk.reshape(-1, c))
+            part = T[:, j0 + a].reshape(shape)  # key j0 + a's token is digit a
+            if a:
+                blk += part
+            else:
+                blk[...] = part
         groups.append((j0, size, off, V ** size))
-        off += len(blocks[-1])
-    table = np.concatenate(blocks)
-    if table.size and not int(np.abs(table).max()) < FLOAT_EXACT_LIMIT:
+        off += rows
+    if table.size and not (int(table.max()) < FLOAT_EXACT_LIMIT and int(table.min()) > -FLOAT_EXACT_LIMIT):
         return None
     return table.astype(np.float64), cols, tuple(groups), V
 
