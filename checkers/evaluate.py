@@ -671,6 +671,12 @@ class Evaluator:
                  for lo in range(0, len(token_ids), step)]
         return np.concatenate(parts, axis=0), 1
 
+    def expect_points(self, count: int) -> None:
+        """The run will evaluate about `count` points (speed only: sizes the first layer's pair table)."""
+        for fw in (self._fused[0] if self.use_float and self._fused else None, self._fused_first):
+            if fw is not None and len(fw) > 4:
+                fw[4].horizon = int(count)
+
     def stop_after(self, seconds: float, what: str, start: float | None = None) -> None:
         """From now on, the big-integer pass stops (BadInput) before a layer (of any sub-batch) once
         `seconds` have passed since `start` (perf_counter; default now): a run past --max-seconds
@@ -1135,6 +1141,11 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
 PAIR_TABLE_ENTRIES = 1 << 20  # the largest first-layer pair table (float64 entries) `_PairTables` builds
 PAIR_TABLE_SHARE = 4  # ... and at most 1/4 of the entries one batch would gather key by key (its build pays)
 PAIR_TABLE_KEYS = 4  # keys per table row at most
+# the keys per row: the fewest estimated costs, in units of one float64 gathered, of building the table
+# (per entry) and of gathering it over the points the run expects (per row gathered: its entries and
+# the index); measured on tm, icqa, reachability tables
+PAIR_BUILD_COST = 15
+PAIR_INDEX_COST = 8
 
 
 class _PairTables:
@@ -1146,6 +1157,7 @@ class _PairTables:
     def __init__(self):
         self._lock = threading.Lock()
         self._tables: dict = {}
+        self.horizon = 0  # points the run is expected to evaluate (Evaluator.expect_points), if more than a batch
 
     def get(self, model: Model, fw, L: IntLayer, n: int, points: int):
         key = (n, len(model.vocab), model.input_rows, model.dim)
@@ -1154,26 +1166,28 @@ class _PairTables:
             return got
         with self._lock:
             if key not in self._tables:
-                got = _pair_table(model, fw, L, n, points)
+                got = _pair_table(model, fw, L, n, points, max(points, self.horizon))
                 if got is None:
                     return None  # a larger batch may pay for it
                 self._tables[key] = got
             return self._tables[key]
 
 
-def _pair_table(model: Model, fw, L: IntLayer, n: int, points: int = 0):
+def _pair_table(model: Model, fw, L: IntLayer, n: int, points: int = 0, horizon: int = 0):
     """(T, cols, groups, V): the first layer's output at every query as a sum of one table row per group
     of keys, for relu heads on the one-hot embedding of n positions; None when no table of at most
-    PAIR_TABLE_ENTRIES entries and 1/PAIR_TABLE_SHARE of what `points` points gather key by key
-    exists (or, never on the proven path, an entry is not below 2^53).
+    PAIR_TABLE_ENTRIES entries and 1/PAIR_TABLE_SHARE of what `points` points (a batch) gather key by
+    key exists (or, never on the proven path, an entry is not below 2^53).  Of the tables within
+    these limits, the one of the fewest estimated costs of building and gathering over `horizon`
+    points (at least the batch) is built (PAIR_BUILD_COST, PAIR_INDEX_COST).
 
     With x_p the one-hot input row of (token t, position p) (plus the constant) and relu heads only,
     query k's output is  sum_j c(k, t_k, j, t_j) with
         c(k, t, j, t') = sum_i relu(x_j^T A_i x_k) x_j coef_i B_i^T  (0 for j > k under a causal mask)
                          + [j = k] x_scale x_k,
     a function of the two (position, token) pairs alone (a hardmax head's weights depend on every
-    key: not tabulated).  The keys are split into consecutive groups of g (the largest g up to
-    PAIR_TABLE_KEYS within the limits above); group G's block holds, for every query (k, t_k) and
+    key: not tabulated).  The keys are split into consecutive groups of g (up to PAIR_TABLE_KEYS,
+    chosen as above); group G's block holds, for every query (k, t_k) and
     every tokens (t_j)_{j in G}, the sum over j in G of c(k, t_k, j, t_j), on `cols` (the input rows,
     where the residual lands, and every column some coef_i B_i^T input row reaches; the others are
     exact zeros), at row off_G + (k V + t_k) V^|G| + the tokens as base-V digits.  groups: (first key,
@@ -1206,7 +1220,8 @@ def _pair_table(model: Model, fw, L: IntLayer, n: int, points: int = 0):
     fits = [g for g in range(1, min(n, PAIR_TABLE_KEYS) + 1) if entries(g) <= limit]
     if not fits:
         return None
-    g = fits[-1]
+    horizon = max(points, horizon)
+    g = min(fits, key=lambda g: entries(g) * PAIR_BUILD_COST + horizon * n * -(-n // g) * (c + PAIR_INDEX_COST))
     E = np.zeros((n, V, R), dtype=np.int64)  # row (p, t): the one-hot input row of token t at position p
     E[:, np.arange(V), np.arange(V)] = 1
     E[np.arange(n), :, V + np.arange(n)] = 1

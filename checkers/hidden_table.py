@@ -166,6 +166,7 @@ def hidden_table(model: Model, task, plan, batch_size: int = 2048, progress: boo
     limit = seconds_limit()
     ev = Evaluator(_probe(model),
                    deadline=None if limit is None else (t0 + limit, limit, "bounding the model's exact numbers"))
+    ev.expect_points(plan.n_eval)
     rate = FLOAT_OPS_PER_SECOND if ev.use_float else (CHECKED_OPS_PER_SECOND if ev.checked else EXACT_OPS_PER_SECOND)
     what = (f"evaluating {plan.n_eval} points ({ev.path}, {model.n_layers} layer{'s' if model.n_layers != 1 else ''}, "
             f"d' = {model.dim})")

@@ -33,6 +33,7 @@ def pair_calls(monkeypatch):
 
     monkeypatch.setattr(evaluate, "_attention_pairs", counted)
     monkeypatch.setattr(evaluate, "PAIR_TABLE_SHARE", 1e-9)
+    monkeypatch.setattr(evaluate, "PAIR_BUILD_COST", 0)  # the most keys per row PAIR_TABLE_KEYS allows
     return calls
 
 
@@ -92,6 +93,14 @@ def test_random_models_at_the_float_limit(seed, keys, pair_calls, monkeypatch):
     largest factor the a-priori bound admits, a third of it, and 1: read at every position (one layer),
     and under a random second layer at the last position (two layers)."""
     monkeypatch.setattr(evaluate, "PAIR_TABLE_KEYS", keys)
+    real = evaluate._pair_table
+    sizes = []
+
+    def recorded(*args):
+        got = real(*args)
+        sizes.extend(size for _, size, _, _ in (got[2] if got is not None else ()))
+        return got
+    monkeypatch.setattr(evaluate, "_pair_table", recorded)
     rng = np.random.default_rng(300 + seed)
     task = make_task("tm", l=3, alphabet=3)
     base = constructions.build(task, "heads", False).model
@@ -130,6 +139,7 @@ def test_random_models_at_the_float_limit(seed, keys, pair_calls, monkeypatch):
                 assert len(pair_calls) > before
                 ran[depth] += 1
     assert ran[1] and ran[2]
+    assert max(sizes) == keys  # rows of `keys` keys were built
 
 
 @pytest.mark.parametrize("name,sizes,variant", [
@@ -181,3 +191,20 @@ def test_table_entries_are_exact_integers_below_2_53(monkeypatch):
     hard = replace(base, layers=(Layer((Head(_fr(np.eye(d, dtype=int)), _fr(np.eye(d, dtype=int)), attention="hardmax"),)),))
     im = integerize(hard)
     assert evaluate._pair_table(im.model, evaluate._fused_weights(im.layers[0]), im.layers[0], base.max_length, 100) is None
+
+
+def test_expected_points_only_size_the_table(monkeypatch):
+    """Evaluator.expect_points changes the keys per row (the cost estimate over more points), never a
+    number: tm ternary l = 5's hidden vectors for a few horizons."""
+    task = make_task("tm", l=5, alphabet=5)
+    model = constructions.build(task, "ternary", lemma3=False).model
+    ids = _ids(model, task, False)
+    seen, results = set(), []
+    for horizon in (0, 3125, 10**6):
+        ev = Evaluator(model)
+        ev.expect_points(horizon)
+        h, den = ev.hidden_last(ids)
+        results.append((den, [int(v) for v in h.flat]))
+        (table,) = ev._fused[0][4]._tables.values()
+        seen.add(max(size for _, size, _, _ in table[2]))
+    assert all(r == results[0] for r in results) and len(seen) >= 2
