@@ -1102,9 +1102,9 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
     V = len(model.vocab)
     const = model.constant_index if model.constant_row else None
     ids = np.asarray(token_ids, dtype=np.int64)
-    if len(fw) > 4 and relu.all() and B and n and ids.min() >= 0 and ids.max() < V:
+    if len(fw) > 4 and relu.all() and B and n:
         table = fw[4].get(model, fw, L, n, B)
-        if table is not None:
+        if table is not None and ids.min() >= 0 and ids.max() < V:  # (every table row index in range)
             return _attention_pairs(ids, table, L, d)
     qk = np.arange(n)  # the queries' positions
     q = len(qk)
@@ -1164,6 +1164,8 @@ class _PairTables:
         got = self._tables.get(key)
         if got is not None:
             return got
+        if points < PAIR_TABLE_SHARE * len(model.vocab) ** 2:
+            return None  # even one key per row: more entries than 1/PAIR_TABLE_SHARE of the batch's gather
         with self._lock:
             if key not in self._tables:
                 got = _pair_table(model, fw, L, n, points, max(points, self.horizon))
