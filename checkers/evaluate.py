@@ -1093,7 +1093,9 @@ def _attention_onehot(X: np.ndarray, token_ids: np.ndarray, model: Model, fw, L:
     a sum of some of those terms), except the
     rows x_j coef_i B_i^T, whose entries are each below 2^53 / 3 (`_fused_weights`); where a head's
     weights are all zero such a row may be inexact, but it is finite and meets only zeros.  Every query
-    (q = n); the last query alone (a last layer) goes to `_attention_onehot_last`."""
+    (q = n); the last query alone (a last layer) goes to `_attention_onehot_last`.  With relu heads
+    only and a batch large enough to pay for one, the output is read from the layer's pair table
+    instead (`_pair_table`, `_attention_pairs`: the same exact numbers)."""
     if last:
         return _attention_onehot_last(token_ids, model, fw, L)
     AT, BT, relu = fw[:3]
