@@ -643,6 +643,11 @@ class Evaluator:
             raise ValueError("token_ids must be (batch, length)")
         if token_ids.shape[1] > self.model.max_length:
             raise ValueError(f"sequence length {token_ids.shape[1]} exceeds max_length {self.model.max_length}")
+        V = len(self.model.vocab)
+        if token_ids.size and (int(token_ids.min()) < 0 or int(token_ids.max()) >= V):
+            # an id outside the vocabulary has no one-hot row (-1 would index the last column)
+            raise ValueError(f"token ids must lie in 0 .. {V - 1} (the model's vocabulary), got "
+                             f"{int(token_ids.min())} .. {int(token_ids.max())}")
         if self.use_float:
             self._count("float")
             with self._blas():

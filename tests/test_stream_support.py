@@ -83,3 +83,20 @@ def test_constructions(name, sizes, variant, stride):
     ran = _check(model, _ids(model, task)[::stride].copy())
     if (name, variant) == ("tm", "heads"):
         assert ran  # its second layer runs on the first one's 2 l + 2 columns
+
+
+def test_token_ids_outside_the_vocabulary_are_refused():
+    """An id with no one-hot row (-1 would index the last column, V the first position's) is refused
+    on every path, never evaluated (the supports assume a stream of input rows)."""
+    task = make_task("tm", l=3, alphabet=3)
+    model = constructions.build(task, "heads", False).model
+    ids = _ids(model, task)[:4].copy()
+    for bad in (-1, len(model.vocab)):
+        wrong = ids.copy()
+        wrong[1, 0] = bad
+        for ev in (Evaluator(model), Evaluator(model, force_exact=True)):
+            with pytest.raises(ValueError, match="token ids must lie in"):
+                ev.hidden_last(wrong)
+            with pytest.raises(ValueError, match="token ids must lie in"):
+                ev.logits_all(wrong)
+    assert _equal(Evaluator(model).logits(ids)[0], Evaluator(model, force_exact=True).logits(ids)[0])
