@@ -13,7 +13,7 @@ For each row, on the same points (every point, one float64 forward):
            Interpreter start, module imports and one-time set-up are not in it (one untimed run
            of the same command on a tiny task first, and of a tiny fitted read-out for
            construction rows; the start and imports, a constant, are printed once above the
-           table).  A run under REPEAT_BELOW_SECONDS is timed three times and the fastest kept, as
+           table).  A run under REPEAT_BELOW_SECONDS is timed WHOLE_REPEATS (3) times and the fastest kept, as
            the forward is.
   eval     the evaluation alone, as the command reports it ("s evaluating"), same run
   float64  the fastest plain forward written here for the same model: one-hot inputs as table
