@@ -41,8 +41,9 @@ def _equal(a, b) -> bool:
     return [int(x) for x in np.asarray(a).flat] == [int(x) for x in np.asarray(b).flat]
 
 
-def _same(model, ids, every_position: bool) -> None:
-    """The proven float pass (its first layer from the pair table) gives the big-integer pass's numbers."""
+def _same(model, ids, every_position: bool, references: int = 5) -> None:
+    """The proven float pass (its first layer from the pair table) gives the big-integer pass's numbers,
+    and (last position) `references` of the points an independent Fraction forward's logits."""
     fast, exact = Evaluator(model), Evaluator(model, force_exact=True)
     assert fast.use_float and not exact.use_float
     if every_position:
@@ -60,7 +61,7 @@ def _same(model, ids, every_position: bool) -> None:
         ma, _, _ = fast.margins_last(ids, rows)
         mb, _, _ = exact.margins_last(ids, rows)
         assert _equal(ma, mb)
-        for p in range(0, len(ids), max(1, len(ids) // 5)):  # an independent Fraction forward
+        for p in range(0, len(ids), max(1, len(ids) // references)) if references else ():  # a Fraction forward
             ref = logits_fraction_reference(model, [int(t) for t in ids[p]])
             assert [Fraction(int(v), da) for v in a[p]] == ref
 
@@ -154,14 +155,9 @@ def test_constructions(name, sizes, variant, stride, pair_calls):
     model = constructions.build(task, variant, lemma3=False).model
     if not Evaluator(model).use_float:
         pytest.skip("not on the proven float path")
-    fast, exact = Evaluator(model), Evaluator(model, force_exact=True)
-    ids = _ids(model, task, False)[::stride].copy()
-    a, da = fast.hidden_last(ids)
-    b, db = exact.hidden_last(ids)
-    assert da == db and _equal(a, b)
-    a, da = fast.logits(ids)
-    b, db = exact.logits(ids)
-    assert da == db and _equal(a, b)
+    # against the big-integer pass only (the Fraction forward of an 81-head layer takes seconds a point;
+    # the random models above meet it)
+    _same(model, _ids(model, task, False)[::stride].copy(), every_position=False, references=0)
     assert pair_calls
 
 

@@ -17,10 +17,7 @@ from depthcert.checkers.model import Head, Layer
 from depthcert.checkers.tasks import make_task
 
 from test_onehot_last import _fr
-
-
-def _equal(a, b) -> bool:
-    return [int(x) for x in np.asarray(a).flat] == [int(x) for x in np.asarray(b).flat]
+from test_pair_table import _equal, _same
 
 
 def _ids(model, task):
@@ -37,20 +34,11 @@ def _check(model, ids):
         if sups[li] is not None:
             off = np.setdiff1d(np.arange(model.dim), sups[li])
             assert all(int(v) == 0 for v in X[:, :, off].flat)
-    fast, exact = Evaluator(model), Evaluator(model, force_exact=True)
+    fast = Evaluator(model)
     if not fast.use_float:
         return False
-    a, da = fast.hidden_last(ids)
-    b, db = exact.hidden_last(ids)
-    assert da == db and _equal(a, b)
-    a, da = fast.logits(ids)
-    b, db = exact.logits(ids)
-    assert da == db and _equal(a, b)
-    a, da = fast.logits_all(ids)
-    b, db = exact.logits_all(ids)
-    assert da == db and _equal(a, b)
-    rows = np.arange(len(ids)) % len(model.classes)
-    assert _equal(fast.margins_last(ids, rows)[0], exact.margins_last(ids, rows)[0])
+    _same(model, ids, every_position=False)  # hidden vectors, logits, margins (and a Fraction forward)
+    _same(model, ids, every_position=True)
     return any(fw is not None and len(fw) > 5 for fw in fast._fused)
 
 
