@@ -41,7 +41,8 @@ from fractions import Fraction
 from itertools import combinations
 
 FORMAT = "depthcert.depth-certificate"
-VERSION = 1
+VERSION = 2  # written by the search; version 1 (the relaxed class R(L, H)) is still read
+VERSIONS = (1, 2)
 MAX_KEYS = 16  # a split over more keys would make the checker enumerate 2^keys sets
 
 
@@ -208,6 +209,8 @@ def rep0(tokens, i):
 
 def vector(rep, memo):
     """The exact vector of a representation: {coordinate: Fraction} (zero entries left out)."""
+    if isinstance(rep, frozenset):  # version 2: a node is its vector (coordinate, value) pairs
+        return dict(rep)
     got = memo.get(rep)
     if got is not None:
         return got
@@ -285,6 +288,24 @@ class Facts:
                 out._closure[k] = v
         return out
 
+    def relate(self, key, a, b, rel):
+        """The facts with "a rel b" (rel in ">", "=", "<") added to the preorder `key`."""
+        new = set(self.edges.get(key, ()))
+        if rel == ">":
+            new.add((a, b, True))
+        elif rel == "<":
+            new.add((b, a, True))
+        else:
+            new.add((a, b, False))
+            new.add((b, a, False))
+        edges = dict(self.edges)
+        edges[key] = frozenset(new)
+        out = Facts(edges)
+        for k, v in self._closure.items():
+            if k != key:
+                out._closure[k] = v
+        return out
+
     def maximal(self, key, keys):
         """The maximal set of `keys` if the facts determine it (the same under every total
         preorder satisfying them), else None."""
@@ -300,13 +321,40 @@ class Facts:
         return frozenset(top)
 
 
+def is_need(x):
+    """Whether an Evaluator answer is ("need", layer, head, position): an open selection."""
+    return isinstance(x, tuple) and len(x) == 4 and x[0] == "need"
+
+
 class Evaluator:
     """Representations of the points' positions under a set of facts (causal or not)."""
 
-    def __init__(self, points, layers, heads, causal):
+    def __init__(self, points, layers, heads, causal, exact=False):
         self.points, self.layers, self.heads, self.causal = points, layers, heads, causal
         self.labels = {y for _, y in points}
         self.memo = {}
+        # exact (version 2): a representation is its vector, a frozenset of (coordinate, value):
+        # scores of a bilinear model are functions of the two vectors, so equal vectors share facts
+        self.exact = exact
+
+    def rep0(self, toks, i):
+        if self.exact:
+            return frozenset(((("t", toks[i]), Fraction(1)), (("p", i), Fraction(1))))
+        return rep0(toks, i)
+
+    def next_rep(self, l, prev, sels):
+        """The layer-l representation of a position whose layer-(l-1) one is prev, given the
+        maximal sets (one per head) it selects."""
+        if not self.exact:
+            return ("r", l, prev, tuple(sels))
+        out = dict(prev)
+        for h, sel in enumerate(sels):
+            share = Fraction(1, len(sel))
+            for s in sel:
+                for c, v in s:
+                    key = (l, h, c)
+                    out[key] = out.get(key, 0) + share * v
+        return frozenset((c, v) for c, v in out.items() if v)
 
     def visible(self, n, i):
         return range(i + 1) if self.causal else range(n)
@@ -316,7 +364,7 @@ class Evaluator:
         the first selection (in layer, position, head order) the facts leave open."""
         toks = self.points[p][0]
         n = len(toks)
-        cur = [rep0(toks, i) for i in range(n)]
+        cur = [self.rep0(toks, i) for i in range(n)]
         for l in range(1, upto + 1):
             nxt = []
             for i in range(n):
@@ -327,7 +375,7 @@ class Evaluator:
                     if m is None:
                         return ("need", l, h, i)
                     sels.append(m)
-                nxt.append(("r", l, cur[i], tuple(sels)))
+                nxt.append(self.next_rep(l, cur[i], sels))
             cur = nxt
         return cur
 
@@ -336,7 +384,7 @@ class Evaluator:
         toks = self.points[p][0]
         n = len(toks)
         prev = self.reps(facts, p, self.layers - 1)
-        if prev and prev[0] == "need":
+        if is_need(prev):
             return prev
         i = n - 1
         keys = [prev[j] for j in self.visible(n, i)]
@@ -346,14 +394,14 @@ class Evaluator:
             if m is None:
                 return ("need", self.layers, h, i)
             sels.append(m)
-        return ("r", self.layers, prev[i], tuple(sels))
+        return self.next_rep(self.layers, prev[i], sels)
 
     def split(self, facts, l, h, p, i):
         """(preorder key, key reps by position) of the selection (l, h, p, i), or None if the
         layer-(l-1) representations it needs are not determined."""
         toks = self.points[p][0]
         prev = self.reps(facts, p, l - 1)
-        if prev and prev[0] == "need":
+        if is_need(prev):
             return None
         pos = list(self.visible(len(toks), i))
         return (l, h, prev[i]), {j: prev[j] for j in pos}
@@ -388,10 +436,11 @@ def parse(obj):
         raise Malformed("certificate: expected a JSON object")
     if obj.get("format") != FORMAT:
         raise Malformed("format: expected " + repr(FORMAT) + ", got " + repr(obj.get("format")))
-    if isinstance(obj.get("version"), bool) or obj.get("version") != VERSION:
-        raise Malformed("version: expected " + str(VERSION) + ", got " + repr(obj.get("version")))
-    unknown = sorted(set(obj) - {"format", "version", "task", "layers", "heads", "causal", "points", "tree",
-                                 "claims"})
+    version = obj.get("version")
+    if isinstance(version, bool) or version not in VERSIONS:
+        raise Malformed("version: expected one of " + str(list(VERSIONS)) + ", got " + repr(version))
+    # no free-text "claims": the claim printed is the one the checker derives from the fields
+    unknown = sorted(set(obj) - {"format", "version", "task", "layers", "heads", "causal", "points", "tree"})
     if unknown:
         raise Malformed("unknown field " + repr(unknown[0]))
     layers = _int(obj, "layers", 1, 8)
@@ -440,7 +489,7 @@ def parse(obj):
         points.append((toks, p["label"]))
     if "tree" not in obj:
         raise Malformed("tree: missing")
-    return layers, heads, causal, points, obj["tree"]
+    return version, layers, heads, causal, points, obj["tree"]
 
 
 # ------------------------------------------------------------------ the check
@@ -454,9 +503,24 @@ def check_tree(ev, tree):
         nodes += 1
         if not isinstance(node, dict):
             raise Malformed(where + ": expected an object")
+        kinds = [k for k in ("farkas", "head_farkas", "split", "compare") if k in node]
+        allowed = {"farkas": {"farkas"}, "head_farkas": {"head_farkas"}, "split": {"split", "children"},
+                   "compare": {"compare", "children"}}
+        if len(kinds) != 1 or set(node) != allowed[kinds[0]]:
+            raise Malformed(where + ": expected exactly one of {farkas}, {head_farkas}, {split, children}, "
+                            "{compare, children}; got keys " + str(sorted(node)))
+        if kinds[0] in ("head_farkas", "compare") and not ev.exact:
+            raise Malformed(where + ": " + kinds[0] + " nodes need version 2 (the bilinear class)")
         if "farkas" in node:
             leaves += 1
             _check_leaf(ev, node["farkas"], facts, where + ".farkas")
+            continue
+        if "head_farkas" in node:
+            leaves += 1
+            _check_head_leaf(ev, node["head_farkas"], facts, where + ".head_farkas")
+            continue
+        if "compare" in node:
+            stack.extend(_compare_children(ev, node, facts, where))
             continue
         split = node.get("split")
         if not isinstance(split, dict) or sorted(split) != ["head", "layer", "point", "position"]:
@@ -497,6 +561,102 @@ def check_tree(ev, tree):
             if frozenset(sub) not in listed:
                 raise Invalid(where + ": the maximal set at positions " + str(list(sub)) + " is possible but not covered")
     return nodes, leaves
+
+
+RELATIONS = (">", "=", "<")
+
+
+def _query(ev, facts, spec, where):
+    """(preorder key, {position: key representation}) of a {layer, head, point, position} spec."""
+    l, h, p, i = (spec.get(k) for k in ("layer", "head", "point", "position"))
+    for name, v, lo, hi in (("layer", l, 1, ev.layers), ("head", h, 0, ev.heads - 1),
+                            ("point", p, 0, len(ev.points) - 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise Malformed(where + "." + name + ": out of range: " + repr(v))
+    n = len(ev.points[p][0])
+    if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n:
+        raise Malformed(where + ".position: out of range: " + repr(i))
+    got = ev.split(facts, l, h, p, i)
+    if got is None:
+        raise Invalid(where + ": the query's and keys' representations are not determined by the facts above it")
+    return got
+
+
+def _key_position(keyreps, j, where):
+    if isinstance(j, bool) or not isinstance(j, int) or j not in keyreps:
+        raise Malformed(where + ": not a key position visible from the query: " + repr(j))
+    return keyreps[j]
+
+
+def _compare_children(ev, node, facts, where):
+    """A comparison split (version 2): the score of key a against key b at one query is >, = or
+    < (trichotomy of the reals), so the three children cover every model; each adds its fact."""
+    spec = node["compare"]
+    if not isinstance(spec, dict) or sorted(spec) != ["head", "keys", "layer", "point", "position"]:
+        raise Malformed(where + ".compare: expected {layer, head, point, position, keys}")
+    key, keyreps = _query(ev, facts, spec, where + ".compare")
+    ks = spec["keys"]
+    if not isinstance(ks, list) or len(ks) != 2:
+        raise Malformed(where + ".compare.keys: expected two key positions")
+    a = _key_position(keyreps, ks[0], where + ".compare.keys[0]")
+    b = _key_position(keyreps, ks[1], where + ".compare.keys[1]")
+    if ks[0] == ks[1]:
+        raise Malformed(where + ".compare.keys: the same position twice")
+    children = node["children"]
+    if not isinstance(children, dict) or sorted(children) != sorted(RELATIONS):
+        raise Malformed(where + ".children: expected an object with the keys \">\", \"=\", \"<\"")
+    return [(children[r], facts.relate(key, a, b, r), where + ".children[" + repr(r) + "]") for r in RELATIONS]
+
+
+def _check_head_leaf(ev, leaf, facts, where):
+    """A head whose facts on the path have no bilinear score (version 2).  rows: [point, query
+    position, key a, key b, relation, coefficient] with relation ">" (a strictly above b, known
+    from the facts by transitivity; coefficient >= 0) or "=" (a and b tie; any sign), for one
+    (layer, head).  In a model with score v_k^T M v_q the rows say (v_a - v_b)^T M v_q > 0 or = 0;
+    if sum coef (v_a - v_b) (x) v_q = 0 and the ">" coefficients sum to > 0, then
+    0 < sum coef (v_a - v_b)^T M v_q = <M, 0> = 0: no M satisfies the facts."""
+    if not isinstance(leaf, dict) or sorted(leaf) != ["head", "layer", "rows"]:
+        raise Malformed(where + ": expected {layer, head, rows}")
+    rows = leaf["rows"]
+    if not isinstance(rows, list) or not rows:
+        raise Malformed(where + ".rows: expected a non-empty list")
+    total = {}
+    strict = Fraction(0)
+    for k, row in enumerate(rows):
+        w = where + ".rows[" + str(k) + "]"
+        if not isinstance(row, list) or len(row) != 6:
+            raise Malformed(w + ": expected [point, query position, key a, key b, relation, coefficient]")
+        p, i, ja, jb, rel, v = row
+        key, keyreps = _query(ev, facts, {"layer": leaf["layer"], "head": leaf["head"], "point": p, "position": i}, w)
+        a = _key_position(keyreps, ja, w + " key a")
+        b = _key_position(keyreps, jb, w + " key b")
+        coef = _frac(v, w)
+        ge, gt = facts.closure(key)
+        if rel == ">":
+            if b not in gt.get(a, ()):
+                raise Invalid(w + ": the facts on the path do not put key " + str(ja) + " strictly above key " + str(jb))
+            if coef < 0:
+                raise Invalid(w + ": negative coefficient on a strict row")
+            strict += coef
+        elif rel == "=":
+            if a != b and not (b in ge.get(a, ()) and a in ge.get(b, ())):
+                raise Invalid(w + ": the facts on the path do not tie keys " + str(ja) + " and " + str(jb))
+        else:
+            raise Malformed(w + ": relation must be \">\" or \"=\"")
+        if coef == 0:
+            continue
+        vq, va, vb = vector(key[2], ev.memo), vector(a, ev.memo), vector(b, ev.memo)
+        for c in set(va) | set(vb):
+            d = va.get(c, 0) - vb.get(c, 0)
+            if d:
+                for cq, x in vq.items():
+                    total[(c, cq)] = total.get((c, cq), 0) + coef * d * x
+    if strict <= 0:
+        raise Invalid(where + ": the strict rows' coefficients do not sum to a positive number")
+    for c, val in total.items():
+        if val != 0:
+            raise Invalid(where + ": entry (key " + repr(c[0]) + ", query " + repr(c[1]) + ") sums to " + str(val)
+                          + ", not 0")
 
 
 def possible_maxsets(facts, key, keyreps):
@@ -556,7 +716,7 @@ def _check_leaf(ev, leaf, facts, where):
         positive = True
         if p not in labels:
             rep = ev.final(facts, p)
-            if rep[0] == "need":
+            if is_need(rep):
                 raise Invalid(w + ": point " + str(p) + "'s last representation is not determined by the facts on the path")
             labels[p] = vector(rep, ev.memo)
         y = ev.points[p][1]
@@ -574,8 +734,8 @@ def _check_leaf(ev, leaf, facts, where):
 def classify(obj):
     """("valid" | "invalid" | "malformed", message)."""
     try:
-        layers, heads, causal, points, tree = parse(obj)
-        ev = Evaluator(points, layers, heads, causal)
+        version, layers, heads, causal, points, tree = parse(obj)
+        ev = Evaluator(points, layers, heads, causal, exact=version >= 2)
         nodes, leaves = check_tree(ev, tree)
     except Malformed as exc:
         return "malformed", "malformed: " + str(exc)
@@ -583,11 +743,15 @@ def classify(obj):
         return "invalid", "invalid: " + str(exc)
     except RecursionError:
         return "malformed", "malformed: nested too deeply"
-    return "valid", ("valid: " + str(len(points)) + " points, " + str(nodes) + " nodes, " + str(leaves)
-                     + " Farkas leaves; no model of R(" + str(layers) + ", " + str(heads) + ") ("
-                     + str(layers) + " layer" + ("s" if layers > 1 else "") + " of " + str(heads)
-                     + " average-hard head" + ("s" if heads > 1 else "") + (", causal" if causal else "")
-                     + ") classifies all of them correctly")
+    shape = (str(layers) + " layer" + ("s" if layers > 1 else "") + " of " + str(heads) + " average-hard head"
+             + ("s" if heads > 1 else "") + (", causal" if causal else ""))
+    if ev.exact:
+        claim = ("no hardmax attention-only transformer with " + shape + " (one-hot token and position inputs, "
+                 "bilinear scores, linear values and read-out, any width and weights) classifies all of them correctly")
+    else:
+        claim = "no model of R(" + str(layers) + ", " + str(heads) + ") (" + shape + ") classifies all of them correctly"
+    return "valid", ("valid: version " + str(version) + ", " + str(len(points)) + " points, " + str(nodes)
+                     + " nodes, " + str(leaves) + " Farkas leaves; " + claim)
 
 
 def check(obj):

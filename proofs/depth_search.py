@@ -269,7 +269,7 @@ class DepthSearch:
             if p in have:
                 continue
             rep = self.ev.final(facts, p)
-            if rep[0] == "need":
+            if cd.is_need(rep):
                 looked += 1
                 if looked > self.window:
                     continue
