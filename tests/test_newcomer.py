@@ -341,3 +341,99 @@ def test_verify_construction_robustness_shows_progress_on_a_terminal_only(monkey
         assert bar in err, err[-500:]
     assert run_main(verify_construction._verify_construction, argv + ["--json"]) == 0
     assert capsys.readouterr().err == ""
+
+
+# ---- Ctrl-C and errors after a progress bar: exit 130, one line, starting its own line
+
+def _screen(text: str) -> list[str]:
+    """The lines a terminal shows for `text`: a carriage return moves to the start of the line and
+    later characters overwrite earlier ones (as tqdm's redrawn bars rely on)."""
+    lines, line, col = [], [], 0
+    for ch in text:
+        if ch == "\n":
+            lines.append("".join(line).rstrip())
+            line, col = [], 0
+        elif ch == "\r":
+            col = 0
+        else:
+            if col < len(line):
+                line[col] = ch
+            else:
+                line.append(ch)
+            col += 1
+    if line:
+        lines.append("".join(line).rstrip())
+    return [s for s in lines if s]
+
+
+def test_screen_reads_a_redrawn_line():
+    assert _screen("abc\rxy\n") == ["xyc"] and _screen("bar 50%\r       \rerror: x\n") == ["error: x"]
+
+
+@pytest.mark.parametrize("exc,code,line", [
+    (lambda: __import__("depthcert.checkers.errors", fromlist=["BadInput"]).BadInput("--k must be >= 1"), 2,
+     "error: --k must be >= 1"),
+    (lambda: KeyboardInterrupt(), 130, "interrupted (Ctrl-C)"),
+    (lambda: ZeroDivisionError("boom"), 4,
+     "internal error: ZeroDivisionError: boom; please report (rerun with DEPTHCERT_DEBUG=1 for the traceback)"),
+])
+def test_an_error_during_a_progress_bar_starts_on_a_fresh_line(exc, code, line, capsys):
+    """A bar like every command's (tqdm on stderr, leave=False) is on the screen when the command
+    fails: the terminal shows the error line alone, not appended to the bar."""
+    from tqdm import tqdm
+
+    from depthcert.cli.errors import run_main
+
+    def body(argv):
+        bar = tqdm(total=10, desc="verify icqa", unit="pt", leave=False, file=sys.stderr)
+        bar.update(5)
+        bar.refresh()
+        raise exc()
+
+    assert run_main(body, []) == code
+    err = capsys.readouterr().err
+    assert "verify icqa" in err  # the bar was drawn
+    assert _screen(err) == [line], repr(err)
+
+
+def test_ctrl_c_exits_130_with_one_line_through_the_os():
+    """A real SIGINT in a running command: exit status 130 (128 + SIGINT, what a shell reports),
+    one line on stderr, no traceback (the process signals itself: no timing involved)."""
+    script = ("import os, signal, sys\n"
+              "from depthcert.cli.errors import run_main\n"
+              "def body(argv):\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    while True:\n"
+              "        pass\n"
+              "sys.exit(run_main(body, []))\n")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr, r.stdout) == (130, "interrupted (Ctrl-C)\n", "")
+
+
+def test_help_names_the_interrupt_exit_code():
+    from depthcert.cli.errors import EXIT_CODES, exit_codes_epilog
+
+    for name in EXIT_CODES:
+        assert exit_codes_epilog(name).endswith("; 130 interrupted (Ctrl-C)."), name
+
+
+# ---- train: a progress bar on a terminal only
+
+def test_train_shows_no_progress_when_stderr_is_not_a_terminal(tmp_path):
+    pytest.importorskip("torch")
+    r = run("train", "icqa", "--k", "2", "--steps", "20", "--eval-every", "10", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("OBSERVED icqa"), r.stderr
+    assert r.stderr == "", r.stderr  # a pipe or a file: no bar, no progress lines
+    r = run("train", "copy", "--length", "4", "--alphabet", "3", "--steps", "10", cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_train_shows_a_bar_on_a_terminal(monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from depthcert.cli.train import train_main
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert train_main(["icqa", "--k", "2", "--steps", "20", "--eval-every", "10"]) == 0
+    assert "icqa L=2 H=1,1 seed=0" in capsys.readouterr().err
+    assert train_main(["icqa", "--k", "2", "--steps", "20", "--eval-every", "10", "--json"]) == 0
+    assert capsys.readouterr().err == ""

@@ -5,7 +5,9 @@ Exit codes (docs/commands.md, "Exit codes"):
     2  bad input (one line naming it)    3  undecided or partial (the command says what)
     4  internal error: a bug in depthcert, one line ("internal error: ...; please report");
        DEPTHCERT_DEBUG=1 shows the traceback instead.
+  130  interrupted (Ctrl-C): one line, as a shell reports a process ended by SIGINT (128 + 2).
 1 means REFUTED, so no unexpected exception may ever end a command with it (Python's own default).
+Every message starts on a fresh line: a progress bar still on the terminal is closed first.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ EXIT_REFUTED = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNDECIDED = 3
 EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command ended by Ctrl-C
 DEBUG_ENV = "DEPTHCERT_DEBUG"
 
 _BAD = "bad input (one line naming it)"
@@ -64,13 +67,33 @@ def exit_codes_epilog(prog: str | None) -> str | None:
     codes = EXIT_CODES.get((prog or "").split(" ")[0])
     if codes is None:
         return None
-    return "Exit codes: " + "; ".join(f"{code} {text}" for code, text in sorted(codes.items())) + "."
+    return ("Exit codes: " + "; ".join(f"{code} {text}" for code, text in sorted(codes.items()))
+            + f"; {EXIT_INTERRUPTED} interrupted (Ctrl-C).")
+
+
+def fresh_line() -> None:
+    """Close every progress bar still open (tqdm's, on stderr), so that the next line printed to
+    stderr starts at the beginning of a line: a bar made with leave=False erases itself, any other
+    ends its line. Nothing happens when tqdm was never imported."""
+    tqdm = sys.modules.get("tqdm")
+    bars = getattr(getattr(tqdm, "tqdm", None), "_instances", None)
+    for bar in list(bars or ()):
+        try:
+            bar.close()
+        except Exception:  # noqa: BLE001 -- a bar that cannot close must not hide the error being reported
+            pass
+
+
+def _say(line: str) -> None:
+    fresh_line()
+    print(line, file=sys.stderr)
 
 
 def run_main(fn, argv=None) -> int:
-    """fn(argv)'s return value as the exit code; BadInput (and interrupts, memory exhaustion) ->
-    exit 2 with 'error: ...'; any other exception -> exit 4 with one line, or its traceback when
-    DEPTHCERT_DEBUG=1."""
+    """fn(argv)'s return value as the exit code; BadInput (and memory exhaustion) -> exit 2 with
+    'error: ...'; Ctrl-C (KeyboardInterrupt) -> exit 130 with 'interrupted'; any other exception ->
+    exit 4 with one line, or its traceback when DEPTHCERT_DEBUG=1. Each message starts on a fresh
+    line (open progress bars closed first)."""
     if hasattr(sys, "set_int_max_str_digits"):
         # exact results (margins, logits) can have more than Python's default 4300 digits
         # (multihop --as-printed --hops 5); inputs are capped separately (checkers/rational.py)
@@ -78,13 +101,13 @@ def run_main(fn, argv=None) -> int:
     try:
         return fn(argv)
     except BadInput as exc:
-        print(f"error: {exc}".splitlines()[0], file=sys.stderr)
+        _say(f"error: {exc}".splitlines()[0])
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        _say("interrupted (Ctrl-C)")
+        return EXIT_INTERRUPTED
     except MemoryError:
-        print("error: out of memory: the requested sizes are too large for this machine", file=sys.stderr)
+        _say("error: out of memory: the requested sizes are too large for this machine")
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # output piped into `head`
         sys.stderr.close()
@@ -93,12 +116,12 @@ def run_main(fn, argv=None) -> int:
         if os.environ.get(DEBUG_ENV) == "1":
             import traceback
 
+            fresh_line()
             traceback.print_exc()
             return EXIT_INTERNAL
         text = str(exc).strip().splitlines()
         detail = f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
         detail = detail.removesuffix("; please report")  # said once, below
-        print(f"internal error: {detail}; please report (rerun with {DEBUG_ENV}=1 for the traceback)",
-              file=sys.stderr)
+        _say(f"internal error: {detail}; please report (rerun with {DEBUG_ENV}=1 for the traceback)")
         return EXIT_INTERNAL
 

@@ -1,7 +1,9 @@
 """Console scripts `train` and `reproduce` (need the "train" extra: torch + matplotlib).
 
-Exit codes (depthcert/cli/errors.py): 0 done, 2 bad input (one line on stderr), 4 internal error;
-results are OBSERVED training runs, not proofs.
+Exit codes (depthcert/cli/errors.py): 0 done, 2 bad input (one line on stderr), 4 internal error,
+130 interrupted; results are OBSERVED training runs, not proofs. `train` shows a progress bar on a
+terminal only (as every command does); `reproduce`, whose sweeps run for hours, prints a plain line
+per tenth of the work when stderr is a file (training/progress.py).
 """
 from __future__ import annotations
 
@@ -37,7 +39,15 @@ class _Parser(_CommonParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
+def _show_progress(args) -> bool:
+    """A progress bar only on a terminal, never with --json (the convention of every command)."""
+    return not args.json and sys.stderr.isatty()
+
+
 def _die(message: str) -> int:
+    from depthcert.cli.errors import fresh_line
+
+    fresh_line()  # a bar still open is closed first: the message starts its own line
     print(f"error: {message}".splitlines()[0], file=sys.stderr)
     return 2
 
@@ -90,7 +100,8 @@ def train_parser() -> argparse.ArgumentParser:
                    metavar="BITS", help="decide the trained model's accuracy on every point exactly, from its float32 "
                    "weights as they are (with BITS: rounded to multiples of 2^-BITS); finite tasks up to 200000 points")
     p.add_argument("--log", default=None, help="write the per-step JSON log here (atomically)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON, no progress bar")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as JSON, no progress bar (a bar shows on a terminal only)")
     return p
 
 
@@ -170,7 +181,8 @@ def copy_parser() -> argparse.ArgumentParser:
                    metavar="BITS", help="attention-only: verify every clean input exactly, from the float32 weights "
                    "as they are (with BITS: rounded to multiples of 2^-BITS)")
     p.add_argument("--log", default=None, help="write the JSON log here (atomically)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON, no progress output")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as JSON, no progress bar (a bar shows on a terminal only)")
     return p
 
 
@@ -195,7 +207,7 @@ def copy_main(argv) -> int:
     config = CopyConfig(length=args.length, alphabet=args.alphabet, noise=args.noise, arch=args.arch,
                         layers=args.layers, heads=args.heads, width=args.width, steps=args.steps, seed=args.seed,
                         batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every)
-    result, model = train_copy(config, progress=not args.json)
+    result, model = train_copy(config, progress=_show_progress(args))
     if args.exact_check is not None:
         result.exact_check = exact_check_copy(model, config, _bits(args.exact_check))
     log = _clean(result.to_json())
@@ -252,7 +264,7 @@ def _train(argv) -> int:
         config = config_from_args(args)
         canonical_task(config.task)
         _check_log_folder(args.log)
-        result, model = train(config, progress=not args.json)
+        result, model = train(config, progress=_show_progress(args))
         log = _clean(result.to_json())
         if args.exact_check is not None:
             from depthcert.training.export import exact_accuracy, to_exact
@@ -289,8 +301,6 @@ def _train(argv) -> int:
         return 0
     except BadInput as exc:
         return _die(str(exc))
-    except KeyboardInterrupt:
-        return _die("interrupted")
 
 
 DEFAULT_OUT, DEFAULT_DOC = "docs/img", "docs/experiments.md"
@@ -369,5 +379,3 @@ def _reproduce(argv) -> int:
         return 0
     except BadInput as exc:
         return _die(str(exc))
-    except KeyboardInterrupt:
-        return _die("interrupted")
