@@ -293,11 +293,14 @@ def _exact_min_margin(X: np.ndarray, Wq: np.ndarray, y: np.ndarray, Xf: np.ndarr
         xa = max((abs(int(v)) for v in X.flat), default=0)
     if wa is None:
         wa = int(np.abs(Wq).max()) if Wq.size else 0
-    Xf = np.asarray(X, dtype=np.float64) if Xf is None else Xf
     lab = np.arange(N) * Wq.shape[0] + np.asarray(y)  # (i, y_i) in the flat (N, C) arrays
 
-    def margins(W):
-        S = Xf @ W.T.astype(np.float64)
+    Xf_ = [Xf]
+
+    def margins(W):  # only where xa d < 2^52: X as float64 is exact (never a float of a larger integer)
+        if Xf_[0] is None:
+            Xf_[0] = np.asarray(X, dtype=np.float64)
+        S = Xf_[0] @ W.T.astype(np.float64)
         M = S.ravel()[lab][:, None] - S  # exact: every |score| < 2^52, so |M| < 2^53
         M.ravel()[lab] = np.inf
         return M
@@ -471,6 +474,26 @@ def _dyadic_fractions(values: np.ndarray, bits: int) -> list:
     return [_make_fraction(n, d) for n, d in zip(nums, dens)]
 
 
+def _float_or_inf(q: Fraction) -> float:
+    """float(q), or +-inf where q is beyond float64's range (Fraction's float raises OverflowError)."""
+    try:
+        return float(q)
+    except OverflowError:
+        return float("inf") if q > 0 else float("-inf")
+
+
+def _g4(q) -> str:
+    """A rational in a note: 4 significant digits ("%.4g"), exact decimal digits beyond float64's range
+    (a float would be inf, or 0 for a positive number below 1e-308)."""
+    q = Fraction(q)
+    x = _float_or_inf(q)
+    if (x != 0 or q == 0) and abs(x) != float("inf"):
+        return f"{x:.4g}"
+    from depthcert.checkers.softmax_balls import _outward
+
+    return _outward(q, up=q < 0, digits=4)
+
+
 def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None, effort: int = 1) -> Readout:
     """The LP above by constraint generation, rounded to the coarsest good dyadic grid.
 
@@ -492,6 +515,8 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     except OverflowError:
         Xi, xa = None, max((abs(int(v)) for v in hv.X.flat), default=0)
     scale = xa or 1
+    # integers with no float64 value (float() would raise): the LP's input and its margins scaled exactly
+    big = any(_float_or_inf(Fraction(v)) == float("inf") for v in (scale, hv.den))
     if Xi is not None and scale < 2**52:  # exact floats: each quotient rounded once, as int / int is
         Xint = Xi.astype(np.float64)
         Xf = Xint / scale
@@ -679,11 +704,15 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     wmax = float(np.abs(W).max()) if W.size else 0.0
     # the LP's optimum is the largest normalized margin of any read-out (rescale any W_O to a largest
     # entry of 1); t bounds it from above (the relaxation has fewer constraints)
-    lp_norm = t * scale / hv.den if wmax > 0 else 0.0
+    # in exact arithmetic: the LP ran on X / scale, and scale / den (the largest |hidden entry|) has no
+    # float64 value when the stream's numbers pass 1.8e308 (never a float of an unbounded integer)
+    unit = Fraction(scale, hv.den)
+    lp_exact = Fraction(t) * unit if wmax > 0 else Fraction(0)
+    lp_norm = _float_or_inf(lp_exact)
     # the grid is good enough once it keeps the chosen W_O's own margin (floats) up to CLOSE_ENOUGH
-    own_norm = best_low * scale / hv.den / wmax if wmax > 0 else 0.0
+    own_norm = Fraction(best_low) * unit / Fraction(wmax) if wmax > 0 and np.isfinite(best_low) else Fraction(0)
     best = None
-    good = Fraction(own_norm) * Fraction(CLOSE_ENOUGH) if own_norm > 0 else None  # the grid's target
+    good = own_norm * Fraction(CLOSE_ENOUGH) if own_norm > 0 else None  # the grid's target
     for bits in GRID_BITS:
         Wq = np.rint(W * 2.0**bits).astype(np.int64)
         top_q = int(np.abs(Wq).max())
@@ -714,7 +743,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
                  f"{game[1]:.6f})")
         note = (f"max-margin read-out: the LP over {N} distinct hidden vectors x {C} classes was not solved (its "
                 f"first round {why}): {found}, entries multiples of 2^-{bits}, reaches "
-                f"{float(norm):.4g} ({work:,} of {budget:,} work units); no LP bound computed")
+                f"{_g4(norm)} ({work:,} of {budget:,} work units); no LP bound computed")
     elif not converged:
         why = ("at the LP's work budget " if not budget_left else f"at the cap of {MAX_LP_ROWS:,} pairs per LP "
                if at_cap else "after the round limit " if rounds == max_rounds else "")
@@ -725,8 +754,12 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
                     (f"(mixed with the {lift} read-out, weight {mixed:.6f}) " if mixed is not None else "")
                     + (f"(mixed with the multiplicative-weights read-out, {game[0]}, weight {game[1]:.6f}) "
                        if game is not None else ""))
-                 + f"reaches {float(norm):.4g}, "
-                 + (f"the LP's bound is {lp_norm:.4g}" if bound is not None else "no LP bound computed"))
+                 + f"reaches {_g4(norm)}, "
+                 + (f"the LP's bound is {_g4(lp_exact)}" if bound is not None else "no LP bound computed"))
+    if big:
+        note += (f"; the hidden vectors' integers have no float64 value (numerators of up to {scale.bit_length():,} "
+                 f"bits over a denominator of {hv.den.bit_length():,} bits): the float LP ran on them divided by the "
+                 f"largest, in exact arithmetic (each quotient rounded once), and every margin above is exact")
     if steps_note is not None and game is None:
         note += f"; the multiplicative-weights game ({steps_note}) raised no margin"
     if failed is not None:
@@ -814,6 +847,7 @@ def _lifting(X: np.ndarray, Xf: np.ndarray, y: np.ndarray, C: int, Xi: np.ndarra
         const = np.nonzero((Xi[0] != 0) & (Xi == Xi[0]).all(axis=0))[0].tolist() if N else []
     else:
         const = [j for j in range(d) if N and X[0, j] != 0 and all(X[i, j] == X[0, j] for i in range(N))]
+    const = [j for j in const if Xf[0, j] != 0]  # a non-zero integer whose scaled float is 0: no use here
     if not const:
         return None
     j0 = const[0]
