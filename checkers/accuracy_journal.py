@@ -21,7 +21,8 @@ is refused: the header must match exactly.  A resumed run merges the recorded ch
 fresh ones; the merge checks that the chunks cover every point once and that the counts add up.
 
 Claim.  A header of another version (version 1 chunk lines carry no checksum), a chunk line that
-is not JSON, belongs to another run (R differs), fails its checksum, is not a chunk of this run,
+is not JSON, fails its checksum (edited in place or corrupted), belongs to another run (an intact
+line whose R differs: copied from another journal), is not a chunk of this run,
 repeats a chunk with other results, or does not add up (correct + wrong + undecided = the chunk's
 points; wrong and undecided points increasing, inside the chunk; a margin exactly when some point
 is correct, low <= high; low_index and high_index inside the chunk and neither wrong nor

@@ -22,8 +22,8 @@ at most one partial last line (no newline), which is cut off on resuming and its
 Claim.  Nothing read from a journal is trusted as written.  A header for another model, task,
 plan or chunking, a header of another version (version 1 lines carry no checksum, version 2
 softmax lines do not name the points of their enclosure ends), a chunk line that is not valid
-JSON, belongs to another run (R differs: spliced from another journal), fails its checksum
-(edited by hand), names a chunk that is not one of this run's, repeats a chunk with other
+JSON, fails its checksum (edited in place or corrupted, whatever its R says), belongs to another
+run (an intact line whose R differs: copied from another journal), names a chunk that is not one of this run's, repeats a chunk with other
 results, or whose counts do not add up (a chunk without failure checked every one of its points
 and has a positive margin; a failing chunk checked its points up to and including the failing
 one, whose margin is the chunk's minimum and is <= 0; the minimum-margin point lies among the
@@ -425,12 +425,19 @@ def cut_partial_line(path: str, data: bytes, partial: bytes) -> None:
 
 
 def check_signature(r: dict, run_id: str, where: str) -> None:
-    """A chunk line names this run (else it was spliced from another journal) and its checksum holds."""
-    if r["run"] != run_id:
-        raise BadInput(f"{where}: the line belongs to another run (its fingerprint differs from the header's): "
-                       "spliced from another journal")
+    """A chunk line's checksum holds and it names this run; the refusal says which of the two was
+    seen: a line whose text no longer matches its checksum was edited in place or corrupted
+    (whatever its fingerprint now says); an intact line that names another run was copied from
+    another journal (or rewritten with its checksum recomputed)."""
+    other = r["run"] != run_id
     if r["sum"] != line_checksum(r):
-        raise BadInput(f"{where}: checksum mismatch: the line was edited or corrupted")
+        raise BadInput(f"{where}: checksum mismatch: the line's contents differ from what its checksum records, "
+                       "so it was edited in place or corrupted"
+                       + ("; its run fingerprint also differs from the header's" if other else ""))
+    if other:
+        raise BadInput(f"{where}: the line is intact (its checksum holds) but belongs to another run (its "
+                       "fingerprint differs from the header's): copied from another journal, or rewritten with "
+                       "its checksum recomputed")
 
 
 def append_line(path: str, line: str) -> None:
