@@ -76,6 +76,22 @@ def run_json(cmd: str) -> tuple[int, dict, str]:
     return _JSON[cmd]
 
 
+def link_checkout(folder) -> str:
+    """`folder` with every top-level entry of the repository linked in: documented commands run
+    there, so their inputs (docs/examples/..., training/checkpoints/...) resolve as in a checkout,
+    and a file a command writes into its folder (`export-transformerlens ... OUT.safetensors`)
+    lands in `folder`, never in the repository."""
+    for name in os.listdir(ROOT):
+        if name != ".git" and not os.path.lexists(os.path.join(folder, name)):
+            os.symlink(os.path.join(ROOT, name), os.path.join(folder, name))
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def docs_cwd(tmp_path_factory):
+    return link_checkout(tmp_path_factory.mktemp("docs-cwd"))
+
+
 def _expected_exit(expected):
     if expected and re.fullmatch(r"\(exit \d+\)", expected[-1]):
         return int(expected[-1][6:-1]), expected[:-1]
@@ -88,11 +104,12 @@ def test_docs_have_tested_examples():
 
 
 @pytest.mark.parametrize("path,line,cmd,expected", BLOCKS, ids=[f"{b[0]}:{b[1]}" for b in BLOCKS])
-def test_documented_command_prints_what_the_docs_say(path, line, cmd, expected):
-    """Run in-process (tests/cli_in_process.py: the entry point pyproject.toml names, in the
-    repository's folder); the next test runs one block per console script as a real subprocess."""
+def test_documented_command_prints_what_the_docs_say(path, line, cmd, expected, docs_cwd):
+    """Run in-process (tests/cli_in_process.py: the entry point pyproject.toml names, in a folder
+    linking the repository's entries: docs_cwd); the next test runs one block per console script as
+    a real subprocess."""
     exit_code, expected = _expected_exit(expected)
-    code, out, err = run_command(shlex.split(cmd))
+    code, out, err = run_command(shlex.split(cmd), cwd=docs_cwd)
     assert code == exit_code, (cmd, code, err)
     assert _mask(out.rstrip("\n")) == _mask("\n".join(expected)), f"{path}:{line}: `{cmd}` prints\n{out}"
 
@@ -107,13 +124,13 @@ def _one_block_per_script():
 
 @pytest.mark.parametrize("path,line,cmd,expected", _one_block_per_script(),
                          ids=[shlex.split(b[2])[0] for b in _one_block_per_script()])
-def test_installed_script_prints_what_the_docs_say(path, line, cmd, expected):
+def test_installed_script_prints_what_the_docs_say(path, line, cmd, expected, docs_cwd):
     """The installed console script, as a subprocess: its exit status through the OS and its
     stdout are what the block says (once per script; every block runs in-process above)."""
     exit_code, expected = _expected_exit(expected)
     argv = shlex.split(cmd)
     argv[0] = os.path.join(BIN, argv[0])
-    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(argv, cwd=docs_cwd, capture_output=True, text=True, timeout=300)
     assert r.returncode == exit_code, (cmd, r.returncode, r.stderr)
     assert _mask(r.stdout.rstrip("\n")) == _mask("\n".join(expected)), f"{path}:{line}: `{cmd}` prints\n{r.stdout}"
 
@@ -183,6 +200,13 @@ def test_example_files_are_what_the_builders_make():
 def refresh() -> None:
     """Rewrite every marked block with what its commands print today (run by a maintainer after a
     deliberate output change: `python tests/test_docs.py`; review the diff before committing)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        _refresh(link_checkout(folder))
+
+
+def _refresh(cwd: str) -> None:
     for path in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
         lines = open(path).read().split("\n")
         out, i = [], 0
@@ -197,7 +221,7 @@ def refresh() -> None:
                 if lines[j].startswith("$ "):
                     argv = shlex.split(lines[j][2:])
                     argv[0] = os.path.join(BIN, argv[0])
-                    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+                    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
                     out.append(lines[j])
                     out.extend(r.stdout.rstrip("\n").split("\n"))
                     if r.returncode:

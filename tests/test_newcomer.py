@@ -437,3 +437,24 @@ def test_train_shows_a_bar_on_a_terminal(monkeypatch, capsys):
     assert "icqa L=2 H=1,1 seed=0" in capsys.readouterr().err
     assert train_main(["icqa", "--k", "2", "--steps", "20", "--eval-every", "10", "--json"]) == 0
     assert capsys.readouterr().err == ""
+
+
+# ---- the test suite writes nothing into the repository
+
+def test_documented_commands_write_their_files_outside_the_repository(tmp_path):
+    """docs/trained-models.md's `export-transformerlens ... depthcert-prev-token.safetensors` writes
+    into the folder it runs in: tests/test_docs.py runs the docs' commands in a folder linking the
+    checkout's entries (link_checkout), so the file lands there and the repository stays clean."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    import test_docs
+
+    name = "depthcert-prev-token.safetensors"
+    blocks = [b for b in test_docs.BLOCKS if b[2].startswith("export-transformerlens ") and b[2].endswith(" " + name)]
+    assert len(blocks) == 1, [b[2] for b in test_docs.BLOCKS if "export" in b[2]]
+    in_root = os.path.join(ROOT, name)
+    before = os.stat(in_root).st_mtime_ns if os.path.exists(in_root) else None
+    cwd = test_docs.link_checkout(tmp_path)
+    test_docs.test_documented_command_prints_what_the_docs_say(*blocks[0], docs_cwd=cwd)
+    test_docs.test_installed_script_prints_what_the_docs_say(*blocks[0], docs_cwd=cwd)
+    assert (tmp_path / name).is_file() and not (tmp_path / name).is_symlink()
+    assert (os.stat(in_root).st_mtime_ns if os.path.exists(in_root) else None) == before
