@@ -9,10 +9,14 @@ restarts; when its orderings have no bilinear score, the search goes on to the n
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from depthcert.proofs import depth_exact as de
 from depthcert.proofs import depth_search as ds
 from depthcert.proofs.depth_realize import Layout, Orbits, Realised, head_feasible, readout, realise
+
+
+SQUARE_FIRST = 2_000  # nodes per square in the first pass
 
 
 class _Grow(Exception):
@@ -32,8 +36,12 @@ class DepthOutcome:
     margin: object = None
     reason: str = ""
     subset: int = 0
-    nodes: int = 0
+    nodes: int = 0  # search nodes spent (work units: the budget counts these)
+    tree_nodes: int = 0  # nodes of the certificate's tree
     leaves: int = 0
+    lps: int = 0
+    work: int = 0  # nodes spent at this depth by every phase
+    machine: bool = False  # ended by the safety stop in seconds: the outcome depends on the machine
     seconds: float = 0.0
     candidates: int = 0
     unrealised: int = 0
@@ -46,39 +54,64 @@ def initial_subset(points, size: int) -> list[int]:
     return sorted(order[:size])
 
 
-def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, progress=None,
-           verify_model=None) -> DepthOutcome:
-    """Upper bound first (the search pruned to orderings with bilinear scores, on a larger subset),
-    then, if no model came out, the lower-bound search of R(L, H) itself."""
-    t0 = time.perf_counter()
+def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float | None = None, progress=None,
+           verify_model=None, clock=time.perf_counter) -> DepthOutcome:
+    """One depth of the exact class B(L, H).  The node budget `max_nodes` is shared by the phases
+    in fixed shares, so the outcome is the same on every machine; `deadline` (a clock value) is
+    only a safety stop, and an outcome it ends says so.  Phases: (with H > 1) models with fewer
+    heads, padded; the equivariant upper-bound search (bilinear, on one point per orbit); the
+    exact search on 4-point squares; the exact search on a growing subset."""
+    t0 = clock()
+    spent = 0
+    reasons = []
+    stopped = []
+
+    def share(frac):
+        return max(1, min(max_nodes - spent, int(max_nodes * frac)))
+
+    def run(phase, fn, nodes):
+        nonlocal spent
+        if max_nodes - spent <= 0:
+            reasons.append(f"{phase}: no budget left")
+            return None
+        got = fn(nodes)
+        spent += got.nodes
+        if got.kind in ("model", "impossible"):
+            return got
+        reasons.append(f"{phase}: {got.reason}")
+        if got.machine:
+            stopped.append(phase)
+        return None
+
     if heads > 1:
-        # a model with fewer heads is a model with `heads` heads (pad_heads); verified again padded
-        fewer, fewer_reasons = _fewer_heads(problem, layers, heads, max_nodes // 4, t0 + min((deadline - t0) / 6, 45.0),
-                                            progress, verify_model)
-        if fewer is not None:
-            return fewer
-    else:
-        fewer_reasons = []
-    half = time.perf_counter() + min((deadline - time.perf_counter()) / 4, 60.0)
-    up = _upper(problem, layers, heads, max_nodes // 2, half, progress, verify_model)
-    if up.kind == "model":
-        return up
-    sq = _squares_first(problem, layers, heads, max_nodes - up.nodes, deadline - (deadline - t0) / 8, progress)
-    if sq is not None:
-        return sq
-    low = _decide(problem, layers, heads, max_nodes - up.nodes, deadline, start=4, progress=progress,
-                  verify_model=verify_model)
-    if low.kind != "open":
-        return low
-    padded = "".join(f"; padded search with {r}" for r in fewer_reasons)
-    return DepthOutcome(layers, "open", reason=f"upper-bound search: {up.reason}; lower-bound search: {low.reason}"
-                                               f"{padded}",
-                        subset=low.subset, nodes=up.nodes + low.nodes, seconds=time.perf_counter() - t0,
-                        candidates=up.candidates + low.candidates, unrealised=up.unrealised + low.unrealised)
+        for fewer in range(1, heads):
+            got = run(f"{fewer} head{'s' if fewer > 1 else ''}, padded",
+                      lambda n: _fewer_heads(problem, layers, heads, fewer, n, deadline, progress, verify_model, clock),
+                      share(0.1))
+            if got is not None:
+                return _done(got, spent, t0, clock)
+    got = run("upper-bound search", lambda n: _upper(problem, layers, heads, n, deadline, progress, verify_model,
+                                                     clock), share(0.25))
+    if got is not None:
+        return _done(got, spent, t0, clock)
+    got = run("squares", lambda n: _squares_first(problem, layers, heads, n, deadline, progress, clock), share(0.25))
+    if got is not None:
+        return _done(got, spent, t0, clock)
+    got = run("exact search", lambda n: _decide(problem, layers, heads, n, deadline, start=4, progress=progress,
+                                                verify_model=verify_model, clock=clock), max_nodes - spent)
+    if got is not None:
+        return _done(got, spent, t0, clock)
+    return DepthOutcome(layers, "open", reason="; ".join(reasons), nodes=spent, seconds=clock() - t0,
+                        machine=bool(stopped))
 
 
-def _upper(problem, layers: int, heads: int, max_nodes: int, deadline: float, progress, verify_model) -> DepthOutcome:
-    """The upper-bound search: R(L, H) pruned to orderings with bilinear scores and read-outs."""
+def _done(got, spent, t0, clock):
+    return replace(got, nodes=spent if got.kind == "model" else got.nodes, work=spent, seconds=clock() - t0)
+
+
+def _upper(problem, layers: int, heads: int, max_nodes: int, deadline, progress, verify_model, clock) -> DepthOutcome:
+    """The upper-bound search: orderings with bilinear scores (HiGHS) and a separable read-out, on
+    one point per orbit of the task's token symmetry first, realised and verified on every point."""
     layout = Layout(problem.vocab, problem.max_length, layers, heads)
     orbits = Orbits(layout, problem.groups) if problem.groups else None
     memo = {}
@@ -96,7 +129,7 @@ def _upper(problem, layers: int, heads: int, max_nodes: int, deadline: float, pr
                        exact=False) is not None
 
     return _decide(problem, layers, heads, max_nodes, deadline, start=8, progress=progress, verify_model=verify_model,
-                   filter=bilinear, first=problem.representatives, separable=separable)
+                   filter=bilinear, first=problem.representatives, separable=separable, clock=clock)
 
 
 def pad_heads(weights: dict, heads: int) -> dict:
@@ -128,38 +161,35 @@ def pad_heads(weights: dict, heads: int) -> dict:
     return out
 
 
-def _fewer_heads(problem, layers, heads, max_nodes, deadline, progress, verify_model):
-    """(a verified model with `heads` heads per layer made from one with fewer (pad_heads) or None,
-    the reasons of the searches that found none)."""
-    reasons = []
-    for fewer in range(1, heads):
-        t0 = time.perf_counter()
-        share = t0 + (deadline - t0) / (heads - fewer)
-        if share - t0 <= 0:
-            break
-        got = _upper(problem, layers, fewer, max_nodes, share, progress, verify_model)
-        if got.kind != "model":
-            reasons.append(f"{fewer} head{'s' if fewer > 1 else ''}: {got.reason}")
-            continue
-        padded = pad_heads(got.weights, heads)
-        ok, margin = verify_model(padded)
-        if ok:
-            return DepthOutcome(layers, "model", weights=padded, margin=margin, subset=got.subset, nodes=got.nodes,
-                                seconds=time.perf_counter() - t0, candidates=got.candidates,
-                                unrealised=got.unrealised, padded_from=fewer), reasons
-        reasons.append(f"{fewer} head{'s' if fewer > 1 else ''}: the padded model failed verification")
-    return None, reasons
+def _fewer_heads(problem, layers, heads, fewer, max_nodes, deadline, progress, verify_model, clock):
+    """A verified model with `heads` heads per layer made from one with `fewer` (pad_heads), or an
+    open outcome."""
+    got = _upper(problem, layers, fewer, max_nodes, deadline, progress, verify_model, clock)
+    if got.kind != "model":
+        return got
+    padded = pad_heads(got.weights, heads)
+    ok, margin = verify_model(padded)
+    if ok:
+        return replace(got, weights=padded, margin=margin, padded_from=fewer)
+    return replace(got, kind="open", weights=None, reason="the padded model failed verification")
 
 
-def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, start: int = 4,
+def _decide(problem, layers: int, heads: int, max_nodes: int, deadline, start: int = 4,
             max_rounds: int = 12, progress=None, verify_model=None, filter=None, first=None,
-            separable=None, grow_by: int = 2) -> DepthOutcome:
-    """problem: .points (all dataset points), .causal, .vocab, .classes, .max_length, .outputs,
+            separable=None, grow_by: int = 2, clock=time.perf_counter) -> DepthOutcome:
+    """The search on a growing subset.  filter None: the exact search (proofs/depth_exact.py):
+    a refutation of the subset is a certificate (version 2), a candidate is realised on every
+    point and verified; a candidate whose read-out fails on the dataset adds the points of that
+    Farkas vector and the search restarts; a candidate on a strict subset whose realisation
+    fails grows the subset by the nearest points.  filter given: the upper-bound search of
+    proofs/depth_search.py pruned by `filter` (no certificate: pruned branches are not refuted).
+
+    problem: .points (all dataset points), .causal, .vocab, .classes, .max_length, .outputs,
     .task_ref (the certificate's task field).  verify_model(weights) -> (ok, margin) runs the
     project's exhaustive verifier on every point."""
     pts = problem.points
     subset = sorted(first) if first else initial_subset(pts, min(start, len(pts)))
-    t0 = time.perf_counter()
+    t0 = clock()
     nodes = cands = unreal = 0
     reasons = []
     for _ in range(max_rounds):
@@ -167,9 +197,6 @@ def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, s
         state = {}
 
         def accept(cand):
-            if filter is None and len(subset) < len(pts):
-                # lower-bound search: a candidate means the subset is too small
-                raise _Grow(_next_points(pts, subset, grow_by))
             r = realise(cand.facts, pts, layers, heads, problem.causal, problem.vocab, problem.classes,
                         problem.max_length, problem.outputs, name=f"find-depth-L{layers}-H{heads}",
                         groups=problem.groups)
@@ -183,60 +210,63 @@ def _decide(problem, layers: int, heads: int, max_nodes: int, deadline: float, s
             if r.grow:
                 raise _Grow(list(r.grow))
             reasons.append(r.reason)
+            if filter is None and len(subset) < len(pts):
+                raise _Grow(_next_points(pts, subset, grow_by))
             return False
 
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
+        left = max_nodes - nodes
+        if left <= 0:
             break
-        search = ds.DepthSearch(sub_pts, layers, heads, problem.causal, max_nodes - nodes, remaining, accept=accept,
-                                progress=progress, filter=filter, separable=separable)
+        secs = None if deadline is None else deadline - clock()
+        if secs is not None and secs <= 0:
+            return _open(layers, "the safety stop (--max-seconds) was reached: a machine-dependent stop", subset,
+                         nodes, cands, unreal, t0, clock, machine=True)
+        if filter is None:
+            search = de.ExactSearch(sub_pts, layers, heads, problem.causal, left, secs, accept=accept,
+                                    progress=progress, clock=clock)
+        else:
+            search = ds.DepthSearch(sub_pts, layers, heads, problem.causal, left, secs, accept=accept,
+                                    progress=progress, filter=filter, separable=separable)
+        stats = search.work if filter is None else search.stats
         try:
             kind, res = search.run()
         except _Grow as g:
-            nodes += search.stats.nodes
-            cands += search.stats.candidates
+            nodes += stats.nodes
             new = [i for i in g.points if i not in subset]
             if not new:
                 return _open(layers, "a candidate's read-out failed on points already searched", subset, nodes, cands,
-                             unreal, t0)
+                             unreal, t0, clock)
             subset = sorted(set(subset) | set(new))
             continue
         except ds.SearchLimit as exc:
-            nodes += search.stats.nodes
+            nodes += stats.nodes
             return _open(layers, f"{exc} (on {len(subset)} of {len(pts)} points)", subset, nodes,
-                         cands + search.stats.candidates, unreal + search.rejected, t0)
-        nodes += search.stats.nodes
-        cands += search.stats.candidates
+                         cands, unreal + search.rejected, t0, clock, machine=isinstance(exc, ds.TimeStop))
+        nodes += stats.nodes
         unreal += search.rejected
         if kind == "candidate":
             weights, margin = state["model"]
             return DepthOutcome(layers, "model", weights=weights, margin=margin, subset=len(subset), nodes=nodes,
-                                seconds=time.perf_counter() - t0, candidates=cands, unrealised=unreal)
+                                seconds=clock() - t0, candidates=cands, unrealised=unreal)
         if kind == "refuted" and filter is None:
-            cert = ds.certificate(sub_pts, res, layers, heads, problem.causal, problem.task_ref)
-            msg = ds.check_or_fail(cert)
-            n_nodes, n_leaves = ds.tree_size(cert["tree"])
-            return DepthOutcome(layers, "impossible", certificate=cert, check_message=msg, subset=len(cert["points"]),
-                                nodes=n_nodes, leaves=n_leaves, seconds=time.perf_counter() - t0, candidates=cands,
-                                unrealised=unreal)
+            return _impossible(sub_pts, res, layers, heads, problem, nodes, t0, clock, lps=stats.lps)
         if kind == "refuted" or res == 0:
-            return _open(layers, f"the search found no ordering with bilinear scores that fits {len(subset)} points "
+            return _open(layers, f"no ordering with bilinear scores fits {len(subset)} points "
                                  "(pruned by floating-point LPs: a search result, not a proof)", subset, nodes, cands,
-                         unreal, t0)
-        # every candidate on the subset had orderings without bilinear scores
+                         unreal, t0, clock)
         why = reasons[-1] if reasons else "no candidate was realisable"
-        if len(subset) == len(pts):
-            return _open(layers, f"the search fitted R({layers}, {heads}) to all {len(pts)} points ({res} "
-                                 f"candidate{'' if res == 1 else 's'}; separability by floating-point LPs, not checked "
-                                 f"exactly: no "
-                                 f"certificate was found at this depth), but none is realisable with bilinear "
-                                 f"scores ({why})", subset, nodes, cands, unreal, t0)
-        return _open(layers, f"{res} candidate{' fits' if res == 1 else 's fit'} the relaxed class on {len(subset)} points "
-                             f"(floating-point LPs) "
-                             f"but none is "
-                             f"realisable with bilinear scores ({why})", subset, nodes, cands, unreal, t0)
-    return _open(layers, f"the search/realisation loop stopped after {max_rounds} rounds or the time limit "
-                         f"({len(subset)} of {len(pts)} points)", subset, nodes, cands, unreal, t0)
+        return _open(layers, f"{res} candidate{' fits' if res == 1 else 's fit'} {len(subset)} points by floating-point "
+                             f"LPs but none is realised exactly ({why})", subset, nodes, cands, unreal, t0, clock)
+    return _open(layers, f"the search/realisation loop stopped after {max_rounds} rounds or its budget "
+                         f"({len(subset)} of {len(pts)} points)", subset, nodes, cands, unreal, t0, clock)
+
+
+def _impossible(sub_pts, tree, layers, heads, problem, nodes, t0, clock, lps=0):
+    cert = ds.certificate(sub_pts, tree, layers, heads, problem.causal, problem.task_ref, version=2)
+    msg = ds.check_or_fail(cert)
+    n_nodes, n_leaves = ds.tree_size(cert["tree"])
+    return DepthOutcome(layers, "impossible", certificate=cert, check_message=msg, subset=len(cert["points"]),
+                        nodes=nodes, tree_nodes=n_nodes, leaves=n_leaves, lps=lps, seconds=clock() - t0)
 
 
 def squares(points, limit: int = 64, groups=()):
@@ -305,41 +335,41 @@ def _orbit_key(pts, groups):
     return best
 
 
-def _squares_first(problem, layers, heads, max_nodes, deadline, progress):
-    """Try the small squares with a share of the budget each; an impossibility outcome or None."""
+def _squares_first(problem, layers, heads, max_nodes, deadline, progress, clock):
+    """The exact search on the small squares: a first pass with at most SQUARE_FIRST nodes each,
+    then the squares it left open, in the same order, with the rest of the budget split evenly.
+    An impossibility outcome, or an open one."""
     pts = problem.points
     quads = squares(pts, limit=400, groups=problem.groups)
-    pass_one_end = time.perf_counter() + (deadline - time.perf_counter()) / 5
-    t0 = time.perf_counter()
+    t0 = clock()
+    nodes = 0
     hard = []
-    # first pass: a fittable square shows a candidate within a few hundred nodes; the others are
-    # kept for the second pass, in the same order, with the rest of the budget
+    machine = False
     for rnd, pool in ((0, quads), (1, hard)):
         for n, quad in enumerate(pool):
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                return None
-            if rnd == 0 and time.perf_counter() > pass_one_end:
-                hard.extend(pool[n:])
+            left = max_nodes - nodes
+            if left <= 0:
                 break
-            share = min(remaining, 2.0) if rnd == 0 else remaining / max(1, min(2, len(pool) - n))
-            nodes = min(max_nodes, 3000) if rnd == 0 else max_nodes
+            cap = min(left, SQUARE_FIRST) if rnd == 0 else max(1, left // max(1, len(pool) - n))
+            secs = None if deadline is None else deadline - clock()
+            if secs is not None and secs <= 0:
+                machine = True
+                break
             sub = [pts[i] for i in quad]
-            search = ds.DepthSearch(sub, layers, heads, problem.causal, nodes, share, progress=progress)
+            search = de.ExactSearch(sub, layers, heads, problem.causal, cap, secs, progress=progress, clock=clock)
             try:
                 kind, res = search.run()
-            except ds.SearchLimit:
+            except ds.SearchLimit as exc:
+                nodes += search.work.nodes
+                machine = machine or isinstance(exc, ds.TimeStop)
                 if rnd == 0:
                     hard.append(quad)
                 continue
-            if kind != "refuted":
-                continue
-            cert = ds.certificate(sub, res, layers, heads, problem.causal, problem.task_ref)
-            msg = ds.check_or_fail(cert)
-            n_nodes, n_leaves = ds.tree_size(cert["tree"])
-            return DepthOutcome(layers, "impossible", certificate=cert, check_message=msg, subset=len(cert["points"]),
-                                nodes=n_nodes, leaves=n_leaves, seconds=time.perf_counter() - t0)
-    return None
+            nodes += search.work.nodes
+            if kind == "refuted":
+                return _impossible(sub, res, layers, heads, problem, nodes, t0, clock, lps=search.work.lps)
+    return DepthOutcome(layers, "open", reason=f"no square of the {len(quads)} tried is refuted within {nodes:,} nodes",
+                        nodes=nodes, seconds=clock() - t0, machine=machine)
 
 
 def _next_points(points, subset, count):
@@ -356,6 +386,6 @@ def _next_points(points, subset, count):
     return rest[:count]
 
 
-def _open(layers, reason, subset, nodes, cands, unreal, t0):
+def _open(layers, reason, subset, nodes, cands, unreal, t0, clock=time.perf_counter, machine=False):
     return DepthOutcome(layers, "open", reason=reason, subset=len(subset), nodes=nodes,
-                        seconds=time.perf_counter() - t0, candidates=cands, unrealised=unreal)
+                        seconds=clock() - t0, candidates=cands, unrealised=unreal, machine=machine)

@@ -24,7 +24,15 @@ from depthcert.proofs import check_depth as cd
 
 
 class SearchLimit(Exception):
-    """The search passed --max-clauses nodes or --max-seconds; the message says which."""
+    """The search stopped at a limit; the subclass says which."""
+
+
+class WorkLimit(SearchLimit):
+    """The search used its node budget: a deterministic stop (the same on every machine)."""
+
+
+class TimeStop(SearchLimit):
+    """The safety stop in seconds: an outcome it ends depends on the machine."""
 
 
 @dataclass(frozen=True)
@@ -253,9 +261,9 @@ class DepthSearch:
         if self.progress is not None:
             self.progress.update(1)
         if self.stats.nodes > self.max_nodes:
-            raise SearchLimit(f"the case split passed --max-clauses {self.max_nodes:,} nodes")
-        if time.perf_counter() - self.t0 > self.max_seconds:
-            raise SearchLimit(f"the search used its time share ({self.max_seconds:.0f} s of --max-seconds)")
+            raise WorkLimit(f"the search used its budget of {self.max_nodes:,} nodes")
+        if self.max_seconds is not None and time.perf_counter() - self.t0 > self.max_seconds:
+            raise TimeStop(f"the safety stop (--max-seconds) was reached: a machine-dependent stop")
 
     def _dfs(self, facts, done, k):
         """The refutation subtree (dict) below these facts, or None when a candidate was accepted
@@ -334,16 +342,24 @@ def _q(v: Fraction):
     return int(v) if v.denominator == 1 else f"{v.numerator}/{v.denominator}"
 
 
+def _children(node):
+    """The child nodes of a split or comparison node."""
+    ch = node["children"]
+    return [c["node"] for c in ch] if isinstance(ch, list) else [ch[r] for r in cd.RELATIONS]
+
+
 def prune_points(tree) -> set[int]:
-    """The points a certificate tree mentions (splits and leaves)."""
+    """The points a certificate tree mentions (splits, comparisons and leaves)."""
     out, stack = set(), [tree]
     while stack:
         node = stack.pop()
         if "farkas" in node:
             out.update(e[0] for e in node["farkas"])
+        elif "head_farkas" in node:
+            out.update(r[0] for r in node["head_farkas"]["rows"])
         else:
-            out.add(node["split"]["point"])
-            stack.extend(ch["node"] for ch in node["children"])
+            out.add((node.get("split") or node["compare"])["point"])
+            stack.extend(_children(node))
     return out
 
 
@@ -351,10 +367,16 @@ def renumber(tree, mapping):
     """The tree with point indices renumbered by `mapping` (old -> new)."""
     if "farkas" in tree:
         return {"farkas": [[mapping[p], c, v] for p, c, v in tree["farkas"]]}
-    s = dict(tree["split"])
+    if "head_farkas" in tree:
+        hf = tree["head_farkas"]
+        return {"head_farkas": dict(hf, rows=[[mapping[r[0]]] + r[1:] for r in hf["rows"]])}
+    kind = "split" if "split" in tree else "compare"
+    s = dict(tree[kind])
     s["point"] = mapping[s["point"]]
-    return {"split": s, "children": [{"max": ch["max"], "node": renumber(ch["node"], mapping)}
-                                     for ch in tree["children"]]}
+    ch = tree["children"]
+    if isinstance(ch, list):
+        return {kind: s, "children": [{"max": c["max"], "node": renumber(c["node"], mapping)} for c in ch]}
+    return {kind: s, "children": {r: renumber(ch[r], mapping) for r in cd.RELATIONS}}
 
 
 def tree_size(tree) -> tuple[int, int]:
@@ -363,23 +385,21 @@ def tree_size(tree) -> tuple[int, int]:
     while stack:
         node = stack.pop()
         nodes += 1
-        if "farkas" in node:
+        if "farkas" in node or "head_farkas" in node:
             leaves += 1
         else:
-            stack.extend(ch["node"] for ch in node["children"])
+            stack.extend(_children(node))
     return nodes, leaves
 
 
-def certificate(points, tree, layers, heads, causal, task=None, claims=None) -> dict:
-    """The certificate object, restricted to the points the tree uses."""
+def certificate(points, tree, layers, heads, causal, task=None, version=1) -> dict:
+    """The certificate object, restricted to the points the tree uses.  version 1: the relaxed
+    class R(L, H); version 2: the exact (bilinear) class, vector-keyed facts."""
     used = sorted(prune_points(tree))
     mapping = {p: k for k, p in enumerate(used)}
-    obj = {"format": cd.FORMAT, "version": cd.VERSION, "task": task, "layers": layers, "heads": heads,
-           "causal": causal, "points": [{"tokens": list(points[p][0]), "label": points[p][1]} for p in used],
-           "tree": renumber(tree, mapping)}
-    if claims:
-        obj["claims"] = claims
-    return obj
+    return {"format": cd.FORMAT, "version": version, "task": task, "layers": layers, "heads": heads,
+            "causal": causal, "points": [{"tokens": list(points[p][0]), "label": points[p][1]} for p in used],
+            "tree": renumber(tree, mapping)}
 
 
 def check_or_fail(obj) -> str:

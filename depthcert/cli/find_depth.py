@@ -3,8 +3,8 @@
     find-depth --task TASK [sizes] | --dataset FILE   --heads H [--max-layers L] [--json]
                [--max-clauses N] [--max-seconds S] [--certificates DIR] [--export FILE]
 
-For L = 1, 2, ... (docs/depth.md): an impossibility certificate for the relaxed class R(L, H),
-re-checked by proofs/check_depth.py (standard library only), or a hardmax model realised with
+For L = 1, 2, ... (docs/depth.md): an impossibility certificate for the exact class B(L, H) (bilinear
+hardmax attention, any width), re-checked by proofs/check_depth.py (standard library only), or a hardmax model realised with
 bilinear scores and verified on every point (checkers.exhaustive.verify, the code behind
 `verify-construction --weights`), or "open at L" with the reason.  The minimal depth is exact
 only when every smaller L is refuted by a re-checked certificate and a verified model exists at L.
@@ -24,14 +24,15 @@ from depthcert.cli.common import _Parser, add_task_options, plural, positive_int
 from depthcert.cli.errors import EXIT_OK, EXIT_UNDECIDED
 
 DEFAULT_MAX_CLAUSES = 200_000_000
-DEFAULT_MAX_SECONDS = 900
+DEFAULT_MAX_NODES = 20_000
+DEFAULT_MAX_SECONDS = 3600
 DEFAULT_MAX_LAYERS = 3
 MAX_HEADS = 4
 MAX_POINTS = 5_000
 
 RULES_OUT = ("attention-only transformers with average-hard (hardmax) attention, {h} per layer, at most {l}, "
              "one-hot token and position inputs, linear values, any width and any weights, a linear "
-             "read-out at the last position{c} (every such model is in R(L, H); docs/depth.md)")
+             "read-out at the last position{c} (docs/depth.md)")
 NOT_RULED_OUT = ("softmax or ReLU attention, MLP sublayers, layer normalisation, more heads per layer, "
                  "read-outs at other positions")
 
@@ -51,10 +52,13 @@ def _build_parser() -> _Parser:
     p.add_argument("--max-clauses", type=positive_int, default=DEFAULT_MAX_CLAUSES,
                    help="the largest case-split encoding: a run whose selection literals (one per point, layer, "
                         "head, position and possible maximal set, 2^keys - 1) exceed it is refused before anything "
-                        "is built, and a search whose case split passes this many nodes stops with 'open' "
-                        f"(default {DEFAULT_MAX_CLAUSES:,})")
+                        f"is built (default {DEFAULT_MAX_CLAUSES:,})")
+    p.add_argument("--max-nodes", type=positive_int, default=DEFAULT_MAX_NODES,
+                   help="the work budget of each depth in search nodes, shared by its phases in fixed shares: the "
+                        f"outcome is the same on every machine (default {DEFAULT_MAX_NODES:,})")
     p.add_argument("--max-seconds", type=positive_int, default=DEFAULT_MAX_SECONDS,
-                   help=f"time limit of the whole run, shared by the depths (default {DEFAULT_MAX_SECONDS} s)")
+                   help="a safety stop for the whole run; an outcome it ends is marked machine-dependent "
+                        f"(default {DEFAULT_MAX_SECONDS} s)")
     p.add_argument("--certificates", metavar="DIR", help="write each impossibility certificate to DIR")
     p.add_argument("--export", metavar="FILE", help="write the verified model (depthcert.weights v2, hardmax)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -194,17 +198,13 @@ def _find_depth(argv) -> int:
     show = sys.stderr.isatty() and not args.json
     outcomes = []
     for L in range(1, args.max_layers + 1):
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            break
-        share = remaining / (args.max_layers - L + 1) if L < args.max_layers else remaining
         bar = None
         if show:
             from tqdm import tqdm
 
             bar = tqdm(desc=f"find-depth L={L}", unit=" nodes", leave=False, file=sys.stderr, delay=3)
         try:
-            out = decide(prob, L, args.heads, args.max_clauses, time.perf_counter() + share, progress=bar,
+            out = decide(prob, L, args.heads, args.max_nodes, deadline, progress=bar,
                          verify_model=lambda w: _verify_model(prob, w))
         finally:
             if bar is not None:
@@ -257,10 +257,12 @@ def _report(prob, args, outcomes, seconds, wrote):
     exact = model is not None and refuted == model.layers - 1
     depths = []
     for o in outcomes:
-        d = {"layers": o.layers, "outcome": o.kind, "seconds": round(o.seconds, 2)}
+        d = {"layers": o.layers, "outcome": o.kind, "work_nodes": o.work or o.nodes, "seconds": round(o.seconds, 2)}
+        if o.machine:
+            d["machine_dependent"] = True
         if o.kind == "impossible":
-            d["certificate"] = {"points": len(o.certificate["points"]), "nodes": o.nodes, "leaves": o.leaves,
-                                "check": o.check_message}
+            d["certificate"] = {"points": len(o.certificate["points"]), "version": o.certificate["version"],
+                                "nodes": o.tree_nodes, "leaves": o.leaves, "check": o.check_message}
         elif o.kind == "model":
             d["model"] = {"d_model": len(o.weights["W_O"][0]), "verified": True, "min_margin": _margin(o.margin),
                           "points_checked": len(prob.points)}
@@ -273,6 +275,7 @@ def _report(prob, args, outcomes, seconds, wrote):
             "task": prob.name, "params": prob.params, "points": len(prob.points), "heads": args.heads,
             "causal": prob.causal, "depths": depths, "minimal_depth": model.layers if exact else None,
             "exact": exact, "lower_bound": refuted + 1, "upper_bound": model.layers if model else None,
+            "max_nodes": args.max_nodes, "machine_dependent": any(o.machine for o in outcomes),
             "wrote": wrote, "seconds": round(seconds, 2)}
 
 
@@ -283,16 +286,20 @@ def _human(prob, args, outcomes, report):
     for o in outcomes:
         if o.kind == "impossible":
             lines.append(f"  L={o.layers}  impossible (certificate): {plural(len(o.certificate['points']), 'point')}, "
-                         f"{o.nodes:,} nodes, {o.leaves:,} Farkas leaves, {o.seconds:.1f} s")
+                         f"tree of {o.tree_nodes:,} nodes and {o.leaves:,} Farkas leaves; work {o.work or o.nodes:,} "
+                         f"nodes, {o.seconds:.1f} s")
             lines.append(f"        re-checked by proofs/check_depth.py: {o.check_message}")
         elif o.kind == "model":
             lines.append(f"  L={o.layers}  verified model: hardmax, d'={len(o.weights['W_O'][0])}, every point "
-                         f"({len(prob.points)}) correct, min margin {_fmt_margin(o.margin)}, {o.seconds:.1f} s")
+                         f"({len(prob.points)}) correct, min margin {_fmt_margin(o.margin)}; work {o.work or o.nodes:,} "
+                         f"nodes, {o.seconds:.1f} s")
             if o.padded_from:
                 lines.append(f"        found with {plural(o.padded_from, 'head')} per layer and padded with zero-value "
                              f"heads to {h} (a model with fewer heads is one with more); verified with {h}")
         else:
-            lines.append(f"  L={o.layers}  open: {o.reason}")
+            lines.append(f"  L={o.layers}  open after {o.work or o.nodes:,} of {args.max_nodes:,} nodes: {o.reason}")
+            if o.machine:
+                lines.append("        (ended by the safety stop in seconds: this outcome depends on the machine)")
     if report["exact"]:
         m = report["minimal_depth"]
         lines.append(f"minimal depth with {h} per layer: {m} (every smaller depth refuted by a re-checked "
