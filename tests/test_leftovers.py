@@ -3,32 +3,32 @@ PathsDisagree messages, undecided reasons kept by the journals."""
 from __future__ import annotations
 
 import json
-import time
 
 from depthcert.cli.common import run_main
 from depthcert.cli.verify_construction import _verify_construction
-
-STOPPED_WITHIN = 10  # a run under --max-seconds 1 stops within this (about 1 s unloaded)
-
-
-from test_guards import _big_icqa_weights  # noqa: E402  (ICQA k=2 with ~4,000-digit rationals)
+from fake_clock import step_clock
+from test_guards import READINGS, STEP, _big_icqa_weights  # ICQA k=2 with ~4,000-digit rationals
 
 
-def test_one_point_stops_at_max_seconds(tmp_path, capsys):
+def test_one_point_stops_at_max_seconds(tmp_path, capsys, monkeypatch):
     """`--point N` evaluates under --max-seconds as the whole run does: weights of thousands of
-    digits ran one point for minutes past --max-seconds 1 (exit 0 long after the limit)."""
+    digits ran one point for minutes past --max-seconds 1 (exit 0 long after the limit).  The clock
+    is injected (tests/fake_clock.py, STEP = 0.3 s per reading): after the point's start it is read
+    by the a-priori bound (2 heads) and before each of the 2 layers of big-integer work, and the
+    4th reading, before layer 2, is the first past the limit (a run without the per-layer checks
+    ends with exit 0)."""
     path = _big_icqa_weights(tmp_path)
-    t0 = time.perf_counter()
+    clock = step_clock(monkeypatch, STEP)
     code = run_main(_verify_construction, ["icqa", "--k", "2", "--weights", str(path), "--point", "3",
                                            "--max-seconds", "1"])
-    seconds = time.perf_counter() - t0
     out = capsys.readouterr()
     assert code == 2 and not out.out, (code, out)
     assert "evaluating point 3 ran past the limit of 1 s" in out.err and "--max-seconds" in out.err, out.err
-    assert len(out.err.strip().splitlines()) == 1 and seconds < STOPPED_WITHIN
+    assert len(out.err.strip().splitlines()) == 1 and clock.readings <= READINGS, (clock.readings, out.err)
 
 
-def test_one_point_within_the_limit_is_shown(capsys):
+def test_one_point_within_the_limit_is_shown(capsys, monkeypatch):
+    step_clock(monkeypatch, 0.0)  # a stopped clock: the 1 s limit cannot pass, however loaded the machine
     code = run_main(_verify_construction, ["icqa", "--k", "2", "--point", "3", "--max-seconds", "1", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["verdict"] == "correct" and out["point"] == 3
