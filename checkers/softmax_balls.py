@@ -33,8 +33,13 @@ from depthcert.checkers.model import Model
 START_PRECISION = 64  # bits of the first attempt
 MAX_PRECISION = 4096  # cap: still overlapping balls at this precision -> undecided
 EXACT_AFTER = 256  # balls still overlapping at this precision: the exact tie decision (softmax_ties) runs
-BOUND_BITS = 1 << 13  # reported endpoints are rounded outward to multiples of 2^-BOUND_BITS (never a
-# 2^(10^13)-sized integer for exp(-10^13)); decisions compare the balls themselves, never these ends
+BOUND_BITS = 1 << 13  # reported endpoints at or above 2^-BOUND_BITS are exact; decisions compare the
+# balls themselves, never these ends
+TINY_BITS = 1 << 22  # an end below 2^-BOUND_BITS keeps 64 significant bits and its exponent down to
+# 2^-TINY_BITS (a positive end stays positive: a 512 KB denominator at most); below that it is rounded
+# outward to a multiple of 2^-BOUND_BITS (never a 2^(10^13)-sized integer for exp(-10^13))
+TOO_SMALL = (f"certified correct, but a margin ball's lower end is below 2^-{TINY_BITS - 64}, where no positive "
+             "lower end is stated (undecided rather than an enclosure that contains 0)")
 
 
 def _flint():
@@ -101,9 +106,13 @@ class NonFinite(Exception):
 
 
 def ball_bounds(x) -> tuple[Fraction, Fraction]:
-    """Exact dyadic endpoints [lower, upper] enclosing an arb ball, rounded outward to multiples
-    of 2^-BOUND_BITS (so exp(-10^13) gives [0, 2^-8192], never a 2^(10^13) denominator).
-    Raises NonFinite for an infinite or NaN ball, and for endpoints above 2^BOUND_BITS."""
+    """Exact dyadic endpoints [lower, upper] enclosing an arb ball, each end on the same side of 0
+    as the ball's own end (a ball certainly above 0 gets a lower end above 0, however small).
+    Ends at or above 2^-BOUND_BITS are exact; smaller ones are rounded outward to 64 significant
+    bits, their exponent kept, down to 2^-TINY_BITS; below that, outward to multiples of
+    2^-BOUND_BITS (so exp(-10^13) gives [0, 2^-8192], never a 2^(10^13) denominator: the one case
+    where a positive ball gets the lower end 0).  Raises NonFinite for an infinite or NaN ball,
+    and for endpoints above 2^BOUND_BITS."""
     if not x.is_finite():
         raise NonFinite
     out = []
@@ -116,6 +125,10 @@ def ball_bounds(x) -> tuple[Fraction, Fraction]:
             out.append(Fraction(man << exp))
         elif exp >= -BOUND_BITS:
             out.append(Fraction(man, 1 << -exp))
+        elif exp + man.bit_length() - 64 >= -TINY_BITS:  # 64 significant bits, rounded outward
+            extra = max(man.bit_length() - 64, 0)
+            m = (-((-man) >> extra) if upward else man >> extra)  # ceil / floor of man / 2^extra
+            out.append(Fraction(m, 1 << (-exp - extra)))
         else:  # round outward to the grid 2^-BOUND_BITS without building 2^-exp
             shift = -exp - BOUND_BITS
             q = -((-man) >> shift) if upward else man >> shift  # ceil / floor of man / 2^shift
@@ -232,8 +245,8 @@ class SoftmaxDecider:
                 d = self._attempt(H, den, labels, prec, logits)
             except (Undecidable, NonFinite):
                 d = None
-            if d is not None and d.status != "undecided":
-                break
+            if d is not None and (d.status != "undecided" or d.limit == TOO_SMALL):
+                break  # (a margin too small to state stays so at every precision)
             if prec >= self.exact_after and not tried:
                 tried = True
                 exact = self._exact(H, den, labels, logits)
@@ -417,6 +430,8 @@ def _decide_logits(W: _Weights, H, labels, model: Model, prec: int, logits: bool
             pos, c, hcol, tie = first[status]
             return PointDecision(status, (low, high), pos, c, _logit_bounds(W, hcol, model), prec, tie=tie)
     _, pos, c, hcol = smallest
+    if low <= 0:  # every ball above 0, one below 2^-TINY_BITS: no positive lower end to state
+        return PointDecision("undecided", None, pos, c, _logit_bounds(W, hcol, model), prec, limit=TOO_SMALL)
     return PointDecision("correct", (low, high), pos, c, _logit_bounds(W, hcol, model) if logits else (), prec)
 
 

@@ -467,6 +467,11 @@ class TieDecider:
             pos, c, tie = first_wrong
             return PointDecision("wrong", (low, high), pos, c, self._logit_bounds(H[pos], signs, prec), prec, tie=tie)
         _, pos, c = smallest
+        if low <= 0:  # every difference proven above 0, one below 2^-TINY_BITS: no positive lower end to state
+            from depthcert.checkers.softmax_balls import TOO_SMALL
+
+            return PointDecision("undecided", None, pos, c, self._logit_bounds(H[pos], signs, prec), prec,
+                                 limit=TOO_SMALL)
         return PointDecision("correct", (low, high), pos, c,
                              self._logit_bounds(H[pos], signs, prec) if logits else (), prec)
 

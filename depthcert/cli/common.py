@@ -249,13 +249,19 @@ def bound_text(q, up: bool, digits: int = 10) -> str:
     q = Fraction(q)
     if q == 0:
         return "0"
-    a = abs(q)
-    e = len(str(a.numerator)) - len(str(a.denominator))
-    if Fraction(10) ** e <= a:
-        e += 1  # now 10^(e-1) <= a < 10^e
+    num, den = q.numerator, q.denominator  # integers only below: no str() or gcd of a 10^100000-sized one
+
+    def at_least(e: int) -> bool:  # |q| >= 10^e
+        return abs(num) * 10 ** max(-e, 0) >= den * 10 ** max(e, 0)
+
+    e = math.floor((abs(num).bit_length() - den.bit_length()) * math.log10(2))  # within 1 of log10 |q|
+    while at_least(e):
+        e += 1
+    while not at_least(e - 1):
+        e -= 1  # now 10^(e-1) <= |q| < 10^e
     s = digits - e
-    x = q * Fraction(10) ** s  # `digits` digits before the point
-    n = math.ceil(x) if up else math.floor(x)
+    N, D = (num * 10**s, den) if s >= 0 else (num, den * 10**-s)  # q 10^s = N / D: `digits` digits before the point
+    n = -((-N) // D) if up else N // D
     if n == 0:
         return "0"
     text = str(abs(n))

@@ -462,9 +462,16 @@ def _print_human(info: dict, task, v, description: str) -> None:
         print(f"  input      {task.render(u.tokens)}")
         if u.position is not None:
             print(f"  position   {u.position}")
-        print(f"  expected   {u.expected}, not separated from {u.other} at {u.precision} bits")
+        from depthcert.checkers.softmax_balls import TINY_BITS, TOO_SMALL
+
+        if u.limit == TOO_SMALL:  # separated, but by less than any lower end the output states
+            print(f"  expected   {u.expected}, above every other class (closest: {u.other}) at {u.precision} bits")
+        else:
+            print(f"  expected   {u.expected}, not separated from {u.other} at {u.precision} bits")
         print(f"  limit      {u.limit}")
-        if u.margin is None:
+        if u.limit == TOO_SMALL:
+            print(f"  margin     above 0 (certified); no positive lower end stated below 2^-{TINY_BITS - 64}")
+        elif u.margin is None:
             print("  margin     unknown: a hardmax argmax after a softmax layer could not be settled")
         else:
             lo, hi = enclosure_text(u.margin)
