@@ -7,11 +7,13 @@ processes start safely next to JAX.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -303,6 +305,28 @@ def test_reading_order_starts_with_the_tutorial_and_covers_every_page():
     assert pages - {"index.md"} == listed, (pages - listed, listed - pages)
 
 
+def _reading_order(text: str, pattern: str) -> list[str]:
+    return list(dict.fromkeys(re.findall(pattern, text)))
+
+
+def test_readme_and_index_give_one_reading_order():
+    """README's reading order is docs/index.md's, shortened: its pages appear in the same order, and
+    it skips none of the index's pages before its last one except those it names as skipped."""
+    text = _readme()
+    section = text[text.index("## Reading order"):]
+    section = section[:section.index("\nContributing")]
+    readme = _reading_order(section.replace("`theorem", "`docs/theorem"), r"`docs/([a-z0-9_-]+\.md)`")
+    readme.remove("index.md")  # named in the lead sentence
+    index = _reading_order(open(os.path.join(ROOT, "docs", "index.md"), encoding="utf-8").read(),
+                           r"\]\(([a-z0-9_-]+\.md)\)")
+    assert readme == [p for p in index if p in readme], (readme, index)  # the same order
+    skipped = index[:index.index(readme[-1])]
+    skipped = [p for p in skipped if p not in readme]
+    assert skipped == ["multihop.md", "composition.md", "logdepth.md", "robustness.md", "softmax.md"], skipped
+    for page in skipped:  # named where the README passes over them
+        assert {"multihop.md": "multi-hop", "logdepth.md": "log depth"}.get(page, page[:-3]) in section, page
+
+
 @pytest.mark.parametrize("page", ["README.md", "docs/index.md", "docs/commands.md", "docs/results.md",
                                   "docs/development.md", "docs/tutorial.md", "docs/tracr.md", "docs/json.md",
                                   "docs/softmax.md"])
@@ -458,3 +482,89 @@ def test_documented_commands_write_their_files_outside_the_repository(tmp_path):
     test_docs.test_installed_script_prints_what_the_docs_say(*blocks[0], docs_cwd=cwd)
     assert (tmp_path / name).is_file() and not (tmp_path / name).is_symlink()
     assert (os.stat(in_root).st_mtime_ns if os.path.exists(in_root) else None) == before
+
+
+# ---- docs/trained-models.md: "decide your own TransformerLens model" near the top, and its code runs
+
+def _own_model_section() -> str:
+    text = open(os.path.join(ROOT, "docs", "trained-models.md"), encoding="utf-8").read()
+    start = text.index("## Decide your own TransformerLens model in three commands")
+    return text, text[start:text.index("\n## ", start + 1)]
+
+
+def test_own_model_steps_come_first_and_the_readme_links_them():
+    text, section = _own_model_section()
+    assert text.index(section) < text.index("## The Max-of-K table")  # before every result section
+    assert text[:text.index(section)].count("\n") < 25
+    assert "docs/trained-models.md#decide-your-own-transformerlens-model-in-three-commands" in _readme()
+
+
+def test_own_model_steps_run_on_a_live_hooked_transformer(tmp_path, monkeypatch):
+    """Step 1's code and the cfg.json line (plain json.dump raises TypeError on the config's torch
+    dtype; the documented default=str does not), then step 3's verify-model on each file."""
+    pytest.importorskip("transformer_lens")
+    import torch
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    _, section = _own_model_section()
+    step1 = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    dump = re.search(r"`(json\.dump\(model\.cfg\.to_dict\(\), [^`]*)`", section.replace("\n   ", " ")).group(1)
+    save = re.search(r"`(torch\.save\(model\.state_dict\(\), \"mine\.pt\"\))`", section).group(1)
+    cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_heads=1, d_head=8, d_vocab=4, n_ctx=3, attn_only=True,
+                                  normalization_type=None, act_fn=None, seed=0)
+    model = HookedTransformer(cfg)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError):  # what a newcomer tried first
+        json.dump(model.cfg.to_dict(), open(os.devnull, "w"))
+    scope = {"model": model, "json": json, "torch": torch}
+    exec(textwrap.dedent(step1), scope)
+    exec(dump, scope)
+    exec(save, scope)
+    task = ["--task", "max-of-k", "--vocab", "4", "--k", "3", "--json"]
+    docs = [json.loads(run("verify-model", *argv, *task, cwd=tmp_path).stdout)
+            for argv in (["mine.safetensors"], ["mine.pt", "--config", "cfg.json"])]
+    assert docs[0]["points"] == 64 and docs[0]["correct"] == docs[1]["correct"], docs
+
+
+# ---- README: exit codes per command, the Max-of-K row, the torch wheel, one reading order with docs/index.md
+
+def _readme_table(heading: str) -> list[list[str]]:
+    text = _readme()
+    lines = text[text.index(heading):].splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines[first:]))  # the first table
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows[2:]]
+
+
+def test_readme_exit_code_table_is_what_the_commands_exit_with():
+    """Each code's row names exactly the commands whose EXIT_CODES (depthcert/cli/errors.py: the
+    --help epilogs and docs/commands.md's table) include it; "every command" means all of them."""
+    from depthcert.cli.errors import EXIT_CODES, EXIT_INTERRUPTED, exit_codes_epilog
+
+    rows = {int(code): (means, commands) for code, means, commands in _readme_table("## Exit codes")}
+    assert sorted(rows) == [0, 1, 2, 3, 4, EXIT_INTERRUPTED], rows
+    for code, (means, commands) in rows.items():
+        named = set(EXIT_CODES) if commands == "every command" else set(re.findall(r"`([a-z-]+)`", commands))
+        if code == EXIT_INTERRUPTED:
+            assert named == set(EXIT_CODES) and all(f"{code} interrupted" in exit_codes_epilog(n) for n in named)
+            continue
+        assert named == {name for name, codes in EXIT_CODES.items() if code in codes}, (code, named)
+    assert "refuted" in rows[1][0] and "bad input" in rows[2][0] and "undecided" in rows[3][0]
+
+
+def test_readme_max_of_k_row_says_which_model_and_which_inputs():
+    row = next(r for r in _readme_table("## Results") if "max-of-k" in r[1])
+    ckpt = re.search(r"max_of_k_v(\d+)_k(\d+)\.safetensors", row[1])
+    k = re.search(r"--k (\d+)", row[1]).group(1)
+    vocab = re.search(r"--vocab (\d+)", row[1]).group(1)
+    assert f"trained for K = {ckpt.group(2)}" in row[0] and f"every input of length {k}" in row[0], row[0]
+    assert vocab == ckpt.group(1) and row[3].endswith(f"of {int(vocab) ** int(k):,} correct"), row
+
+
+def test_readme_says_how_to_avoid_the_gpu_torch():
+    text = _readme()
+    assert "several GB" in text and "CPU wheel" in text
+    line = re.search(r"^pip install torch==(\S+) --index-url https://download\.pytorch\.org/whl/cpu$", text, re.M)
+    with open(os.path.join(ROOT, "constraints.txt")) as fh:
+        assert line and re.search(rf"^torch=={re.escape(line.group(1))}$", fh.read(), re.M)  # the pinned version
+    assert '"The test suite"' in text and "## The test suite" in open(os.path.join(ROOT, "docs", "development.md")).read()
