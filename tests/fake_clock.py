@@ -26,8 +26,9 @@ class StepClock:
             return self.start + self.step * self.readings
 
 
-def step_clock(monkeypatch, step: float) -> StepClock:
-    """Install a StepClock as time.perf_counter for the rest of the test (monkeypatch undoes it)."""
+def step_clock(monkeypatch, step: float, name: str = "perf_counter") -> StepClock:
+    """Install a StepClock as time.<name> (perf_counter, or monotonic: checkers/softmax_ties.py) for
+    the rest of the test (monkeypatch undoes it)."""
     clock = StepClock(step)
-    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(time, name, clock)
     return clock

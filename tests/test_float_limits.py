@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import time
 from fractions import Fraction
 
 import numpy as np
@@ -388,28 +387,43 @@ def relu_after_softmax(n: int = 4, extra: int = 2, seed: int = 0) -> Model:
                                                   Layer((Head(mat(), values(), attention="relu"),))), WO)
 
 
-def _tie_point_decision(monkeypatch, seconds, terms):
+def _tie_point_decision(monkeypatch, seconds, terms, step):
+    """The tie point's decision under the given limits, on an injected clock (tests/fake_clock.py:
+    `step` seconds per reading of time.monotonic, which the limits read), and the number of
+    polynomials it made."""
     from depthcert.checkers import softmax_ties
     from depthcert.checkers.evaluate import Evaluator
     from depthcert.checkers.softmax_balls import SoftmaxDecider
+    from fake_clock import step_clock
 
     monkeypatch.setattr(softmax_ties, "SECONDS_LIMIT", seconds)
     monkeypatch.setattr(softmax_ties, "TERM_LIMIT", terms)
     model = relu_after_softmax()
     dec = SoftmaxDecider(model, max_precision=512)
     H, den = Evaluator(dec.prefix_model()).logits_all(np.array([[0, 1, 0, 1]]))
-    t0 = time.perf_counter()
+    made = [0]
+    real_init = softmax_ties.Poly.__init__
+
+    def init(self, terms):
+        made[0] += 1
+        real_init(self, terms)
+
+    monkeypatch.setattr(softmax_ties.Poly, "__init__", init)
+    step_clock(monkeypatch, step, "monotonic")
     d = dec.decide(H[0], den, [(3, 0)])
-    return d, time.perf_counter() - t0
+    return d, made[0]
 
 
 def test_tie_decision_time_limit_holds_inside_the_expansion(monkeypatch):
-    """With a 0.5 s limit the point is undecided within about that (the deadline is read inside
-    the products, not only when a sign is asked), and the verdict names the limit."""
-    d, seconds = _tie_point_decision(monkeypatch, 0.5, 10**9)
+    """The deadline is read inside the products, not only when a sign is asked: on a clock of
+    0.01 s per reading a 0.5 s limit passes at the 51st reading, about 50 polynomials into an
+    expansion that makes about 800 without a limit, and the verdict names the limit."""
+    d, made = _tie_point_decision(monkeypatch, 0.5, 10**9, 0.01)
     assert d.status == "undecided"
     assert d.limit == "precision cap (512 bits); exact tie decision stopped at its time limit (0.5 s per point)"
-    assert seconds < 4
+    assert made < 100, made
+    d, made = _tie_point_decision(monkeypatch, 10**6, 10**9, 0.01)  # the same point, no limit reached
+    assert made > 700 and d.status != "undecided", (made, d)
 
 
 def test_tie_decision_term_limit_holds_while_terms_are_generated(monkeypatch):
@@ -425,10 +439,10 @@ def test_tie_decision_term_limit_holds_while_terms_are_generated(monkeypatch):
         real_init(self, terms)
 
     monkeypatch.setattr(softmax_ties.Poly, "__init__", init)
-    d, seconds = _tie_point_decision(monkeypatch, 60.0, 50)
+    d, _ = _tie_point_decision(monkeypatch, 60.0, 50, 0.0)  # a stopped clock: only the term limit can stop it
     assert d.status == "undecided"
     assert d.limit == "precision cap (512 bits); exact tie decision stopped at its term limit (50 exponential terms)"
-    assert biggest[0] <= 50 and seconds < 4
+    assert biggest[0] <= 50
 
 
 def test_default_limits_are_the_documented_ones():

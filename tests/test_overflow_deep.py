@@ -169,18 +169,23 @@ def test_unknown_bound_with_small_values_still_verifies(monkeypatch):
                                                None if v.counterexample is None else v.counterexample.index)
 
 
-def test_time_limit_is_kept_while_running(tmp_path, capsys):
+def test_time_limit_is_kept_while_running(tmp_path, capsys, monkeypatch):
     """No estimate bounds the time of a model without an a-priori bound, so its big-integer pass
     checks --max-seconds before every layer: 11 cubing layers (about 30 s in all) stop with one
-    line, exit 2, shortly after the 1 s limit."""
+    line, exit 2, shortly after the 1 s limit.  The clock is injected (tests/fake_clock.py, 0.05 s
+    per reading): after the start and the a-priori bound's 12 checks, the limit passes at the
+    check before layer 8 of 13, inside the evaluation (a pass without those checks runs on)."""
     import json
 
     from depthcert.cli import verify_construction as cli
+    from fake_clock import step_clock
 
+    step_clock(monkeypatch, 0.05)
     path = tmp_path / "growing.json"
     path.write_text(json.dumps(model_to_json(growing_model(TASK, 11))))
     code = cli.run_main(cli._verify_construction, ["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3",
                                                    "--weights", str(path), "--max-seconds", "1"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, (code, err)
-    assert "ran past the limit of 1 s and was stopped" in err and "--max-seconds" in err, err
+    assert "evaluating 72 points" in err and "ran past the limit of 1 s and was stopped" in err, err
+    assert "--max-seconds" in err, err

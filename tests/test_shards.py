@@ -108,25 +108,49 @@ def test_partial_last_line_is_redone(tmp_path):
     assert any(f"{len(lines) - 2} of 4 chunks came from the journal" in n for n in v.notes), v.notes
 
 
+# The killed run stops itself (SIGSTOP) right after its third journal line, so the kill lands at the
+# same point of the run on any machine; a polling parent raced the run and lost under load.
+_STOP_AFTER_THIRD_LINE = """
+import os, signal, sys
+from depthcert.checkers import journal
+from depthcert.cli.verify_construction import verify_construction_main
+real, lines = journal.Journal.record, []
+def record(self, res):
+    real(self, res)
+    lines.append(1)
+    if len(lines) == 3:
+        os.kill(os.getpid(), signal.SIGSTOP)
+journal.Journal.record = record
+verify_construction_main(sys.argv[1:])
+"""
+
+
 def test_sigkill_midway_then_resume(tmp_path):
-    """A real SIGKILL of the verify-construction process while it journals, then the same
-    command: it skips the journalled chunks and prints the verdict of an uninterrupted run."""
+    """A real SIGKILL of the verify-construction process while it journals (stopped right after
+    its third chunk's line), then the same command: it skips the journalled chunks and prints the
+    verdict of an uninterrupted run."""
     j = tmp_path / "journal.jsonl"
     cmd = [os.path.join(BIN, "verify-construction"), "tm", "--l", "6", "--alphabet", "4", "--variant", "heads",
            "--symmetry", "off", "--workers", "1", "--chunk-points", "64", "--batch-size", "16", "--journal", str(j),
            "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if j.exists() and len(j.read_text().splitlines()) >= 4:  # header + at least 3 chunks
+    proc = subprocess.Popen([sys.executable, "-c", _STOP_AFTER_THIRD_LINE] + cmd[1:], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    hang_stop = time.monotonic() + 600  # only a hang ends the wait; the outcome never depends on it
+    while True:
+        pid, status = os.waitpid(proc.pid, os.WUNTRACED | os.WNOHANG)
+        if pid:
             break
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()}")
+        if time.monotonic() > hang_stop:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("the run neither stopped nor ended")
         time.sleep(0.05)
+    if not os.WIFSTOPPED(status):
+        pytest.fail(f"the run ended before it could be killed: {proc.stderr.read().decode()}")
+    assert len(j.read_text().splitlines()) == 4  # header + 3 chunks
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     done_before = len(j.read_text().splitlines()) - 1
-    assert proc.returncode == -signal.SIGKILL and done_before >= 3
+    assert proc.returncode == -signal.SIGKILL and done_before == 3
     resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     fresh = subprocess.run([c for c in cmd if c not in ("--journal", str(j))], capture_output=True, text=True,
                            timeout=600)

@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 
 import numpy as np
@@ -152,7 +151,7 @@ def test_interval_bounds_hold_for_huge_and_tiny_scores():
                 assert softmax_cross_check(model, data, v_) == [], (score, seq, label)
 
 
-# ---- issue 22 part 6: huge scales and scores, each within 10 s
+# ---- issue 22 part 6: huge scales and scores, each decided at the starting precision (no escalation)
 
 
 def _attack_model(score, scale=1):
@@ -177,10 +176,11 @@ ATTACK_DATA = (["a", "b"], ["b", "b"])
     (10**13, 10**30, "refuted", 1),
 ])
 def test_huge_scores_and_scales_decide_within_seconds(score, scale, verdict, index):
+    """Work, not seconds: every point is decided by 64-bit balls, the first precision tried (a
+    score or scale that forced the precision up to the cap took minutes)."""
     model = _attack_model(Fraction(score), scale)
-    t0 = time.perf_counter()
     v = verify(model, DatasetTask(list(ATTACK_DATA), ["x", "x"]), progress=False)
-    assert time.perf_counter() - t0 < 10
+    assert v.path.startswith("certified balls (arb, 64 bits:"), v.path
     assert v.verdict == verdict and v.counterexample.index == index and not v.counterexample.tie
     for lo, hi in v.counterexample.logit_bounds:  # small numbers: printable
         assert lo <= hi and lo.denominator.bit_length() <= 8193 and abs(hi) <= 2
@@ -205,12 +205,10 @@ def test_cli_prints_a_minus_1e13_counterexample_quickly(tmp_path, capsys):
     w.write_text(json.dumps(model_to_json(_attack_model(Fraction(-10**13)))))
     d.write_text(json.dumps({"format": "depthcert.dataset", "version": 1, "sequences": list(ATTACK_DATA),
                              "labels": ["x", "x"]}))
-    t0 = time.perf_counter()
     for extra in ([], ["--json"], ["--point", "0"]):
         assert run_main(_verify_construction, ["--dataset", str(d), "--weights", str(w)] + extra) == 1
     out = capsys.readouterr().out
-    assert time.perf_counter() - t0 < 10
-    assert "REFUTED" in out and "x in [0, " in out
+    assert "REFUTED" in out and "x in [0, " in out and "64 bits" in out  # decided at the first precision
 
 
 def test_ball_bounds_round_tiny_ends_outward():
