@@ -568,3 +568,26 @@ def test_readme_says_how_to_avoid_the_gpu_torch():
     with open(os.path.join(ROOT, "constraints.txt")) as fh:
         assert line and re.search(rf"^torch=={re.escape(line.group(1))}$", fh.read(), re.M)  # the pinned version
     assert '"The test suite"' in text and "## The test suite" in open(os.path.join(ROOT, "docs", "development.md")).read()
+
+
+# ---- docs/json.md: bad input with --json is exit 2, one line on stderr, no document
+
+@pytest.mark.parametrize("argv", [
+    ["verify-construction", "icqa", "--k", "0"], ["find-dependence", "--task", "nosuch"],
+    ["find-depth", "--task", "tm", "--l", "0", "--heads", "1"], ["check-certificate", "no-such-file.json"],
+    ["verify-model", "no-such-file.safetensors", "--task", "icqa"], ["reproduce-paper", "--nosuch"],
+    ["show-construction", "icqa", "--k", "0", "--out", "pictures"], ["export-transformerlens", "no-such.json", "o.safetensors"],
+    ["verify-tracr", "make_length", "--vocab", "1,2", "--max-seq-len", "0"], ["train", "icqa", "--k", "0"],
+    ["reproduce", "nosuch"]],
+    ids=lambda a: a[0])
+def test_bad_input_with_json_is_exit_2_one_line_and_no_document(argv, tmp_path):
+    sys.path.insert(0, os.path.dirname(__file__))
+    from cli_in_process import run_command
+
+    text = open(os.path.join(ROOT, "docs", "json.md"), encoding="utf-8").read()
+    assert "A\ncommand that stops before a verdict prints no document" in text
+    assert "the user's own bad input is exit 2 with no document" in text
+    code, out, err = run_command(argv + ["--json"], cwd=str(tmp_path))
+    assert (code, out) == (2, ""), (code, out, err)
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert os.listdir(tmp_path) == []  # nothing written
