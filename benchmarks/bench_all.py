@@ -90,7 +90,7 @@ ROWS = [
 ]
 
 
-# whole / float64 of every --quick row: tests/test_bench_all.py fails a row whose ratio is over 4 x
+# whole / float64 of every --quick row: benchmarks/check_quick_ratios.py fails a row whose ratio is over 4 x
 # its entry here (a 10x slower whole run) and an entry so high that a 10x slower run would still pass
 # (ratio below 0.4 x entry).  Measured with `bench_all.py --quick` on 2 cores, idle and under a load of
 # 1-1.5, three runs (2026-11-26, whole runs the best of three); rows whose --quick forward takes

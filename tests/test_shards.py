@@ -166,7 +166,7 @@ def test_sigkill_midway_then_resume(tmp_path):
 def test_benchmark_smoke_runs_every_row():
     """benchmarks/bench_all.py --quick (the script as a user runs it): one table row per --quick
     row, in order, none failed; a construction is verified, the random softmax + MLP model gets
-    its exact verdict (smoke, not timed; tests/test_bench_all.py times the rows)."""
+    its exact verdict (smoke, not timed; benchmarks/check_quick_ratios.py times the rows)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "bench_all.py"), "--quick"],
                        capture_output=True, text=True, timeout=600)
