@@ -591,3 +591,58 @@ def test_bad_input_with_json_is_exit_2_one_line_and_no_document(argv, tmp_path):
     assert (code, out) == (2, ""), (code, out, err)
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert os.listdir(tmp_path) == []  # nothing written
+
+
+# ---- command output in the docs is what the command prints: no indented `$` paraphrases
+
+OWN_PAGES = ["README.md", "docs/theorem5.md", "docs/theorem6.md", "docs/json.md", "docs/tutorial.md",
+             "docs/semantics.md", "docs/architecture.md", "docs/tracr.md", "docs/index.md"]
+
+
+@pytest.mark.parametrize("page", OWN_PAGES)
+def test_command_output_sits_in_fenced_blocks_that_tests_check(page):
+    """An indented `$ command` block escapes tests/test_docs.py (it checks fenced blocks only): every
+    `$ ` line of these pages is in a fenced block, where the source check and the doc-test apply."""
+    fenced = False
+    for n, line in enumerate(open(os.path.join(ROOT, page), encoding="utf-8"), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            assert not re.match(r"^\s+\$ ", line), f"{page}:{n}: {line.strip()}"
+
+
+@pytest.mark.parametrize("page,task", [("docs/theorem5.md", "tm"), ("docs/theorem6.md", "ictm")])
+def test_theorem_pages_replay_the_printed_counterexample_as_printed(page, task):
+    """The replay command of the printed weights' counterexample names --as-printed and the point
+    the refuting run printed, and both runs are doc-tests (their output is checked)."""
+    text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+    refuted = re.findall(rf"^\$ (verify-construction {task} .*--as-printed)$\n(?:(?!\$ ).*\n)*?  point +(\d+)  \(replay",
+                         text, re.M)
+    assert refuted, page
+    for cmd, point in refuted[:1]:
+        assert re.search(rf"^\$ {re.escape(cmd)} --point {point}$\npoint {point}: .*\n(?:.*\n)*?.*\(WRONG", text, re.M)
+    sys.path.insert(0, os.path.dirname(__file__))
+    import test_docs
+
+    blocks = [b for b in test_docs.BLOCKS if b[0] == page]
+    assert sum("--as-printed" in b[2] for b in blocks) >= 2, blocks
+
+
+# ---- stale wording: the architecture page names every command module and task module
+
+@pytest.mark.parametrize("folder", ["depthcert/cli", "checkers/tasks", "depthcert/interop"])
+def test_architecture_names_every_module(folder):
+    text = open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8").read()
+    tracked = subprocess.run(["git", "ls-files", folder], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    modules = [os.path.basename(p) for p in tracked if p.endswith(".py") and os.path.dirname(p) == folder]
+    assert modules or not os.path.isdir(os.path.join(ROOT, ".git"))
+    missing = [m for m in modules if m != "__init__.py" and f"`{m}`" not in text]
+    assert not missing, (folder, missing)
+    assert not re.search(r"\bnow;|\bnext\)", text)  # "tracr now; TransformerLens next": plans, not the code
+
+
+@pytest.mark.parametrize("page", OWN_PAGES)
+def test_user_docs_name_no_team_roles(page):
+    """Who wrote what ("the lead's"), or which report measured it ("the issue's"), means nothing to a reader."""
+    text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+    assert not re.search(r"\bthe (lead|issue|auditor|helper|session)'s\b", text, re.I), page
