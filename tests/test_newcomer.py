@@ -646,3 +646,13 @@ def test_user_docs_name_no_team_roles(page):
     """Who wrote what ("the lead's"), or which report measured it ("the issue's"), means nothing to a reader."""
     text = open(os.path.join(ROOT, page), encoding="utf-8").read()
     assert not re.search(r"\bthe (lead|issue|auditor|helper|session)'s\b", text, re.I), page
+
+
+# ---- the tutorial's contents list is its sections
+
+def test_tutorial_contents_list_every_section_in_order():
+    text = open(os.path.join(ROOT, "docs", "tutorial.md"), encoding="utf-8").read()
+    contents = text[text.index("Contents:"):text.index("\n## ")]
+    listed = re.findall(r"^(\d+)\. (.+)$", contents, re.M)
+    sections = re.findall(r"^## (\d+)\. (.+)$", text, re.M)
+    assert listed == sections and len(sections) >= 8, (listed, sections)
