@@ -1,10 +1,12 @@
 """Rewrite the tool-printed tables of README.md and docs/*.md from what the tools print today.
 
-    python docs/regenerate.py            rewrite every marked table (every row, slow ones too)
-    python docs/regenerate.py --check    re-run the rows checked in CI and compare (exit 1 on a
-                                         difference, naming the file, the row and both values);
-                                         nothing is written.  tests/test_docs.py runs it.
-    python docs/regenerate.py --list     the marked tables and their rows
+    python docs/regenerate.py                 rewrite every marked table (every row, slow ones too)
+    python docs/regenerate.py --check         re-run the rows checked in CI and compare (exit 1 on a
+                                              difference, naming the file, the row and both values);
+                                              nothing is written.  tests/test_docs.py runs it.
+    python docs/regenerate.py --check --slow  the same for every row, the slow ones too (.ci/run's
+                                              main job runs it)
+    python docs/regenerate.py --list          the marked tables and their rows
 
 A marked table is the Markdown table directly under a line `<!-- regenerate: commands -->`.  One
 row is one command: its `command` cell holds the command line (in backticks), and every cell whose
@@ -13,9 +15,10 @@ column header names a field below (`layers`, `heads`, `d'`, `points`, `points co
 document.  Other cells (names, remarks) are kept as written.  A row is added by writing its name
 and command and running this script.
 
-A table may have a `checked` column: `CI` rows are re-run by `--check`; a row too slow for CI says
-`ran YYYY-MM-DD` instead (the date the full regeneration last ran it) and is rewritten only by a
-full run.  Without that column every row is checked in CI.
+A table may have a `checked` column: `CI` rows are re-run by `--check` (in the test suite); a row
+too slow for the suite says `ran YYYY-MM-DD` instead (the date the full regeneration last ran it),
+is rewritten only by a full run and compared by `--check --slow` (CI's main job, after the tests).
+Without that column every row is checked by `--check`.
 
 tests/test_docs.py also fails when a table or a fenced block of command output in README.md or
 docs/ has no source at all (see `SOURCE MARKERS` there).
@@ -58,6 +61,18 @@ def _points(doc: dict) -> str:
     return "-" if n is None else f"{n:,}"
 
 
+def _percent_correct(doc: dict) -> str:
+    """verify-model's certified count of correct points and its share."""
+    return f"{doc['correct']:,} ({100 * doc['correct'] / doc['points']:.4f}%)"
+
+
+def _disagreements(doc: dict) -> str:
+    """verify-model --compare-float: points where the float32 / float64 forward and the certified
+    verdict disagree."""
+    f = doc["float_comparison"]
+    return f"{f['float32']['disagreements']:,} / {f['float64']['disagreements']:,}"
+
+
 # column header -> the cell's text from the command's --json document ("-" where it has no such field)
 FIELDS = {
     "layers": lambda d: str(d["layers"]),
@@ -71,6 +86,11 @@ FIELDS = {
         f" {d['minimal_depth']}" if d["verdict"] == "minimal_depth" else ""),
     "min margin": _margin,
     "read-out": lambda d: d.get("readout", "-"),
+    "certified accuracy": _percent_correct,
+    "wrong": lambda d: f"{d['wrong']:,}",
+    "undecided": lambda d: f"{d['undecided_points']:,}",
+    "min margin (certified enclosure)": _margin,
+    "float32 / float64 disagreements": _disagreements,
 }
 
 
@@ -130,8 +150,9 @@ def is_checked_in_ci(header: list[str], cells: list[str]) -> bool:
     return "checked" not in header or cells[header.index("checked")] == "CI"
 
 
-def process(path: str, check: bool, log=print) -> list[str]:
-    """Regenerate (or with `check` compare) the marked tables of one file; returns the differences."""
+def process(path: str, check: bool, log=print, slow: bool = False) -> list[str]:
+    """Regenerate (or with `check` compare: the CI rows, every row with `slow`) the marked tables of
+    one file; returns the differences."""
     lines = open(path, encoding="utf-8").read().split("\n")
     rel = os.path.relpath(path, ROOT)
     diffs = []
@@ -142,7 +163,7 @@ def process(path: str, check: bool, log=print) -> list[str]:
             raise SystemExit(f"{rel}:{head + 1}: a regenerated table needs a `command` column")
         for r in range(head + 2, end):
             cells = _cells(lines[r])
-            if check and not is_checked_in_ci(header, cells):
+            if check and not slow and not is_checked_in_ci(header, cells):
                 continue
             new = regenerate_row(header, cells, None if check else today)
             if new != cells:
@@ -159,6 +180,7 @@ def process(path: str, check: bool, log=print) -> list[str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--check", action="store_true", help="compare the CI rows, write nothing (exit 1 on a difference)")
+    p.add_argument("--slow", action="store_true", help="with --check: compare every row, the slow (`ran DATE`) ones too")
     p.add_argument("--list", action="store_true", help="list the marked tables and their commands")
     p.add_argument("files", nargs="*", help="only these files (default: README.md and docs/*.md)")
     args = p.parse_args(argv)
@@ -173,13 +195,16 @@ def main(argv=None) -> int:
                     where = "CI" if is_checked_in_ci(header, cells) else cells[header.index("checked")]
                     print(f"{os.path.relpath(path, ROOT)}:{r + 1}  [{where}]  {cells[header.index('command')].strip('`')}")
         return 0
+    if args.slow and not args.check:
+        p.error("--slow goes with --check (a plain run rewrites every row, the slow ones too)")
     diffs = []
     for path in files:
-        diffs += process(path, args.check)
+        diffs += process(path, args.check, slow=args.slow)
     for d in diffs:
         print(d)
     if args.check:
-        print(f"{len(diffs)} rows differ from what their commands print" if diffs else "every CI row is what its command prints")
+        which = "row" if args.slow else "CI row"
+        print(f"{len(diffs)} rows differ from what their commands print" if diffs else f"every {which} is what its command prints")
         return 1 if diffs else 0
     return 0
 
