@@ -656,3 +656,129 @@ def test_tutorial_contents_list_every_section_in_order():
     listed = re.findall(r"^(\d+)\. (.+)$", contents, re.M)
     sections = re.findall(r"^## (\d+)\. (.+)$", text, re.M)
     assert listed == sections and len(sections) >= 8, (listed, sections)
+
+
+# ---- docs/semantics.md: every task's token rows and positions, checked against the tasks' vocabularies
+
+def _run(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def _templates(l: int, m: int) -> list[str]:
+    """Every template of length l with at most m distinct letters (first-occurrence order), sorted."""
+    out = [""]
+    for _ in range(l):
+        out = [t + chr(ord("A") + c) for t in out for c in range(min(m, len(set(t)) + 1))]
+    return sorted(out)
+
+
+def _group_tokens(group: str) -> list[str]:
+    kind, m = group[0], int(group[1:])
+    if kind == "c":
+        return _run("", m)
+    full = "(" + "".join(map(str, range(m))) + ")"
+    if kind == "s":
+        return ["(01)", full]
+    return ["(012)", full if m % 2 else "(" + "".join(map(str, range(1, m))) + ")"]
+
+
+# task: (token rows, n, sequence, classes: the doc's cells), then the same as functions of the task's
+# sizes (token names, n, class names or None when the cell is words only), and sizes to test besides the defaults
+EMBEDDINGS = {
+    "sc": ("`t0 .. t{alphabet-1}`, `<cls>`", "`length + 1`", "`x_1 .. x_length <cls>`",
+           "`y0 .. y{n_points-1}`: every sequence its own class (a seeded permutation)",
+           lambda p: _run("t", p["alphabet"]) + ["<cls>"], lambda p: p["length"] + 1, lambda p: _run("y", p["n_points"]),
+           [dict(length=2, alphabet=2), dict(length=2, alphabet=4, n_points=5)]),
+    "icqa": ("`q0 .. q{n_questions-1}`, `=`, `a0 .. a{n_answers-1}`", "`3 k + 2`",
+             "`k` triples `q = a` (distinct questions, distinct answers), then the query `q =`",
+             "`a0 .. a{n_answers-1}`",
+             lambda p: _run("q", p["n_questions"]) + ["="] + _run("a", p["n_answers"]), lambda p: 3 * p["k"] + 2,
+             lambda p: _run("a", p["n_answers"]), [dict(k=2, n_questions=3, n_answers=4)]),
+    "tm": ("`t0 .. t{alphabet-1}`, `<cls>`", "`l + 1`", "`x_1 .. x_l <cls>`",
+           "the templates of length `l` with at most `alphabet` letters, sorted: `AAA`, `AAB`, `ABA`, `ABB`, `ABC` at l = 3",
+           lambda p: _run("t", p["alphabet"]) + ["<cls>"], lambda p: p["l"] + 1, lambda p: _templates(p["l"], p["alphabet"]),
+           [dict(l=2, alphabet=4), dict(l=4, alphabet=2)]),
+    "ictm": ("`x0 .. x{alphabet-1}`, `=`, `a0 .. a{n_answers-1}`", "`k (l + 2) + l + 1`",
+             "`k` blocks `x_1 .. x_l = a` (distinct templates, distinct answers), then the query `x_1 .. x_l =`",
+             "`a0 .. a{n_answers-1}`",
+             lambda p: _run("x", p["alphabet"]) + ["="] + _run("a", p["n_answers"]),
+             lambda p: p["k"] * (p["l"] + 2) + p["l"] + 1, lambda p: _run("a", p["n_answers"]),
+             [dict(k=1, l=3, alphabet=3, n_answers=2)]),
+    "multihop": ("the entities `a`, `b`, ... (`e0 .. e{n_entities-1}` beyond 26), `>`", "`3 k + 2`",
+                 "`k` facts `e > f`, then the query `e >`", "the entities",
+                 lambda p: ([chr(97 + i) for i in range(p["n_entities"])] if p["n_entities"] <= 26
+                            else _run("e", p["n_entities"])) + [">"],
+                 lambda p: 3 * p["k"] + 2,
+                 lambda p: [chr(97 + i) for i in range(p["n_entities"])] if p["n_entities"] <= 26 else _run("e", p["n_entities"]),
+                 [dict(hops=3, k=2, n_entities=4), dict(hops=1, k=1, n_entities=27)]),
+    "parity": ("`0`, `1`", "`n`", "`n` bits", "`0`, `1`", lambda p: ["0", "1"], lambda p: p["n"], lambda p: ["0", "1"],
+               [dict(n=3)]),
+    "mod-count": ("`0`, `1`", "`n`", "`n` bits", "`0 .. {modulus-1}`", lambda p: ["0", "1"], lambda p: p["n"],
+                  lambda p: _run("", p["modulus"]), [dict(n=3, modulus=4)]),
+    "word-problem": ("the generators of `group`: `(01)`, `(01..m-1)` for `s<m>`; `(012)`, then `(01..m-1)` (odd m) or "
+                     "`(12..m-1)` (even m) for `a<m>`; `0 .. {k-1}` for `c<k>`", "`n`", "`n` generators `g_1 .. g_n`",
+                     "the group's elements in cycle notation, sorted by their images (`e` first); `0 .. {k-1}` for `c<k>`",
+                     lambda p: _group_tokens(p["group"]), lambda p: p["n"],
+                     lambda p: _run("", int(p["group"][1:])) if p["group"][0] == "c" else None,
+                     [dict(group="s3", n=3), dict(group="a4", n=2), dict(group="c4", n=2)]),
+    "reachability": ("`0`, `1`, `v0 .. v{vertices-1}`", "`vertices^2 + 2`",
+                     "the adjacency bits, row-major (bit (u, w): the edge u -> w), then the source and the target",
+                     "`no`, `yes`", lambda p: ["0", "1"] + _run("v", p["vertices"]), lambda p: p["vertices"] ** 2 + 2,
+                     lambda p: ["no", "yes"], [dict(vertices=2)]),
+    "composition": ("`0 .. {N-1}` (`--domain`)", "`L N + 1` (`--n-functions` L)",
+                    "the tables `f_1(0) .. f_1(N-1)` ... `f_L(0) .. f_L(N-1)`, then `x`", "`0 .. {N-1}`",
+                    lambda p: _run("", p["N"]), lambda p: p["L"] * p["N"] + 1, lambda p: _run("", p["N"]),
+                    [dict(n_functions=3, domain=2)]),
+    "max-of-k": ("`0 .. {vocab-1}`", "`k`", "`k` tokens", "`0 .. {vocab-1}`", lambda p: _run("", p["vocab"]),
+                 lambda p: p["k"], lambda p: _run("", p["vocab"]), [dict(vocab=5, k=2)]),
+    "modular-addition": ("`0 .. {p-1}`, `=`", "`3`", "`a b =`", "`0 .. {p-1}`", lambda p: _run("", p["p"]) + ["="],
+                         lambda p: 3, lambda p: _run("", p["p"]), [dict(modulus=5)]),
+    "induction": ("`0 .. {vocab-1}`", "`n`", "`n` tokens; the last one occurred exactly once before",
+                  "`0 .. {vocab-1}`", lambda p: _run("", p["vocab"]), lambda p: p["n"],
+                  lambda p: _run("", p["vocab"]), [dict(vocab=3, n=4)]),
+}
+
+
+def embedding_table() -> str:
+    """docs/semantics.md's table of every task's embedding: the cells above, the default sizes and
+    point 0 from the task itself (`python tests/test_newcomer.py` prints it)."""
+    from depthcert.checkers.tasks import make_task
+
+    lines = ["| task (default sizes) | token rows `0 .. V-1`, in order | positions `n` (position `j` is row `V + j`) "
+             "| the sequence, position 0 first | point 0 at the default sizes | classes: rows of `W_O`, in order |",
+             "|---|---|---|---|---|---|"]
+    for name, (rows, n, layout, classes, *_) in EMBEDDINGS.items():
+        task = make_task(name)
+        sizes = ", ".join(f"{k}={v}" for k, v in task.params.items())
+        point = task.point(0)
+        lines.append(f"| `{name}` ({sizes}) | {rows} | {n} | {layout} | `{' '.join(point.tokens)}` -> `{point.label}` "
+                     f"| {classes} |")
+    return "\n".join(lines)
+
+
+def test_semantics_embedding_table_is_every_tasks_vocabulary():
+    """One row per task with a dataset (13), each row what the task's code does: the token rows,
+    the sequence length and the classes, as the doc states them in the sizes, equal the task's own
+    vocabulary, length and classes at the default sizes and at others; the table is embedding_table()."""
+    from depthcert.checkers.tasks import TASK_ALIASES, make_task
+
+    assert list(EMBEDDINGS) == list(dict.fromkeys(TASK_ALIASES.values())), "a task without a row"
+    for name, (*_, vocab, n, classes, others) in EMBEDDINGS.items():
+        for sizes in [{}] + others:
+            task = make_task(name, **sizes)
+            p = dict(task.params)
+            assert list(task.vocab) == vocab(p), (name, sizes, task.vocab)
+            assert task.length == n(p), (name, sizes, task.length)
+            if classes(p) is not None:
+                assert list(task.classes) == classes(p), (name, sizes, task.classes)
+            else:  # a group's elements: words only in the doc
+                assert task.classes[0] == "e" and len(set(task.classes)) == len(task.classes), (name, sizes)
+    text = open(os.path.join(ROOT, "docs", "semantics.md"), encoding="utf-8").read()
+    marker = "<!-- test: tests/test_newcomer.py::test_semantics_embedding_table_is_every_tasks_vocabulary -->\n"
+    assert marker in text
+    table = text[text.index(marker) + len(marker):].split("\n\n")[0]
+    assert table == embedding_table(), "docs/semantics.md's table differs; today it is:\n" + embedding_table()
+
+
+if __name__ == "__main__":
+    print(embedding_table())
