@@ -33,12 +33,14 @@ f) until a (stream, label) pair repeats, deciding every ReLU sign and margin on 
 follow one deterministic map, so the pairs seen are those of every h.
 
 A Theorem 1 certificate ("kind": "lemma4") is checked differently: the builder's rules as
-polynomials in h, L, M, every condition of the Lemma 4 derivation re-decided here (the slot
-offsets at 0, h + 1 and L - 1 composed from o(h)), the margin re-derived as a s w / m and the claim
-compared with Theorem 1's.
+polynomials in h, L, M, read here from the value the hash binds (and refused when the certificate's
+`rules` differ from them in any entry), every condition of the Lemma 4 derivation re-decided here
+(the slot offsets at 0, h + 1 and L - 1 composed from o(h); d = M + 1 and n = L + 1 read from the
+value), the margin re-derived as a s w / m and the claim compared with Theorem 1's.
 
 A parity / mod-count `count` certificate ("kind": "count", p) holds the builder's rules per key case as
-polynomials in q, t; the checker makes the cases from p itself (j = 0, j = p q + s, j = p q with q >= 1;
+polynomials in q, t, read here from the value the hash binds (refused when they differ in any entry);
+the checker makes the cases from p itself (j = 0, j = p q + s, j = p q with q >= 1;
 n = j + 1 + t), computes the second differences of [c = r mod p] at j, re-decides every condition of
 the derivation and re-derives the margin b_0 - b_1 and the claim.
 
@@ -56,6 +58,10 @@ tables (every head of every layer, W_O) must be the value's split by the point's
 value is the construction's is what `check-certificate FILE --rebuild` establishes (it rebuilds the
 value, recomputes the hash and compares the whole certificate); this file cannot, by design.
 
+Malformed or hostile JSON is exit 2 with one line: NaN, Infinity, ints past 2^53, nesting past 64
+levels, exponent forms, unknown fields wherever the checker reads (see `load`, `sane`, `check_fields`).
+`--help` prints the usage.
+
 Normalization: the margin printed is the tables' margin, followed by the normalized margin =
 margin / (largest |entry| of W_O) (sc: / |read-out weight|; count: / largest |read-out entry|): a
 read-out scaled by c > 0 scales every logit and the margin by c and changes no prediction, so no
@@ -69,6 +75,8 @@ the product of its token groups' symmetric groups (its label rules use token equ
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from fractions import Fraction
 
@@ -100,9 +108,15 @@ class Poly:
     @classmethod
     def parse(cls, terms, nv):
         out = {}
-        for exps, c in terms:
-            if not isinstance(exps, list) or len(exps) != nv or not all(isinstance(e, int) and e >= 0 for e in exps):
-                raise Invalid(f"bad monomial {exps!r}")
+        if not isinstance(terms, list):
+            raise Invalid(f"a polynomial is a list of [exponents, coefficient], not {_short(terms)}")
+        for term in terms:
+            if not isinstance(term, list) or len(term) != 2:
+                raise Invalid(f"a polynomial term is [exponents, coefficient], not {_short(term)}")
+            exps, c = term
+            if not isinstance(exps, list) or len(exps) != nv or not all(
+                    isinstance(e, int) and not isinstance(e, bool) and 0 <= e <= MAX_EXPONENT for e in exps):
+                raise Invalid(f"bad monomial {_short(exps)} (exponents: {nv} ints from 0 to {MAX_EXPONENT})")
             out[tuple(exps)] = out.get(tuple(exps), Fraction(0)) + _q(c)
         return cls(out, nv)
 
@@ -164,13 +178,27 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+MAX_DIGITS = 4000  # digits of a numerator or denominator (Python's own int parsing stops at 4300)
+MAX_EXPONENT = 256  # of one variable in one monomial
+_RATIONAL = re.compile(r"-?[0-9]{1,%d}(/[0-9]{1,%d})?" % (MAX_DIGITS, MAX_DIGITS))
+
+
 def _q(text) -> Fraction:
+    """An exact number: an int, or a string "p" or "p/q" of decimal digits (no exponent form such as
+    "1e999999", which Fraction would expand, no float)."""
     if isinstance(text, bool) or not isinstance(text, (int, str)):
-        raise Invalid(f"not an exact number: {text!r}")
+        raise Invalid(f"not an exact number: {_short(text)}")
+    if isinstance(text, str) and not _RATIONAL.fullmatch(text):
+        raise Invalid(f"not an exact number (p or p/q in decimal digits): {_short(text)}")
     try:
         return Fraction(text)
     except (ValueError, ZeroDivisionError):
-        raise Invalid(f"not an exact number: {text!r}") from None
+        raise Invalid(f"not an exact number: {_short(text)}") from None
+
+
+def _short(obj) -> str:
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # ----------------------------------------------------------------------------- regions and signs
@@ -505,6 +533,8 @@ def _ictm(fixed: dict):
             isinstance(fixed[p], int) and fixed[p] >= 1 for p in ("k", "l")):
         return None
     k, l = fixed["k"], fixed["l"]
+    if _bell(l) > 10 ** 5:
+        raise Invalid(f"l = {l}: Bell(l) = {_bell(l)} templates, more than any certificate here holds (at most 100000)")
     m0 = next((m for m in range(1, l + 1) if sum(_stirling2(l, b) for b in range(1, m + 1)) >= k), None)
     if m0 is None:
         return None  # fewer than k templates of length l: no dataset
@@ -1016,6 +1046,16 @@ def check_binding(cert: dict, ctx: Ctx) -> str:
     once, then the hop layer repeated hops times).  Returns the content hash."""
     h = check_hash(cert)
     value = cert["value"]
+    _keys(value, ("format", "version", "name", "params", "fixed", "sets", "stream", "positions", "classes", "layers",
+                  "W_O"), "the value")
+    if (value["format"], value["version"]) != VALUE_FORMAT:
+        raise Invalid(f"the value is not a {VALUE_FORMAT[0]} version {VALUE_FORMAT[1]} value")
+    if not isinstance(value["layers"], list):
+        raise Invalid("the value's layers are not a list")
+    for layer in value["layers"]:
+        _keys(layer, ("heads", "repeat"), "a layer of the value")
+        for hd in layer["heads"] if isinstance(layer["heads"], list) else [None]:
+            _keys(hd, ("W_QK", "W_V"), "a head of the value")
     vnames = [p[0] for p in value.get("params", [])]
     every = bool(_every(cert))
     for name, v in (cert.get("fixed") or {}).items():
@@ -1142,6 +1182,187 @@ def normalized(margin: str | None, scale: Fraction | None) -> str:
     return str(Fraction(margin) / scale)
 
 
+# ----------------------------------------------------------------------------- rules read from the value
+
+VALUE_FORMAT = ("depthcert.closed-model", 1)
+
+
+def _keys(obj, allowed, where: str, required=None) -> dict:
+    """obj is a JSON object whose keys are among `allowed` (and include `required`, default all of
+    them): an unknown field is refused, never ignored."""
+    if not isinstance(obj, dict):
+        raise Invalid(f"{where} is not a JSON object")
+    unknown = sorted(set(obj) - set(allowed))
+    if unknown:
+        raise Invalid(f"{where} has unknown fields {', '.join(map(_short, unknown))} (known: {', '.join(sorted(allowed))})")
+    missing = sorted(set(allowed if required is None else required) - set(obj))
+    if missing:
+        raise Invalid(f"{where} lacks the fields {', '.join(missing)}")
+    return obj
+
+
+def _value_rule(r, nv: int, where: str) -> dict:
+    """A value's rule [kind, src, col_block, row, col, value] (constructions/closed.canonical_tables)."""
+    if not isinstance(r, list) or len(r) != 6:
+        raise Invalid(f"{where}: a rule is [kind, block, column block, row, column, value]")
+    kind, src, cb, row, col, val = r
+    if kind not in ("entry", "copy", "scaled") or not (src is None or isinstance(src, str)) or not (
+            cb is None or isinstance(cb, str)):
+        raise Invalid(f"{where}: rule kind {_short(kind)} / blocks {_short(src)}, {_short(cb)} are not a rule's")
+    return {"kind": kind, "src": src, "col_block": cb, "row": Poly.parse(row, nv), "col": Poly.parse(col, nv),
+            "value": Poly.parse(val, nv)}
+
+
+def _value_head(hd, nv: int, where: str) -> tuple:
+    _keys(hd, ("W_QK", "W_V"), where)
+    out = []
+    for part in ("W_QK", "W_V"):
+        if not isinstance(hd[part], list):
+            raise Invalid(f"{where} {part} is not a list of rules")
+        out.append([_value_rule(r, nv, f"{where} {part} rule {i}") for i, r in enumerate(hd[part])])
+    return tuple(out)
+
+
+def _value_head_of(value: dict, kind: str, keys: tuple) -> None:
+    _keys(value, keys, "the value")
+    if (value["format"], value["version"]) != VALUE_FORMAT or value["kind"] != kind:
+        raise Invalid(f"the value is not a {VALUE_FORMAT[0]} version {VALUE_FORMAT[1]} {kind} value")
+
+
+def _shape(ok: bool, why: str) -> None:
+    if not ok:
+        raise Invalid(f"the value is not of the derivation's shape: {why}")
+
+
+def _rules_agree(got: dict, want: dict, where: str, nv: int) -> None:
+    """The certificate's rules are, entry by entry, the ones read from the value it hashes."""
+    if not isinstance(got, dict) or set(got) != set(want):
+        raise Invalid(f"{where}: the rules are {sorted(got) if isinstance(got, dict) else _short(got)}, not the "
+                      f"value's {sorted(want)}")
+    for k, w in want.items():
+        g = got[k]
+        if isinstance(w, list):
+            if not isinstance(g, list) or len(g) != len(w):
+                raise Invalid(f"{where}: rule {k} is not the value's {len(w)} polynomials")
+            pairs = [(f"{k}[{i}]", Poly.parse(x, nv), y) for i, (x, y) in enumerate(zip(g, w))]
+        else:
+            pairs = [(k, Poly.parse(g, nv), w)]
+        for name, a, b in pairs:
+            if a != b:
+                raise Invalid(f"{where}: rule {name} is {_terms_text(a)} in the certificate, the value's is "
+                              f"{_terms_text(b)} (the rules are not read from the value it hashes)")
+
+
+def _terms_text(p: Poly) -> str:
+    return _short(sorted([list(m), str(c)] for m, c in p.t.items()))
+
+
+LEMMA4_VALUE = ("format", "version", "kind", "name", "params", "d", "n", "dim", "count", "read_count", "read_offset",
+                "read_weight", "copy", "last")
+
+
+def lemma4_rules_of(value) -> tuple[dict, Poly, Poly]:
+    """(rules, d, n) read from a head-family value (polynomials in h, L, M) as the prover's derivation
+    reads it (proofs/all_sizes_lemma4.derive): copy head h's one non-zero W_QK entry (position,
+    position) and its one copy of the token block, the one cancel head (b I on the positions, W_V = c
+    I), the head count m = count + 1, the read-out."""
+    _value_head_of(value, "head-family", LEMMA4_VALUE)
+    if value["params"] != [[n, b, a] for n, b, a in SC_PARAMS]:
+        raise Invalid(f"the value's parameters {_short(value['params'])} are not h, L, M of Theorem 1")
+    nv = 3
+    f = {k: Poly.parse(value[k], nv) for k in ("d", "n", "dim", "count", "read_count", "read_offset", "read_weight")}
+    qk, v = _value_head(value["copy"], nv, "the value's copy head h")
+    qk = [r for r in qk if not (r["kind"] == "entry" and r["value"].is_zero())]
+    _shape(len(qk) == 1 and qk[0]["kind"] == "entry" and (qk[0]["src"], qk[0]["col_block"]) == ("position", "position"),
+           "copy head h's W_QK is not one entry of the (position, position) block")
+    _shape(len(v) == 1 and v[0]["kind"] == "copy" and v[0]["src"] == "token",
+           "copy head h's W_V is not one copy of the token block")
+    last = value["last"]
+    _shape(isinstance(last, list) and len(last) == 1, "not one cancel head after the copy heads")
+    cqk, cv = _value_head(last[0], nv, "the value's cancel head")
+    _shape(len(cqk) == 1 and cqk[0]["kind"] == "scaled" and cqk[0]["src"] == "position" and len(cv) == 1
+           and cv[0]["kind"] == "scaled" and cv[0]["src"] is None, "the cancel head is not b I on the positions, W_V = c I")
+    e, c = qk[0], v[0]
+    rules = {"count": f["count"], "q": e["col"], "j": e["row"], "a": e["value"], "s": c["value"], "o": c["row"],
+             "b": cqk[0]["value"], "c": cv[0]["value"], "m": f["count"] + Poly.const(1, nv), "dim": f["dim"],
+             "read_count": f["read_count"], "read_offset": f["read_offset"], "w": f["read_weight"]}
+    return rules, f["d"], f["n"]
+
+
+COUNT_VALUE = ("format", "version", "kind", "name", "p", "vocab", "params", "count1", "count2", "layer1", "layer2",
+               "readout", "cases")
+
+
+def count_rules_of(value, task: str, p: int, want_cases: list) -> list:
+    """Per residue case, the rules read from a count value as the prover's derivation reads it
+    (proofs/all_sizes_count.derive_case): the rules not tied to a key at n = j + 1 + t, key j's rules
+    (polynomials in q, t) the case's."""
+    _value_head_of(value, "count", COUNT_VALUE)
+    if value["name"] != task or value["p"] != p or value["vocab"] != ["0", "1"] or value["params"] != [["n", 1, None]]:
+        raise Invalid(f"the value is for {_short(value['name'])} at p = {_short(value['p'])}, vocabulary "
+                      f"{_short(value['vocab'])}, range {_short(value['params'])}: not {task} at p = {p} over tokens 0, 1, n >= 1")
+    cases = value["cases"]
+    if not isinstance(cases, list) or len(cases) != len(want_cases):
+        raise Invalid(f"the value does not hold the {len(want_cases)} key cases at p = {p}")
+    nv = 2
+    q, t, one = Poly.var(0, nv), Poly.var(1, nv), Poly.const(1, nv)
+    count1, count2 = Poly.parse(value["count1"], 1), Poly.parse(value["count2"], 1)
+    l1qk, l1v = _value_head(value["layer1"], 1, "the value's layer 1")
+    l2qk, l2v = _value_head(value["layer2"], 1, "the value's layer 2")
+    if not isinstance(value["readout"], list):
+        raise Invalid("the value's read-out is not a list of rules")
+    ro = [_value_rule(r, 1, f"the value's read-out rule {i}") for i, r in enumerate(value["readout"])]
+    _shape(not l1qk and not l2qk and not l2v, "a head has rules not tied to a key other than layer 1's count value")
+    _shape(len(l1v) == 1 and l1v[0]["kind"] == "entry" and (l1v[0]["src"], l1v[0]["col_block"]) == ("count", "token"),
+           "layer 1's W_V is not one (count, token) entry")
+    _shape(len(ro) == 2 * p and all(r["kind"] == "entry" and r["src"] == "class" for r in ro),
+           "the read-out is not two entries per class")
+    u = [r for r in ro if r["col_block"] == "residue"]
+    b = [r for r in ro if r["col_block"] == "position"]
+    _shape(len(u) == p and len(b) == p, "the read-out is not (class r, residue) and (class r, position) per class")
+    out = []
+    for (text, sres, qbase), case in zip(want_cases, cases):
+        _keys(case, ("text", "s", "qbase", "key1", "key2"), f"the value's case {_short(case.get('text') if isinstance(case, dict) else case)}")
+        if (case["text"], case["s"], case["qbase"]) != (text, sres, qbase):
+            raise Invalid(f"the value's case {_short(case['text'])} is not the case {text}")
+        j = Poly.const(0, nv) if sres is None else q * p + Poly.const(sres, nv)
+        n = j + one + t
+
+        def at_n(P):
+            out_ = Poly({}, nv)
+            for (e,), c in P.t.items():
+                term = Poly.const(c, nv)
+                for _ in range(e):
+                    term = term * n
+                out_ = out_ + term
+            return out_
+
+        k1qk, k1v = _value_head(case["key1"], nv, f"{text} layer 1 key")
+        k2qk, k2v = _value_head(case["key2"], nv, f"{text} layer 2 key")
+        _shape(not k1v and len(k1qk) == 1 and k1qk[0]["kind"] == "entry"
+               and (k1qk[0]["src"], k1qk[0]["col_block"]) == ("position", "position"),
+               f"{text}: layer 1 key j is not one (position j, position) entry")
+        blocks = [(r["src"], r["col_block"]) for r in k2qk]
+        _shape(len(k2qk) == 2 and all(r["kind"] == "entry" for r in k2qk)
+               and sorted(blocks) == [("position", "count"), ("position", "position")],
+               f"{text}: layer 2 key j's W_QK is not (position j, count) and (position j, position)")
+        _shape(len(k2v) == p and all(r["kind"] == "entry" and (r["src"], r["col_block"]) == ("residue", "position")
+                                     for r in k2v), f"{text}: layer 2 key j's W_V is not one (residue r, position j) entry per r")
+        e1, sc = k1qk[0], l1v[0]
+        be, ga = k2qk[blocks.index(("position", "count"))], k2qk[blocks.index(("position", "position"))]
+        rules = {
+            "count1": at_n(count1), "count2": at_n(count2), "a1_row": e1["row"], "a1_col": e1["col"], "a1": e1["value"],
+            "s1_row": at_n(sc["row"]), "s1_col": at_n(sc["col"]), "s1": at_n(sc["value"]),
+            "beta_row": be["row"], "beta_col": be["col"], "beta": be["value"],
+            "gamma_row": ga["row"], "gamma_col": ga["col"], "gamma": ga["value"],
+            "w_row": [r["row"] for r in k2v], "w_col": [r["col"] for r in k2v], "w": [r["value"] for r in k2v],
+            "u_class": [at_n(r["row"]) for r in u], "u_row": [at_n(r["col"]) for r in u], "u": [at_n(r["value"]) for r in u],
+            "b_class": [at_n(r["row"]) for r in b], "b_col": [at_n(r["col"]) for r in b], "b": [at_n(r["value"]) for r in b],
+        }
+        out.append(rules)
+    return out
+
+
 # ----------------------------------------------------------------------------- Theorem 1 (sc)
 
 SC_CLAIM = ("correct on every point for all L >= 1 (sequence length before CLS), M >= 1 (alphabet), every seed "
@@ -1163,10 +1384,8 @@ def check_lemma4(cert: dict, data: dict) -> tuple[list, str]:
                       f"({', '.join(_describe(*p) for p in SC_PARAMS)})")
     ctx = Ctx(params)
     nv = ctx.nv
-    rules = cert["rules"]
-    if set(rules) != set(SC_RULES):
-        raise Invalid(f"the rules are {sorted(rules)}, not {sorted(SC_RULES)}")
-    r = {k: Poly.parse(v, nv) for k, v in rules.items()}
+    r, vd, vn = lemma4_rules_of(cert["value"])  # what is derived is read from the value the hash binds
+    _rules_agree(cert["rules"], r, "the certificate", nv)
     h, L, M = (Poly.var(i, nv) for i in range(3))
     one = Poly.const(1, nv)
     d = M + one
@@ -1181,6 +1400,8 @@ def check_lemma4(cert: dict, data: dict) -> tuple[list, str]:
 
     per_position = r["a"] * r["s"] * r["w"]
     conds = [
+        ("the token block is the vocabulary: d = M + 1", (vd - d).is_zero()),
+        ("one position per token and the CLS: n = L + 1", (vn - L - one).is_zero()),
         ("count = L", (r["count"] - L).is_zero()),
         ("q_h = n - 1", (r["q"] - L).is_zero()),
         ("j_h = h", (r["j"] - h).is_zero()),
@@ -1240,26 +1461,22 @@ def check_count(cert: dict, data: dict) -> tuple[list, str]:
         raise Invalid(f"the claimed range {cert.get('params')!r} is not n >= 1")
     if (cert.get("fixed") or None) != (None if task == "parity" else {"p": p}):
         raise Invalid(f"the fixed parameters {cert.get('fixed')!r} are not the task's")
-    want = [("j = 0", None, 0)] + [(f"j = {p} q + {r}, q >= 0", r, 0) for r in range(1, p)] + [(f"j = {p} q, q >= 1", 0, 1)]
     got = cert.get("cases")
-    if not isinstance(got, list) or [c.get("case") for c in got] != [w[0] for w in want]:
+    if not isinstance(got, list) or len(got) != p + 1:  # before any work in p: the file holds p + 1 cases
+        raise Invalid(f"the key cases are not the {p + 1} cases j = 0, j = {p} q + s (s = 1..{p - 1}), j = {p} q (q >= 1)")
+    want = [("j = 0", None, 0)] + [(f"j = {p} q + {r}, q >= 0", r, 0) for r in range(1, p)] + [(f"j = {p} q, q >= 1", 0, 1)]
+    for c in got:
+        _keys(c, ("case", "rules"), "a key case")
+    if [c["case"] for c in got] != [w[0] for w in want]:
         raise Invalid(f"the key cases are not j = 0, j = {p} q + s (s = 1..{p - 1}), j = {p} q (q >= 1)")
+    check_hash(cert)
+    from_value = count_rules_of(cert["value"], task, p, want)  # what is derived is read from the value the hash binds
     nv = 2
     q, t, one = Poly.var(0, nv), Poly.var(1, nv), Poly.const(1, nv)
     T = lambda c, r: 1 if c % p == r else 0  # noqa: E731
     failed, consts = [], None
-    for (text, sres, qbase), case in zip(want, got):
-        rules = case.get("rules")
-        if not isinstance(rules, dict) or set(rules) != set(COUNT_RULES):
-            raise Invalid(f"{text}: the rules are not {sorted(COUNT_RULES)}")
-        r = {}
-        for k, v in rules.items():
-            if k in COUNT_LISTS:
-                if not isinstance(v, list) or len(v) != p:
-                    raise Invalid(f"{text}: rule {k} is not {p} polynomials")
-                r[k] = [Poly.parse(x, nv) for x in v]
-            else:
-                r[k] = Poly.parse(v, nv)
+    for (text, sres, qbase), case, r in zip(want, got, from_value):
+        _rules_agree(case["rules"], r, text, nv)
         # the case's variables are q >= qbase, t >= 0: substitute q = qbase + q' so the range is the orthant
         shift = lambda P: P.compose([q + Poly.const(qbase, nv), t])  # noqa: E731
         r = {k: ([shift(x) for x in v] if isinstance(v, list) else shift(v)) for k, v in r.items()}
@@ -1347,20 +1564,173 @@ def main(argv=None) -> int:
         return 4
 
 
+USAGE = """usage: check_all_sizes.py FILE
+
+Re-checks an all-sizes certificate with the standard library only: FILE is the output of
+`verify-construction TASK --all-sizes --json` (or its "certificate" object alone).
+Exit 0 valid, 1 a margin or a condition of the derivation is not > 0 / does not hold,
+2 malformed, inconsistent or not re-derivable (one line on stderr), 4 internal error."""
+
+
 def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: check_all_sizes.py FILE", file=sys.stderr)
+    if len(argv) == 1 and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    if len(argv) != 1 or (argv[0].startswith("-") and argv[0] != "-"):
+        print(USAGE.splitlines()[0] + " (--help for more)", file=sys.stderr)
         return 2
     try:
-        with open(argv[0]) as fh:
-            data = json.load(fh)
+        data = load(argv[0])
         code, line = check_data(data)
     except (OSError, ValueError, KeyError, TypeError, IndexError, Invalid) as exc:
-        print(f"invalid: {exc}", file=sys.stderr)
+        text = " ".join(str(exc).split())
+        print(f"invalid: {text[:500]}", file=sys.stderr)
         return 2
     print(line)
     return code
+
+
+MAX_FILE_BYTES = 256 << 20
+MAX_DEPTH = 64  # a certificate nests about 12 deep; a split tree adds 2 per split
+MAX_INT = 1 << 53  # an int in a certificate or report (indices, offsets, counts, exponents, bases)
+
+
+def _reject_constant(name):
+    raise Invalid(f"{name} is not a number JSON holds (NaN and Infinity are refused)")
+
+
+def _finite_float(text):
+    x = float(text)
+    if not math.isfinite(x):
+        raise Invalid(f"the number {_short(text)} overflows a float")
+    return x
+
+
+def load(path: str):
+    """FILE's JSON, refusing (Invalid) what no certificate holds: NaN or Infinity, a float out of range,
+    an int of more than 4300 digits, nesting deeper than Python's reader (a deeper nesting than MAX_DEPTH
+    is refused by `sane`), a file over 256 MiB, text that is not UTF-8."""
+    import os
+
+    if os.path.isfile(path) and os.path.getsize(path) > MAX_FILE_BYTES:
+        raise Invalid(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB: no certificate is")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise Invalid(f"{path} nests deeper than any certificate (at most {MAX_DEPTH} levels)") from None
+    except UnicodeDecodeError:
+        raise Invalid(f"{path} is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise Invalid(f"{path} is not JSON: {exc}") from None
+    except ValueError as exc:  # an int past Python's digit limit
+        raise Invalid(f"{path} holds a number no certificate holds: {exc}") from None
+
+
+def sane(data) -> None:
+    """Every value is plain JSON of bounded size: nesting at most MAX_DEPTH, ints at most 2^53 in absolute
+    value, finite floats, string keys (checked without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        x, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise Invalid(f"the JSON nests deeper than any certificate (at most {MAX_DEPTH} levels)")
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if not isinstance(k, str):
+                    raise Invalid(f"a JSON key {_short(k)} is not a string")
+                stack.append((v, depth + 1))
+        elif isinstance(x, list):
+            stack.extend((v, depth + 1) for v in x)
+        elif isinstance(x, bool) or x is None or isinstance(x, str):
+            pass
+        elif isinstance(x, int):
+            if abs(x) > MAX_INT:
+                raise Invalid(f"the int {_short(x)} is larger than any a certificate holds (2^53)")
+        elif isinstance(x, float):
+            if not math.isfinite(x):
+                raise Invalid(f"the number {x!r} is not finite")
+        else:
+            raise Invalid(f"a {type(x).__name__} is not JSON data")
+
+
+REPORT_KEYS = ("all_sizes", "base_cases", "certificate", "claim", "command", "content_hash", "evaluating_seconds",
+               "evidence_margin", "failure", "finite_only", "instance", "margin", "margin_note", "method", "readout",
+               "reason", "rests_on", "seconds", "steps", "task", "theorem", "variant", "verdict")
+CERT_KEYS = {
+    "lumped": ("format", "version", "task", "variant", "params", "fixed", "points", "claim", "margin", "content_hash",
+               "value"),
+    "every-hops": ("format", "version", "kind", "every", "task", "variant", "params", "fixed", "points", "claim",
+                   "margin", "content_hash", "value"),
+    "lemma4": ("format", "version", "kind", "task", "variant", "params", "rules", "claim", "margin", "content_hash",
+               "value"),
+    "count": ("format", "version", "kind", "task", "variant", "p", "params", "fixed", "cases", "claim", "margin",
+              "content_hash", "value"),
+}
+POINT_KEYS = ("representative", "H0", "W_O", "classes", "cols", "rows", "layers", "last", "model_sets", "sorts", "tree",
+              "label", "start", "next")
+TREE_KEYS = ("offsets", "free", "margins", "split", "at", "children")
+
+
+def check_fields(data, cert: dict) -> None:
+    """Every object the checker reads has only fields it knows (an unknown field is refused, never
+    ignored); the value's fields are checked where it is read."""
+    if data is not cert:
+        _keys(data, REPORT_KEYS, "the report", required=("certificate",))
+    kind = cert.get("kind") or "lumped"
+    if kind not in CERT_KEYS:
+        raise Invalid(f"unknown certificate kind {_short(kind)}")
+    _keys(cert, CERT_KEYS[kind], "the certificate", required=())  # a missing field is refused where it is read
+    params = cert.get("params")
+    if not isinstance(params, list):
+        raise Invalid("the certificate's params are not a list")
+    for prm in params:
+        _keys(prm, ("name", "base", "after"), "a parameter", required=("name", "base"))
+        if not isinstance(prm["name"], str) or isinstance(prm["base"], bool) or not isinstance(prm["base"], int) or not (
+                0 <= prm["base"] <= 64) or not (prm.get("after") is None or isinstance(prm["after"], str)):
+            raise Invalid(f"the parameter {_short(prm)} is not a name, a base from 0 to 64 and an earlier parameter")
+    if kind == "every-hops":
+        _keys(cert["every"], ("name", "base"), "every")
+    fixed = cert.get("fixed")
+    if fixed is not None:
+        if not isinstance(fixed, dict):
+            raise Invalid("fixed is not an object")
+        for k, v in fixed.items():
+            top = 10 ** 4 if k == "p" else 64  # a count certificate holds p + 1 cases of p rules; k, l, hops: small
+            if not (k == "query" and isinstance(v, str)) and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top):
+                raise Invalid(f"the fixed size {k} = {_short(v)} is not an int from 1 to {top}")
+    if kind in ("lumped", "every-hops"):
+        if not isinstance(cert.get("points"), list) or not cert["points"]:
+            raise Invalid("the certificate has no representatives")
+        for pt in cert["points"]:
+            _keys(pt, POINT_KEYS, "a representative", required=())
+            msets = pt.get("model_sets", {})
+            if not isinstance(msets, dict):
+                raise Invalid("model_sets is not an object")
+            for S, entry in msets.items():
+                _keys(entry, ("size", "parts"), f"model set {_short(S)}")
+            for layer in pt.get("layers", []) if isinstance(pt.get("layers", []), list) else [None]:
+                if not isinstance(layer, list):
+                    raise Invalid("a representative's layer is not a list of heads")
+                for hd in layer:
+                    _keys(hd, ("W_QK", "W_V"), "a head")
+            nodes = [pt["tree"]] if "tree" in pt else []
+            while nodes:
+                node = nodes.pop()
+                _keys(node, TREE_KEYS, "a region of the split tree",
+                      required=("offsets", "free") + (("split", "at", "children") if isinstance(node, dict) and "split" in node
+                                                      else ()))
+                if "split" in node:
+                    if not isinstance(node["children"], list):
+                        raise Invalid("a split's children are not a list")
+                    nodes.extend(node["children"])
+                elif "margins" in node:  # an every-hops leaf has none: its margins are decided hop after hop
+                    margins = node["margins"]
+                    if not isinstance(margins, dict):
+                        raise Invalid("a region's margins are not an object")
+                    for name, m in margins.items():
+                        _keys(m, ("value", "text", "exists"), f"the margin against {_short(name)}", required=("value",))
 
 
 def certificate_of(data):
@@ -1389,7 +1759,9 @@ def _check_variant(cert: dict, data) -> None:
 def check_data(data) -> tuple[int, str]:
     """(exit code 0 valid / 1 a margin not > 0, the line to print) for a report or certificate;
     raises Invalid (exit 2) when it is malformed, inconsistent or not re-derivable."""
+    sane(data)
     cert = certificate_of(data)
+    check_fields(data, cert)
     if cert.get("kind") in ("count", "lemma4"):
         _check_variant(cert, data)
     if cert.get("kind") == "count":
@@ -1399,8 +1771,7 @@ def check_data(data) -> tuple[int, str]:
             return 1, f"{head}: {_n(len(failed), 'condition')} of the count derivation fail: " + "; ".join(failed[:5])
         scale = max([abs(_q(c)) for case in cert["cases"] for k in ("u", "b") for t in case["rules"][k] for _, c in t]
                     or [Fraction(0)])
-        bound = (f"closed value {check_hash(cert)} (its tables re-hashed)" if "content_hash" in cert or "value" in cert
-                 else "bound to no closed value")
+        bound = (f"closed value {check_hash(cert)} (its tables re-hashed; every rule read from them)")
         return 0, (f"{head}: valid; every condition of the count derivation re-decided from the builder's rules in "
                    f"{len(cert['cases'])} key cases (j = 0 and each residue of j mod p), labels by the rule "
                    "(the number of 1s mod p) in the second differences, the margin re-derived; claim re-derived; "
@@ -1416,7 +1787,7 @@ def check_data(data) -> tuple[int, str]:
         return 0, (f"sc {cert['variant']}: valid; every condition of the Lemma 4 derivation re-decided from the "
                    "builder's rules (coefficient test); claim and margin re-derived; every margin > 0 for all "
                    f"L >= 1, M >= 1; minimum margin {margin} (normalized {normalized(margin, scale)}: margin / "
-                   f"|read-out weight|); closed value {h} (its tables re-hashed)")
+                   f"|read-out weight|); closed value {h} (its tables re-hashed; every rule read from them)")
     params = [(p["name"], int(p["base"]), p.get("after")) for p in cert["params"]]
     ctx = Ctx(params)
     leaves, failures, margins = [], [], []

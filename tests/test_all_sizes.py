@@ -1004,7 +1004,7 @@ def test_rechecker_accepts_the_sc_certificate(capsys, tmp_path):
     assert stdout.strip() == ("sc heads: valid; every condition of the Lemma 4 derivation re-decided from the builder's "
                               "rules (coefficient test); claim and margin re-derived; every margin > 0 for all L >= 1, "
                               "M >= 1; minimum margin 1 (normalized 1: margin / |read-out weight|); closed value "
-                              f"{json.loads(out)['content_hash']} (its tables re-hashed)")
+                              f"{json.loads(out)['content_hash']} (its tables re-hashed; every rule read from them)")
 
 
 @pytest.mark.parametrize("path,value,rc_want,needle", [
@@ -1012,9 +1012,11 @@ def test_rechecker_accepts_the_sc_certificate(capsys, tmp_path):
     (("certificate", "margin"), "2", 2, "margin '2' is not a s w / m"),
     (("claim",), "correct on every point for all L >= 0", 2, "claim"),
     (("certificate", "params", 1, "base"), 0, 2, "not Theorem 1's"),
-    (("certificate", "rules", "w"), [[[0, 0, 0], "-1"]], 1, "a_h s_h w_h > 0"),
-    (("certificate", "rules", "o"), [[[1, 0, 0], "1"], [[1, 0, 1], "1"], [[2, 0, 0], "1"]], 1, "o_{h+1} - o_h = d"),
-    (("certificate", "rules", "j"), [[[0, 1, 0], "1"], [[0, 0, 0], "-1"]], 1, "j_h = h"),
+    # the rules edited alone are not the value's (exit 2); edited in the value too and re-hashed, the
+    # derivation fails (exit 1): tests/test_all_sizes_rules_bound.py
+    (("certificate", "rules", "w"), [[[0, 0, 0], "-1"]], 2, "rule w is"),
+    (("certificate", "rules", "o"), [[[1, 0, 0], "1"], [[1, 0, 1], "1"], [[2, 0, 0], "1"]], 2, "rule o is"),
+    (("certificate", "rules", "j"), [[[0, 1, 0], "1"], [[0, 0, 0], "-1"]], 2, "rule j is"),
 ])
 def test_rechecker_rejects_edited_sc_certificates(path, value, rc_want, needle, capsys, tmp_path):
     code, out, _ = run(["sc", "--all-sizes", "--json"], capsys)
