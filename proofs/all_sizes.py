@@ -910,7 +910,7 @@ def _pass_lines(reps, leaves, log: PassLog, plan: LumpedPlan, ring_: Ring) -> tu
                 h["off"] += 1
         for (li, hi), h in sorted(heads.items()):
             on = ", ".join(f"{n} x {v}" for v, n in sorted(h["on"].items(), key=lambda kv: kv[0]))
-            lines.append(f"layer {li + 1} head {hi}: score classes > 0 kept: {on or 'none'}; "
+            lines.append(f"layer {li + 1} head {hi + 1}: score classes > 0 kept: {on or 'none'}; "
                          f"{h['off']} class{'es' if h['off'] != 1 else ''} <= 0 cut by ReLU" + (" (first representative, first region)"
                                                                      if len(reps) > 1 or n_pieces > 1 else ""))
     return tuple(lines)

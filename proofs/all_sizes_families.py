@@ -91,7 +91,7 @@ def model_tables(model: Model, view: View, where: str) -> Tables:
     t = Tables([len(L) for L in model.layers])
     for li, layer in enumerate(model.layers):
         for hi, head in enumerate(layer):
-            w = f"{where} layer {li + 1} head {hi}"
+            w = f"{where} layer {li + 1} head {hi + 1}"
             t.qk[(li, hi)] = _named(read_table(head.W_QK, view.rows, view.row_of, view.rows, view.row_of, w + " W_QK"),
                                     view.rows, view.rows)
             t.v[(li, hi)] = _named(read_table(head.W_V, view.rows, view.row_of, view.rows, view.row_of, w + " W_V"),
@@ -120,8 +120,8 @@ def merge(tables: list[tuple[str, Tables]]) -> Tables:
         if t.heads != out.heads:
             raise NotAFamily(f"heads per layer {t.heads} at {name} but {out.heads} at {name0}")
         for li_hi in t.qk:
-            out.qk[li_hi] = _merge_table(out.qk[li_hi], t.qk[li_hi], f"W_QK layer {li_hi[0] + 1} head {li_hi[1]}", name0, name)
-            out.v[li_hi] = _merge_table(out.v[li_hi], t.v[li_hi], f"W_V layer {li_hi[0] + 1} head {li_hi[1]}", name0, name)
+            out.qk[li_hi] = _merge_table(out.qk[li_hi], t.qk[li_hi], f"W_QK layer {li_hi[0] + 1} head {li_hi[1] + 1}", name0, name)
+            out.v[li_hi] = _merge_table(out.v[li_hi], t.v[li_hi], f"W_V layer {li_hi[0] + 1} head {li_hi[1] + 1}", name0, name)
         out.o = _merge_table(out.o, t.o, "W_O", name0, name)
     return out
 
@@ -136,7 +136,7 @@ def missing_classes(t: Tables, rows: Space, classes: Space) -> list[str]:
     missing = []
     for li_hi, tab in list(t.qk.items()) + list(t.v.items()):
         for key in want - set(tab):
-            missing.append(f"layer {li_hi[0] + 1} head {li_hi[1]} {key}")
+            missing.append(f"layer {li_hi[0] + 1} head {li_hi[1] + 1} {key}")
     wo = {(c.name, r.name, p) for c in classes.families for r in rows.families for p in patterns(c, r)}
     missing += [f"W_O {key}" for key in wo - set(t.o)]
     return missing

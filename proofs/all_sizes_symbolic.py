@@ -124,8 +124,8 @@ def table_count(t: Tables) -> int:
 def non_constant(t: Tables) -> list[str]:
     """Entries whose value depends on the sizes (shown in the family step)."""
     out = []
-    for name, tab in ([(f"layer {li + 1} head {hi} W_QK", x) for (li, hi), x in t.qk.items()]
-                      + [(f"layer {li + 1} head {hi} W_V", x) for (li, hi), x in t.v.items()] + [("W_O", t.o)]):
+    for name, tab in ([(f"layer {li + 1} head {hi + 1} W_QK", x) for (li, hi), x in t.qk.items()]
+                      + [(f"layer {li + 1} head {hi + 1} W_V", x) for (li, hi), x in t.v.items()] + [("W_O", t.o)]):
         for (r, c, p), v in tab.items():
             if not v.is_ground:
                 out.append(f"{name} ({r}, {c}{', ' + p if p else ''}) = {v.as_expr()}")

@@ -782,3 +782,16 @@ def test_semantics_embedding_table_is_every_tasks_vocabulary():
 
 if __name__ == "__main__":
     print(embedding_table())
+
+
+# ---- heads are numbered from 1 in printed output, --all-sizes included
+
+def test_all_sizes_report_numbers_heads_from_1():
+    sys.path.insert(0, os.path.dirname(__file__))
+    from cli_in_process import run_command
+
+    code, out, _ = run_command(["verify-construction", "icqa", "--all-sizes"])
+    heads = re.findall(r"^\s+layer (\d+) head (\d+):", out, re.M)
+    assert code == 0 and heads == [("1", "1"), ("2", "1")], heads  # heads per layer [1, 1]
+    code, out, _ = run_command(["verify-construction", "tm", "--l", "3", "--alphabet", "4", "--as-printed"])
+    assert code == 1 and "layer 1 head 1 W_V" in out  # the finite check's wording, for comparison
