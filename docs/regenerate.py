@@ -20,6 +20,11 @@ too slow for the suite says `ran YYYY-MM-DD` instead (the date the full regenera
 is rewritten only by a full run and compared by `--check --slow` (CI's main job, after the tests).
 Without that column every row is checked by `--check`.
 
+A fenced block under `<!-- doc-test: slow -->` is a doc-test (`$ command` lines, each followed by
+exactly what it prints, `(exit N)` when not 0; wall times masked) too slow for the test suite:
+`--check --slow` runs its commands and compares, a plain run rewrites it.  Commands run in a
+temporary folder that links the checkout's entries, so a file a command writes lands there.
+
 tests/test_docs.py also fails when a table or a fenced block of command output in README.md or
 docs/ has no source at all (see `SOURCE MARKERS` there).
 """
@@ -34,6 +39,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = "<!-- regenerate: commands -->"
@@ -124,6 +130,57 @@ def marked_tables(path: str) -> list[tuple[int, int]]:
     return out
 
 
+SLOW_DOC_TEST = "<!-- doc-test: slow -->"
+
+
+def mask_times(text: str) -> str:
+    """The output with its wall times replaced by <t> (the only thing a doc-test does not compare)."""
+    text = re.sub(r"(wall time\s+)\d+\.\d+ s in all, \d+\.\d+ s evaluating", r"\1<t>", text)
+    text = re.sub(r"^time: \d+\.\d+ s$", "time: <t> s", text, flags=re.M)
+    text = re.sub(r"^time {11}.*$", lambda m: re.sub(r"\d+\.\d+ s", "<t> s", m.group(0)), text, flags=re.M)
+    text = re.sub(r"(by a plain float(?:32|64) forward )\(\d+\.\d+ s\)", r"\1(<t> s)", text)  # --compare-float
+    return re.sub(r'"(total_)?seconds": [0-9.]+', r'"\1seconds": <t>', text)
+
+
+def slow_doc_tests(lines: list[str]) -> list[tuple[int, int]]:
+    """[(index of the opening fence, index of the closing fence)] of the blocks under SLOW_DOC_TEST."""
+    out = []
+    for i, line in enumerate(lines):
+        if line.strip() == SLOW_DOC_TEST:
+            if i + 1 >= len(lines) or not lines[i + 1].startswith("```"):
+                raise SystemExit(f"line {i + 1}: {SLOW_DOC_TEST} must precede a fenced block")
+            j = i + 2
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            out.append((i + 1, j))
+    return out
+
+
+def _linked_checkout(folder: str) -> str:
+    for name in os.listdir(ROOT):
+        if name != ".git":
+            os.symlink(os.path.join(ROOT, name), os.path.join(folder, name))
+    return folder
+
+
+def run_doc_test_block(body: list[str]) -> list[str]:
+    """The block's `$ command` lines, each followed by what it prints today (and `(exit N)`)."""
+    out = []
+    with tempfile.TemporaryDirectory() as folder:
+        cwd = _linked_checkout(folder)
+        for line in body:
+            if not line.startswith("$ "):
+                continue
+            argv = shlex.split(line[2:])
+            argv[0] = os.path.join(BIN, argv[0])
+            r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=3600)
+            out.append(line)
+            out.extend(r.stdout.rstrip("\n").split("\n"))
+            if r.returncode:
+                out.append(f"(exit {r.returncode})")
+    return out
+
+
 def run_json(command: str) -> dict:
     argv = shlex.split(command) + ["--json"]
     argv[0] = os.path.join(BIN, argv[0])
@@ -170,6 +227,17 @@ def process(path: str, check: bool, log=print, slow: bool = False) -> list[str]:
                 changed = [f"{header[k]}: {cells[k]!r} -> {new[k]!r}" for k in range(len(cells)) if new[k] != cells[k]]
                 diffs.append(f"{rel}:{r + 1}: `{cells[header.index('command')].strip('`')}`: " + "; ".join(changed))
                 lines[r] = "| " + " | ".join(new) + " |"
+    if check and slow or not check:
+        for start, end in reversed(slow_doc_tests(lines)):
+            body = lines[start + 1:end]
+            new = run_doc_test_block(body)
+            if [mask_times(x) for x in new] != [mask_times(x) for x in body]:
+                first = next((k for k, (a, b) in enumerate(zip(body, new)) if mask_times(a) != mask_times(b)),
+                             min(len(body), len(new)))
+                was = body[first] if first < len(body) else "(nothing)"
+                now = new[first] if first < len(new) else "(nothing)"
+                diffs.append(f"{rel}:{start + 2 + first}: doc-test (slow): {was!r} -> {now!r}")
+                lines[start + 1:end] = new
     if diffs and not check:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write("\n".join(lines))
@@ -194,6 +262,10 @@ def main(argv=None) -> int:
                     cells = _cells(lines[r])
                     where = "CI" if is_checked_in_ci(header, cells) else cells[header.index("checked")]
                     print(f"{os.path.relpath(path, ROOT)}:{r + 1}  [{where}]  {cells[header.index('command')].strip('`')}")
+            for start, end in slow_doc_tests(lines):
+                for k in range(start + 1, end):
+                    if lines[k].startswith("$ "):
+                        print(f"{os.path.relpath(path, ROOT)}:{k + 1}  [slow doc-test]  {lines[k][2:]}")
         return 0
     if args.slow and not args.check:
         p.error("--slow goes with --check (a plain run rewrites every row, the slow ones too)")

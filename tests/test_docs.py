@@ -297,6 +297,8 @@ def test_reproduce_paper_rows_print_what_their_commands_print(claim):
 # SOURCE MARKERS: the HTML comment lines directly above a table (its header row) or a fenced block
 # (its opening fence) must include one of
 #   <!-- doc-test -->                      a block of `$ command` lines and their output, run above
+#   <!-- doc-test: slow -->                the same, too slow for the suite: docs/regenerate.py
+#                                          --check --slow runs it (CI's main job)
 #   <!-- regenerate: commands -->          a table docs/regenerate.py rewrites (`--check` runs below)
 #   <!-- test: tests/FILE.py::FUNCTION --> a test that compares it
 #   <!-- ran: YYYY-MM-DD: COMMAND -->      output too slow for CI: the command and the date it ran
@@ -311,7 +313,7 @@ PAGE_SOURCES = {  # pages a command writes whole; each says so in its first line
     "docs/mutation.md": "python benchmarks/mutation_report.py --out docs/mutation.md",
 }
 TEXT_BLOCKS_TESTED = {"docs/tutorial.md": "tests/test_tutorial.py"}  # ```text: the preceding ```python's stdout
-SOURCE = re.compile(r"<!-- (doc-test|regenerate: commands|test: (?P<test>\S+)|ran: (?P<date>\d{4}-\d\d-\d\d)"
+SOURCE = re.compile(r"<!-- (doc-test|doc-test: slow|regenerate: commands|test: (?P<test>\S+)|ran: (?P<date>\d{4}-\d\d-\d\d)"
                     r"(?P<cmd>: .+)?|not-output: .+) -->")
 
 
@@ -382,8 +384,8 @@ def _source_problem(kind: str, comments: list[str], header: str, body: list[str]
                     return f"{c}: a table without a `command` column must name its command (ran: DATE: COMMAND)"
                 if kind == "block" and not any(x.startswith("$ ") for x in body):
                     return f"{c}: a block without `$ ` lines must name its command (ran: DATE: COMMAND)"
-        if c == "<!-- doc-test -->" and kind != "block":
-            return "<!-- doc-test --> marks a fenced block"
+        if c in ("<!-- doc-test -->", "<!-- doc-test: slow -->") and kind != "block":
+            return f"{c} marks a fenced block"
         return None
     return "no source: mark it <!-- doc-test -->, <!-- regenerate: commands -->, <!-- test: ... -->, " \
            "<!-- ran: DATE: COMMAND --> or <!-- not-output: WHY --> (tests/test_docs.py, SOURCE MARKERS)"
@@ -460,3 +462,24 @@ def test_regenerate_runs_the_installed_command():
     doc = _regenerate_module().run_json(cmd)
     strip = lambda d: json.loads(_mask(json.dumps(d, sort_keys=True)).replace("<t>", "0"))
     assert strip(doc) == strip(run_json(cmd)[1])
+
+
+def test_slow_doc_tests_are_compared_by_check_slow_only(tmp_path):
+    """docs/regenerate.py: a `<!-- doc-test: slow -->` block is run by --check --slow (a changed
+    line is named; wall times are masked), skipped by --check, and rewritten by a plain run."""
+    regenerate = _regenerate_module()
+    cmd = "verify-construction sc --length 4 --alphabet 3"
+    printed = regenerate.run_doc_test_block([f"$ {cmd}"])
+    assert printed[0] == f"$ {cmd}" and len(printed) > 3
+    page = tmp_path / "page.md"
+    right = "text\n\n<!-- doc-test: slow -->\n```\n" + "\n".join(printed) + "\n```\n"
+    page.write_text(right)
+    assert regenerate.process(str(page), check=True, slow=True) == []
+    wrong = right.replace(printed[2], printed[2] + " (planted)")
+    page.write_text(wrong)
+    assert regenerate.process(str(page), check=True, slow=False) == []
+    diffs = regenerate.process(str(page), check=True, slow=True)
+    assert len(diffs) == 1 and "(planted)" in diffs[0] and "doc-test (slow)" in diffs[0], diffs
+    assert page.read_text() == wrong  # --check writes nothing
+    regenerate.process(str(page), check=False, log=lambda *a: None)
+    assert regenerate.mask_times(page.read_text()) == regenerate.mask_times(right)
