@@ -632,7 +632,12 @@ def close_family(spec, sym_task: SymbolicTask) -> ClosedHeadFamily:
 def close_count(fn, name: str, p: int) -> ClosedCount:
     """The closed value of a count builder: fn called with symbols only, once with n (the rules not
     tied to a key) and once per residue case with (q, t), the key j = p q + s and n = j + 1 + t (the
-    rules of key j).  NotClosed when a call fails or returns no count object."""
+    rules of key j): p + 2 calls, each with other symbols, made once per process for (fn, name, p).
+    NotClosed when a call fails or returns no count object."""
+    return made_once(fn, ("count", name, p), lambda counted: _close_count(counted, name, p))
+
+
+def _close_count(fn, name: str, p: int) -> ClosedCount:
     from depthcert.constructions.head_family import HeadRules
 
     vocab = ("0", "1")
@@ -723,13 +728,84 @@ def fixed_of(sym_task: SymbolicTask) -> dict:
     return {k: v for k, v in sym_task.sizes.items() if type(v) is int}
 
 
+@dataclass(frozen=True)
+class Making:
+    """How a function made its closed value in this process: what it was handed on each call (one text
+    per call, in order; a count value's function is handed n once and each residue case's (q, t) once),
+    and the number of calls.  Every later request for the value gets the one value made then."""
+
+    handed: tuple
+    calls: int
+
+
+_MADE: dict = {}  # (function, structure) -> (closed value or NotClosed, Making)
+
+
+def handed_text(sym_task: SymbolicTask) -> str:
+    """What a symbolic task hands a function: its symbols and their range, the sizes derived from them,
+    the sizes held at one value."""
+    rng = sym_task.range
+    names = set(rng.names)
+    derived = [f"{k} = {v.text()}" for k, v in sym_task.sizes.items() if k not in names and isinstance(v, Size)]
+    held = [f"{k} = {v!r}" for k, v in sym_task.sizes.items() if k not in names and not isinstance(v, Size)]
+    return (f"a symbolic {sym_task.name} task: the symbols {', '.join(rng.names)} over {rng.describe()}"
+            + (f", with {', '.join(derived)}" if derived else "") + (f"; held: {', '.join(held)}" if held else ""))
+
+
+def _structure(sym_task) -> tuple:
+    if type(sym_task) is not SymbolicTask:
+        return ("not symbolic", id(sym_task))
+    held = tuple(sorted((k, repr(v)) for k, v in sym_task.sizes.items() if not isinstance(v, Size)))
+    derived = tuple(sorted((k, v.text()) for k, v in sym_task.sizes.items()
+                           if isinstance(v, Size) and k not in sym_task.range.names))
+    point = None if sym_task.range.point is None else tuple(sorted(sym_task.range.point.items()))
+    return (sym_task.name, tuple(sym_task.range.params), point, held, derived)
+
+
+def made_once(fn, key: tuple, make):
+    """The closed value `make(counted)` makes, where `counted` is fn counting its calls: run at most once
+    per process for (fn, key); every later request (the proof, the finite check of the same run, the
+    hash printed) gets that one value, or the same NotClosed.  A function that keeps state or counts its
+    calls is therefore never run a second time for the same symbols."""
+    memo = (fn, key)
+    if memo not in _MADE:
+        handed = []
+
+        def counted(sym_task):
+            handed.append(handed_text(sym_task) if type(sym_task) is SymbolicTask else repr(sym_task))
+            return fn(sym_task)
+
+        try:
+            out = make(counted)
+        except NotClosed as exc:
+            out = exc
+        _MADE[memo] = (out, Making(tuple(handed), len(handed)))
+    out = _MADE[memo][0]
+    if isinstance(out, NotClosed):
+        raise out
+    return out
+
+
+def making(fn) -> Making | None:
+    """How fn made its closed value in this process (None: it was never asked for one); with more than one
+    structure (another k, l or hops), the calls of all of them."""
+    found = [m for (f, _), (_, m) in list(_MADE.items()) if f is fn or f == fn]
+    if not found:
+        return None
+    return Making(tuple(h for m in found for h in m.handed), sum(m.calls for m in found))
+
+
 def value_of(fn, sym_task: SymbolicTask) -> ClosedModel:
-    """fn called once with symbols only, its output closed; NotClosed naming why (and the line)."""
-    key = ("value_of", object())  # not cached: every call runs fn once
-    try:
-        return cached(key, fn, lambda: sym_task)[1]
-    finally:
-        _CACHE.pop(key, None)
+    """fn called with symbols only, its output closed; NotClosed naming why (and the line).  fn runs once
+    per process for these symbols: a second request returns the value the first call made."""
+    def make(counted):
+        key = ("value_of", object())
+        try:
+            return cached(key, counted, lambda: sym_task)[1]
+        finally:
+            _CACHE.pop(key, None)
+
+    return made_once(fn, ("value_of", _structure(sym_task)), make)
 
 
 _CACHE: dict = {}

@@ -1656,7 +1656,7 @@ def sane(data) -> None:
 
 
 REPORT_KEYS = ("all_sizes", "base_cases", "certificate", "claim", "command", "content_hash", "evaluating_seconds",
-               "evidence_margin", "failure", "finite_only", "instance", "margin", "margin_note", "method", "readout",
+               "evidence_margin", "failure", "family", "finite_only", "instance", "margin", "margin_note", "method", "readout",
                "reason", "rests_on", "seconds", "steps", "task", "theorem", "variant", "verdict")
 CERT_KEYS = {
     "lumped": ("format", "version", "task", "variant", "params", "fixed", "points", "claim", "margin", "content_hash",

@@ -61,23 +61,41 @@ def family_construction(spec: str, task):
                         f"the closed value {content_hash_of(value)} instantiated", symbolic=value)
 
 
-def _called_once(fn, value):
-    """fn as the prover calls it: the value fn made on its first call, for the same symbols (fn runs
-    once per run, as in the finite check, so a function that counts its calls or keeps state proves
-    the value the finite check builds); other symbols (a count family's residue cases) call fn."""
-    from depthcert.constructions.closed import ClosedCount, fixed_of
+def check_expected_hash(expected: str, got: str | None, readout_replaced: bool = False) -> None:
+    """--expect-hash HASH: BadInput (exit 2, one line, nothing checked) unless the closed value this run
+    builds (or proves) has content hash HASH: a finite check elsewhere is of the value a proof is about
+    exactly when it prints that proof's hash."""
+    import re
 
-    if type(value) is ClosedCount:
-        return fn
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", expected or ""):
+        raise BadInput(f"--expect-hash {expected!r}: not a content hash (sha256: and 64 hex digits, as the value "
+                       "line prints it)")
+    if got is None:
+        raise BadInput(f"--expect-hash {expected}: this construction has no closed value (no content hash): "
+                       "nothing checked")
+    if got != expected:
+        raise BadInput(f"--expect-hash: the closed value built here is {got}, not {expected}: another value "
+                       "than the one expected, nothing checked")
+    if readout_replaced:
+        raise BadInput(f"--expect-hash {expected}: this run replaces the value's read-out by the max-margin fit, "
+                       "so it would not check the value with that hash; give --readout lemma3 or paper")
 
-    def construct(sym):
-        if (tuple(sym.range.params) == tuple(value.params)
-                and dict(getattr(value, "fixed", ())) == {k: v for k, v in fixed_of(sym).items()
-                                                         if hasattr(value, "fixed")}):
-            return value
-        return fn(sym)
 
-    return construct
+def family_lines(spec: str, made, content_hash: str | None, task_name: str) -> list[str]:
+    """What the `family` rows say: the function ran once in this process, what it was handed, and that
+    anything else it read is outside the value (so a finite check elsewhere is compared by hash)."""
+    if made is None:
+        return [f"{spec} was not run"]
+    ran = (f"{spec} ran once in this process (1 call)" if made.calls == 1 else
+           f"{spec} made its value once in this process: {made.calls} calls, each with its own symbols, none repeated")
+    lines = [ran + "; " + ("the proof, the instance and the value line are of the one value it made" if content_hash
+                           else "it made no closed value (the reason below)")]
+    lines += [f"handed {i}: {h}" if made.calls > 1 else f"handed: {h}" for i, h in enumerate(made.handed, 1)]
+    if content_hash:
+        lines.append("what else it read (a global, the command line, a file, the clock) is not in the value: a finite "
+                     "check elsewhere is of this value only where it prints this hash: verify-construction "
+                     f"{task_name} --family {spec} [sizes] --expect-hash {content_hash}")
+    return lines
 
 
 def content_hash_of(value) -> str:
@@ -113,13 +131,11 @@ def verify_all_sizes(args, task) -> int:
         from depthcert.proofs.all_sizes import family_value
 
         try:
-            made = family_value(construct, task)
+            family_value(construct, task)  # the one making: the proof and the instance below get this value
         except NotAValue as exc:
             raise BadInput(f"--family {family}: not a closed value: {exc}") from None
         except NotClosed:
             pass  # a function that tried to read a size: the proof says why (exit 3)
-        else:
-            construct = _called_once(construct, made)
     proven_readout = ("family's own" if family else
                       "lemma3" if task.name == "sc" and args.as_printed else READOUT_OF.get(task.name, "paper"))
     readout = getattr(args, "readout", "auto")
@@ -139,8 +155,18 @@ def verify_all_sizes(args, task) -> int:
     if args.as_printed:
         rep.theorem += " [as printed]"
     rep.instance = _instance(rep, task, args, construct)
+    if getattr(args, "expect_hash", None) is not None:
+        check_expected_hash(args.expect_hash, rep.content_hash)
+    out = rep.to_json()
+    if family:
+        from depthcert.constructions.closed import making
+
+        made = making(construct)
+        rep.family_lines = family_lines(family, made, rep.content_hash, task.name)
+        out["family"] = {"function": family, "runs": 1, "calls": 0 if made is None else made.calls,
+                         "handed": [] if made is None else list(made.handed), "content_hash": rep.content_hash}
     if args.json:
-        print(json.dumps(rep.to_json()))
+        print(json.dumps(out))
     else:
         print_report(rep)
     return rep.exit_code
@@ -244,6 +270,8 @@ def print_report(rep: Report) -> None:
     rows = [("theorem", rep.theorem), ("variant", rep.variant), ("method", rep.method)]
     if rep.content_hash:
         rows.append(("value", rep.content_hash))
+    for i, line in enumerate(getattr(rep, "family_lines", ())):
+        rows.append(("family" if i == 0 else "", line))
     if getattr(rep, "readout", None) and rep.status in ("proven", "partial"):
         rows.append(("read-out", _readout_text(rep)))
     if rep.claim and rep.status in ("proven", "partial"):

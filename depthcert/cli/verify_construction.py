@@ -76,6 +76,10 @@ def _build_parser() -> _Parser:
     p.add_argument("--family", metavar="MODULE:FUNCTION",
                    help="verify (or with --all-sizes prove) your own construction: FUNCTION(task, as_printed) -> "
                    "Construction, written with constructions/indexed.py or head_family.py (MODULE may be a FILE.py)")
+    p.add_argument("--expect-hash", metavar="HASH", default=None,
+                   help="check nothing unless the closed value built is the one with this content hash (sha256:..., "
+                   "the hash --all-sizes proves and prints on its value line): a different hash, or no closed value, "
+                   "is exit 2 with one line")
     p.add_argument("--cot", action="store_true",
                    help="verify chain-of-thought generation: the model generates its intermediate steps "
                    "autoregressively and every step of every input is checked (tasks that define steps)")
@@ -160,6 +164,8 @@ def _verify_construction_guarded(args, t_start: float) -> int:
 
         return verify_all_sizes(args, task)
     if args.cot:
+        if args.expect_hash is not None:
+            raise BadInput("--expect-hash compares the closed value of a construction checked without --cot")
         from depthcert.cli.cot import verify_cot
 
         return verify_cot(args, task)
@@ -220,6 +226,10 @@ def _verify_construction_guarded(args, t_start: float) -> int:
     check_compatible(model, task)
     readout_name = "max-margin" if (args.readout == "max-margin" or (
         args.readout == "auto" and own == "lemma3" and not args.as_printed)) else own
+    if args.expect_hash is not None:  # before any work: the check is of the expected value, or nothing
+        from depthcert.cli.all_sizes import check_expected_hash
+
+        check_expected_hash(args.expect_hash, value_hash, readout_name == "max-margin")
     readout_note = None
     if args.fit_effort != 1 and readout_name != "max-margin" and not args.compare_readouts:
         raise BadInput(f"--fit-effort sets the max-margin read-out's LP budget; this run's read-out is {readout_name}")
