@@ -798,3 +798,17 @@ def test_all_sizes_report_numbers_heads_from_1():
     assert code == 0 and heads == [("1", "1"), ("2", "1")], heads  # heads per layer [1, 1]
     code, out, _ = run_command(["verify-construction", "tm", "--l", "3", "--alphabet", "4", "--as-printed"])
     assert code == 1 and "layer 1 head 1 W_V" in out  # the finite check's wording, for comparison
+
+
+def test_training_scripts_print_progress_on_a_terminal_only(tmp_path, monkeypatch, capsys):
+    """python -m depthcert.cli.train_induction (and train_max_of_k, train_grokking: the same
+    switch) print their step lines on a terminal only."""
+    pytest.importorskip("torch")
+    from depthcert.cli.train_induction import main
+
+    argv = ["--out", str(tmp_path / "m.safetensors"), "--vocab", "3", "--n", "4", "--steps", "1"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(argv) == 0
+    assert "step 0 loss" in capsys.readouterr().err

@@ -57,7 +57,7 @@ def _main(argv) -> int:
 
     want = {args.before_step} | (set(range(args.save_every, args.steps, args.save_every)) if args.save_every else set())
     train(args.steps, save, sorted(want), args.stop_at_test_accuracy, p=args.p, lr=args.lr, seed=args.seed, data_seed=args.data_seed,
-          progress=True)
+          progress=sys.stderr.isatty())  # progress lines on a terminal only, as every command
     return 0
 
 

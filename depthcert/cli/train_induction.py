@@ -29,7 +29,7 @@ def _main(argv) -> int:
     from depthcert.training.induction import train
 
     t0 = time.perf_counter()
-    cfg, state, stats = train(args.vocab, args.n, args.steps, seed=args.seed, progress=True)
+    cfg, state, stats = train(args.vocab, args.n, args.steps, seed=args.seed, progress=sys.stderr.isatty())
     write_checkpoint(args.out, dict(cfg, steps=args.steps, **stats), state)
     print(f"trained {cfg['model_name']} seed {args.seed}: {args.steps} steps, final batch loss {stats['final_loss']:.4f}, "
           f"accuracy {stats['sampled_accuracy']:.4f} on 4096 sampled points (float), {time.perf_counter() - t0:.0f} s -> {args.out}")

@@ -24,7 +24,8 @@ def _main(argv) -> int:
     from depthcert.training.max_of_k import train
 
     t0 = time.perf_counter()
-    cfg, state, loss = train(args.vocab, args.k, args.n_train, args.epochs, seed=args.seed, progress=True)
+    cfg, state, loss = train(args.vocab, args.k, args.n_train, args.epochs, seed=args.seed,
+                             progress=sys.stderr.isatty())
     cfg.update(n_train=args.n_train, epochs=args.epochs, final_loss=round(loss, 6))
     write_checkpoint(args.out, cfg, state)
     print(f"trained {cfg['model_name']} seed {args.seed}: {plural(args.epochs, 'epoch')} of {plural(args.n_train, 'sequence')}, "
