@@ -304,6 +304,9 @@ def test_reproduce_paper_rows_print_what_their_commands_print(claim):
 #   <!-- ran: YYYY-MM-DD: COMMAND -->      output too slow for CI: the command and the date it ran
 #                                          (without `: COMMAND` a table names each row's command in a
 #                                          `command` column, a block in its `$ ` lines)
+#   <!-- ran: YYYY-MM-DD at COMMIT: COMMAND -->  the same, naming the commit it was measured on
+#                                          (benchmark timings, which no check can re-run); the
+#                                          commit must exist in the repository's history
 #   <!-- not-output: WHY -->               written by hand (formats, exit codes, options): no tool
 #                                          prints it
 # A table or block of output without one fails test_every_table_and_output_block_has_a_source.
@@ -314,7 +317,7 @@ PAGE_SOURCES = {  # pages a command writes whole; each says so in its first line
 }
 TEXT_BLOCKS_TESTED = {"docs/tutorial.md": "tests/test_tutorial.py"}  # ```text: the preceding ```python's stdout
 SOURCE = re.compile(r"<!-- (doc-test|doc-test: slow|regenerate: commands|test: (?P<test>\S+)|ran: (?P<date>\d{4}-\d\d-\d\d)"
-                    r"(?P<cmd>: .+)?|not-output: .+) -->")
+                    r"(?: at (?P<commit>[0-9a-f]{7,40}))?(?P<cmd>: .+)?|not-output: .+) -->")
 
 
 def _doc_pieces(path: str):
@@ -358,6 +361,14 @@ def _is_output_block(info: str, body: list[str]) -> bool:
     return False
 
 
+def _is_commit(rev: str) -> bool:
+    """Whether `rev` names a commit of this repository (True where there is no git history to ask)."""
+    if not os.path.isdir(os.path.join(ROOT, ".git")):
+        return True
+    r = subprocess.run(["git", "cat-file", "-e", f"{rev}^{{commit}}"], cwd=ROOT, capture_output=True)
+    return r.returncode == 0
+
+
 def _source_problem(kind: str, comments: list[str], header: str, body: list[str]) -> str | None:
     """None if a comment above names a valid source, else what is missing or wrong."""
     import datetime
@@ -378,6 +389,8 @@ def _source_problem(kind: str, comments: list[str], header: str, body: list[str]
                 return f"{c}: not a date"
             if day > datetime.date.today():
                 return f"{c}: a date in the future"
+            if m.group("commit") and not _is_commit(m.group("commit")):
+                return f"{c}: no commit {m.group('commit')} in this repository"
             if not m.group("cmd"):
                 names = [x.strip() for x in header.strip("|").split("|")] if kind == "table" else []
                 if kind == "table" and "command" not in names:
@@ -421,10 +434,16 @@ def test_the_source_check_catches_a_table_without_a_source(tmp_path):
     page.write_text("text\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n<!-- not-output: a format -->\n| x |\n|---|\n| y |\n\n"
                     "```\n$ verify-construction icqa\nVERIFIED\n```\n\n<!-- ran: 2026-01-02 -->\n```\n$ x\ny\n```\n\n"
                     "<!-- ran: 2026-01-02 -->\n| n | m |\n|---|---|\n| 1 | 2 |\n\n<!-- test: tests/test_docs.py::nope -->\n"
-                    "| p |\n|---|\n| 1 |\n\n```python\nprint(1)\n```\n")
+                    "| p |\n|---|\n| 1 |\n\n```python\nprint(1)\n```\n\n"
+                    "<!-- ran: 2026-01-02 at 0123456789abcdef: python benchmarks/x.py -->\n| q |\n|---|\n| 1 |\n")
     problems = source_problems([str(page)])
-    assert [p.split(": ")[0].rsplit(":", 1)[1] for p in problems] == ["3", "12", "24", "29"], problems
+    want = ["3", "12", "24", "29"] + (["38"] if os.path.isdir(os.path.join(ROOT, ".git")) else [])
+    assert [p.split(": ")[0].rsplit(":", 1)[1] for p in problems] == want, problems
     assert "command" in problems[2] and "no test nope" in problems[3]
+    assert len(want) == 4 or "no commit 0123456789abcdef" in problems[4]
+    page.write_text("<!-- ran: 2026-01-02 at " + subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                    text=True).stdout.strip()[:9] + ": python benchmarks/x.py -->\n| q |\n|---|\n| 1 |\n")
+    assert source_problems([str(page)]) == [] or not os.path.isdir(os.path.join(ROOT, ".git"))
 
 
 def _regenerate_module():
