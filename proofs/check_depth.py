@@ -197,8 +197,23 @@ def _label_copy(tokens, params):
     return tokens[i]
 
 
+def _label_pointer(tokens, params):
+    """Pointer chasing: f(0) .. f(N-1), then x; the label is f^hops(x) (digits)."""
+    N, hops = params["N"], params["hops"]
+    if isinstance(N, bool) or not isinstance(N, int) or isinstance(hops, bool) or not isinstance(hops, int):
+        raise TypeError("N and hops must be ints")
+    dom = [str(v) for v in range(N)] if N <= 10 else []
+    if len(tokens) != N + 1 or any(t not in dom for t in tokens) or hops < 0:
+        return None
+    x = int(tokens[-1])
+    for _ in range(hops):
+        x = int(tokens[x])
+    return str(x)
+
+
 LABEL_RULES = {"icqa": _label_icqa, "tm": _label_tm, "ictm": _label_ictm, "multihop": _label_multihop,
-               "parity": _label_parity, "composition": _label_composition, "copy": _label_copy}
+               "parity": _label_parity, "composition": _label_composition, "copy": _label_copy,
+               "pointer": _label_pointer}
 
 
 # ------------------------------------------------------------------ representations

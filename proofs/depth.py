@@ -16,7 +16,8 @@ from depthcert.proofs import depth_search as ds
 from depthcert.proofs.depth_realize import Layout, Orbits, Realised, head_feasible, readout, realise
 
 
-SQUARE_FIRST = 2_000  # nodes per square in the first pass
+SHARES = {"fewer heads": 0.1, "upper": 0.15, "squares": 0.5}  # of a depth's node budget; the exact search: the rest
+SQUARE_FIRST = 8  # the first pass gives each square at most 1/SQUARE_FIRST of the squares' share
 
 
 class _Grow(Exception):
@@ -87,14 +88,15 @@ def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float | N
         for fewer in range(1, heads):
             got = run(f"{fewer} head{'s' if fewer > 1 else ''}, padded",
                       lambda n: _fewer_heads(problem, layers, heads, fewer, n, deadline, progress, verify_model, clock),
-                      share(0.1))
+                      share(SHARES["fewer heads"]))
             if got is not None:
                 return _done(got, spent, t0, clock)
     got = run("upper-bound search", lambda n: _upper(problem, layers, heads, n, deadline, progress, verify_model,
-                                                     clock), share(0.25))
+                                                     clock), share(SHARES["upper"]))
     if got is not None:
         return _done(got, spent, t0, clock)
-    got = run("squares", lambda n: _squares_first(problem, layers, heads, n, deadline, progress, clock), share(0.25))
+    got = run("squares", lambda n: _squares_first(problem, layers, heads, n, deadline, progress, clock),
+              share(SHARES["squares"]))
     if got is not None:
         return _done(got, spent, t0, clock)
     got = run("exact search", lambda n: _decide(problem, layers, heads, n, deadline, start=4, progress=progress,
@@ -336,8 +338,8 @@ def _orbit_key(pts, groups):
 
 
 def _squares_first(problem, layers, heads, max_nodes, deadline, progress, clock):
-    """The exact search on the small squares: a first pass with at most SQUARE_FIRST nodes each,
-    then the squares it left open, in the same order, with the rest of the budget split evenly.
+    """The exact search on the small squares: a first pass with at most max_nodes / SQUARE_FIRST
+    nodes each, then the squares it left open, in the same order, with the rest split evenly.
     An impossibility outcome, or an open one."""
     pts = problem.points
     quads = squares(pts, limit=400, groups=problem.groups)
@@ -345,17 +347,19 @@ def _squares_first(problem, layers, heads, max_nodes, deadline, progress, clock)
     nodes = 0
     hard = []
     machine = False
+    tried = set()
     for rnd, pool in ((0, quads), (1, hard)):
         for n, quad in enumerate(pool):
             left = max_nodes - nodes
             if left <= 0:
                 break
-            cap = min(left, SQUARE_FIRST) if rnd == 0 else max(1, left // max(1, len(pool) - n))
+            cap = min(left, max(1, max_nodes // SQUARE_FIRST)) if rnd == 0 else max(1, left // max(1, len(pool) - n))
             secs = None if deadline is None else deadline - clock()
             if secs is not None and secs <= 0:
                 machine = True
                 break
             sub = [pts[i] for i in quad]
+            tried.add(quad)
             search = de.ExactSearch(sub, layers, heads, problem.causal, cap, secs, progress=progress, clock=clock)
             try:
                 kind, res = search.run()
@@ -368,7 +372,8 @@ def _squares_first(problem, layers, heads, max_nodes, deadline, progress, clock)
             nodes += search.work.nodes
             if kind == "refuted":
                 return _impossible(sub, res, layers, heads, problem, nodes, t0, clock, lps=search.work.lps)
-    return DepthOutcome(layers, "open", reason=f"no square of the {len(quads)} tried is refuted within {nodes:,} nodes",
+    return DepthOutcome(layers, "open", reason=f"none of {len(tried)} of the {len(quads)} squares is refuted within "
+                                               f"{nodes:,} nodes",
                         nodes=nodes, seconds=clock() - t0, machine=machine)
 
 

@@ -180,12 +180,13 @@ class ExactSearch:
     or ("unrealised", count).  accept(candidate) -> bool realises and verifies a candidate."""
 
     def __init__(self, points, layers, heads, causal, max_nodes, max_seconds=None, accept=None, progress=None,
-                 window=3, clock=time.perf_counter):
+                 window=3, clock=time.perf_counter, branch="maxset"):
         self.points = list(points)
         self.ev = cd.Evaluator(self.points, layers, heads, causal, exact=True)
         self.layers, self.heads, self.causal = layers, heads, causal
         self.max_nodes, self.max_seconds, self.clock = max_nodes, max_seconds, clock
         self.accept, self.progress, self.window = accept, progress, window
+        self.branch = branch  # "compare" (three children per comparison) or "maxset" (one per maximal set)
         self.work = Work()
         self.order = ds.order_points(self.points)
         self.found = None
@@ -249,6 +250,8 @@ class ExactSearch:
                 self.rejected += 1
             return None
         p, l, h, i, subs, key, keyreps = best
+        if self.branch == "compare":
+            return self._compare(facts, prov, done, p, l, h, i, key, keyreps)
         if len(subs) > 1 or looked > 1:
             subs = list(cd.possible_maxsets(facts, key, keyreps))
         subs.sort(key=lambda sub: (len(sub), any(j >= i for j in sub), max(abs(i - j) for j in sub), sub))
@@ -271,6 +274,43 @@ class ExactSearch:
         if open_branch:
             return None
         return {"split": {"layer": l, "head": h, "point": p, "position": i}, "children": children}
+
+
+    def _compare(self, facts, prov, done, p, l, h, i, key, keyreps):
+        """A comparison split: two keys of the open selection that the facts neither order nor tie
+        (the nearest to the query first); children >, =, < (docs/depth.md)."""
+        ge, gt = facts.closure(key)
+        nodes = list(keyreps.values())
+        free = [j for j in sorted(keyreps, key=lambda j: (abs(i - j), j))
+                if not any(keyreps[j] in gt.get(b, ()) for b in nodes)]
+        pair = None
+        for x in range(len(free)):
+            for y in range(x + 1, len(free)):
+                a, b = keyreps[free[x]], keyreps[free[y]]
+                if not (b in ge.get(a, ()) and a in ge.get(b, ())):
+                    pair = (free[x], free[y])
+                    break
+            if pair:
+                break
+        ja, jb = pair
+        a, b = keyreps[ja], keyreps[jb]
+        children = {}
+        for rel in cd.RELATIONS:
+            f2 = facts.relate(key, a, b, rel)
+            prov2 = dict(prov)
+            for e in ((a, b, True),) if rel == ">" else ((b, a, True),) if rel == "<" else ((a, b, False), (b, a, False)):
+                prov2.setdefault((key,) + e, (p, i, ja, jb) if e[0] == a else (p, i, jb, ja))
+            fk = head_farkas(f2, prov2, l, h, self.work)
+            if fk is not None:
+                self.work.head_leaves += 1
+                children[rel] = {"head_farkas": {"layer": l, "head": h, "rows": fk}}
+                continue
+            node = self._dfs(f2, prov2, done)
+            if self.found is not None or node is None:
+                return None
+            children[rel] = node
+        return {"compare": {"layer": l, "head": h, "point": p, "position": i, "keys": [ja, jb]},
+                "children": children}
 
 
 def _add_maxset(facts, prov, key, keyreps, sub, p, i):

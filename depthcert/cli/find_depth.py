@@ -24,7 +24,7 @@ from depthcert.cli.common import _Parser, add_task_options, plural, positive_int
 from depthcert.cli.errors import EXIT_OK, EXIT_UNDECIDED
 
 DEFAULT_MAX_CLAUSES = 200_000_000
-DEFAULT_MAX_NODES = 20_000
+DEFAULT_MAX_NODES = 60_000
 DEFAULT_MAX_SECONDS = 3600
 DEFAULT_MAX_LAYERS = 3
 MAX_HEADS = 4
@@ -43,7 +43,9 @@ def _build_parser() -> _Parser:
                             "finite dataset: a re-checked impossibility certificate for every smaller depth and a "
                             "model verified on every point (docs/depth.md).")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--task", help=tasks_help(every_task=True) + "; copy: the copy task (--length, --alphabet)")
+    src.add_argument("--task", help=tasks_help(every_task=True) + "; copy: the copy task (--length, --alphabet); "
+                                    "pointer: pointer chasing, f(0) .. f(N-1) then x, label f^hops(x) "
+                                    "(--n-entities N, --hops)")
     src.add_argument("--dataset", metavar="FILE", help="a depthcert.dataset JSON file (last-position labels)")
     add_task_options(p)
     p.add_argument("--heads", type=positive_int, required=True, help=f"heads per layer (1..{MAX_HEADS})")
@@ -92,6 +94,36 @@ def _copy_problem(args):
                            describe=f"copy (length={length}, alphabet={alphabet})")
 
 
+def _pointer_problem(args):
+    """Pointer chasing: a function f: [N] -> [N] written as its values f(0) .. f(N-1), then a query
+    x; the label is f^hops(x) (tokens and labels are the digits "0" .. str(N-1))."""
+    from itertools import product
+
+    N = args.n_entities if args.n_entities is not None else 3
+    hops = args.hops if args.hops is not None else 4
+    for name in ("k", "l", "n_questions", "n_answers", "n", "modulus", "group", "vertices", "length", "alphabet",
+                 "n_functions", "domain", "vocab", "query", "seed", "n_points"):
+        if getattr(args, name, None) is not None:
+            raise BadInput(f"option --{name.replace('_', '-')} does not apply to task pointer")
+    if not 1 <= N <= 9:
+        raise BadInput(f"pointer --n-entities {N}: expected 1..9")
+    if N ** (N + 1) > MAX_POINTS:
+        raise BadInput(f"pointer --n-entities {N} has {N ** (N + 1):,} points; find-depth loads at most {MAX_POINTS:,}")
+    pts = []
+    for f in product(range(N), repeat=N):
+        for x in range(N):
+            y = x
+            for _ in range(hops):
+                y = f[y]
+            pts.append((tuple(str(v) for v in f) + (str(x),), str(y)))
+    vocab = tuple(str(v) for v in range(N))
+    params = {"N": N, "hops": hops}
+    return SimpleNamespace(name="pointer", params=params, points=pts, causal=False, vocab=vocab, classes=vocab,
+                           max_length=N + 1, outputs="last", groups=(), representatives=None, task=None,
+                           task_ref={"name": "pointer", "params": params},
+                           describe=f"pointer (N={N}, hops={hops})")
+
+
 def _problem(args):
     """The points and everything the search and the realisation need, after the size guards."""
     if args.dataset:
@@ -103,6 +135,8 @@ def _problem(args):
         name, task_ref = task.name, None
     elif args.task and args.task.strip().lower() == "copy":
         return _copy_problem(args)
+    elif args.task and args.task.strip().lower() == "pointer":
+        return _pointer_problem(args)
     else:
         from depthcert.cli.common import TASK_OPTIONS
         from depthcert.checkers.tasks import make_task
@@ -148,7 +182,11 @@ def _verify_model(prob, weights):
     from depthcert.checkers.exhaustive import verify
     from depthcert.checkers.weights_file import model_from_json
 
-    if prob.name == "copy":
+    if prob.name == "pointer":
+        from depthcert.checkers.tasks.dataset_file import DatasetTask
+
+        task = DatasetTask([list(t) for t, _ in prob.points], [y for _, y in prob.points], name="pointer")
+    elif prob.name == "copy":
         from depthcert.checkers.tasks.dataset_file import DatasetTask
 
         ids, labels = prob.task.all_points()
