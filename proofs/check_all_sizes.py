@@ -115,8 +115,9 @@ class Poly:
                 raise Invalid(f"a polynomial term is [exponents, coefficient], not {_short(term)}")
             exps, c = term
             if not isinstance(exps, list) or len(exps) != nv or not all(
-                    isinstance(e, int) and not isinstance(e, bool) and 0 <= e <= MAX_EXPONENT for e in exps):
-                raise Invalid(f"bad monomial {_short(exps)} (exponents: {nv} ints from 0 to {MAX_EXPONENT})")
+                    isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in exps) or sum(exps) > MAX_EXPONENT:
+                raise Invalid(f"bad monomial {_short(exps)} ({nv} exponents, ints >= 0 of total degree at most "
+                              f"{MAX_EXPONENT})")
             out[tuple(exps)] = out.get(tuple(exps), Fraction(0)) + _q(c)
         return cls(out, nv)
 
@@ -179,7 +180,9 @@ def _n(count: int, word: str) -> str:
 
 
 MAX_DIGITS = 4000  # digits of a numerator or denominator (Python's own int parsing stops at 4300)
-MAX_EXPONENT = 256  # of one variable in one monomial
+MAX_EXPONENT = 64  # total degree of one monomial (the certificates made here have degree <= 2; a tamper's
+# gate polynomials reach 10): substituting a region into a monomial of degree e expands it into up to
+# C(e + nv, nv) terms, so the degree bounds the work per term
 _RATIONAL = re.compile(r"-?[0-9]{1,%d}(/[0-9]{1,%d})?" % (MAX_DIGITS, MAX_DIGITS))
 
 
@@ -1762,6 +1765,18 @@ def check_data(data) -> tuple[int, str]:
     sane(data)
     cert = certificate_of(data)
     check_fields(data, cert)
+    out = _check_data(data, cert)
+    if data is not cert:
+        for key in ("content_hash", "task"):  # the report's words are the certificate's
+            if data.get(key) is not None and data[key] != cert.get(key):
+                raise Invalid(f"the report's {key} {_short(data[key])} is not the certificate's {_short(cert.get(key))}")
+        fam = data.get("family")
+        if fam is not None and (not isinstance(fam, dict) or fam.get("content_hash") != cert.get("content_hash")):
+            raise Invalid("the report's family names another content hash than the certificate's")
+    return out
+
+
+def _check_data(data, cert: dict) -> tuple[int, str]:
     if cert.get("kind") in ("count", "lemma4"):
         _check_variant(cert, data)
     if cert.get("kind") == "count":

@@ -376,6 +376,18 @@ def test_an_unknown_field_in_the_report_is_refused(tmp_path):
     assert code == 2 and "unknown fields" in err, err
 
 
+def test_a_report_whose_words_are_not_its_certificates_is_refused(tmp_path):
+    cert = stored("sc")
+    report = {"command": "verify-construction --all-sizes", "verdict": "proven", "task": "sc",
+              "content_hash": cert["content_hash"], "certificate": cert}
+    assert check(tmp_path, report)[0] == 0
+    for key, value in (("content_hash", "sha256:" + "0" * 64), ("task", "icqa")):
+        code, _, err = check(tmp_path, {**report, key: value})
+        assert code == 2 and f"the report's {key}" in err, err
+    code, _, err = check(tmp_path, {**report, "family": {"content_hash": "sha256:" + "1" * 64}})
+    assert code == 2 and "the report's family" in err, err
+
+
 def test_huge_fixed_structures_are_refused_before_any_work(tmp_path):
     """An ictm certificate at l = 30 would loop over Stirling numbers past 10^20: refused at once."""
     d = copy.deepcopy(stored("icqa"))
