@@ -738,7 +738,7 @@ class Making:
     calls: int
 
 
-_MADE: dict = {}  # (function, structure) -> (closed value or NotClosed, Making)
+_MADE: dict = {}  # (id(function), structure) -> (closed value or NotClosed, Making, function)
 
 
 def handed_text(sym_task: SymbolicTask) -> str:
@@ -767,8 +767,8 @@ def made_once(fn, key: tuple, make):
     per process for (fn, key); every later request (the proof, the finite check of the same run, the
     hash printed) gets that one value, or the same NotClosed.  A function that keeps state or counts its
     calls is therefore never run a second time for the same symbols."""
-    memo = (fn, key)
-    if memo not in _MADE:
+    memo = (id(fn), key)  # by identity (a callable's own __eq__ / __hash__ decide nothing); fn is kept alive below
+    if memo not in _MADE or _MADE[memo][2] is not fn:
         handed = []
 
         def counted(sym_task):
@@ -779,7 +779,7 @@ def made_once(fn, key: tuple, make):
             out = make(counted)
         except NotClosed as exc:
             out = exc
-        _MADE[memo] = (out, Making(tuple(handed), len(handed)))
+        _MADE[memo] = (out, Making(tuple(handed), len(handed)), fn)
     out = _MADE[memo][0]
     if isinstance(out, NotClosed):
         raise out
@@ -789,7 +789,7 @@ def made_once(fn, key: tuple, make):
 def making(fn) -> Making | None:
     """How fn made its closed value in this process (None: it was never asked for one); with more than one
     structure (another k, l or hops), the calls of all of them."""
-    found = [m for (f, _), (_, m) in list(_MADE.items()) if f is fn or f == fn]
+    found = [m for (_, m, f) in list(_MADE.values()) if f is fn]
     if not found:
         return None
     return Making(tuple(h for m in found for h in m.handed), sum(m.calls for m in found))

@@ -227,3 +227,29 @@ def test_expect_hash_refuses_a_run_that_replaces_the_values_read_out(capsys):
     assert code == 2 and "max-margin fit" in err and out == "", (out, err)
     code, out, err = run(argv + ["--readout", "lemma3", "--expect-hash", proven], capsys)
     assert code == 0 and "VERIFIED" in out and f"value       {proven}" in out, (out, err)
+
+
+def test_a_callable_that_is_never_equal_to_itself_is_still_made_once():
+    """The memo is by identity: a callable object whose __eq__ says False and whose hash changes on every
+    call is still called once for the same symbols."""
+    from depthcert.constructions import copy_matching
+
+    class Sly:
+        def __init__(self):
+            self.calls, self.h = 0, 0
+
+        def __eq__(self, other):
+            return False
+
+        def __hash__(self):
+            self.h += 1
+            return self.h
+
+        def __call__(self, sym):
+            self.calls += 1
+            return copy_matching.closed_value()
+
+    fn = Sly()
+    a = C.value_of(fn, copy_matching.symbolic_task())
+    b = C.value_of(fn, copy_matching.symbolic_task())
+    assert a is b and fn.calls == 1 and C.making(fn).calls == 1
