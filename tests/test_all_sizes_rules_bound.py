@@ -415,3 +415,68 @@ def test_the_checker_imports_only_the_standard_library():
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names <= {"__future__", "json", "math", "re", "sys", "os", "hashlib", "fractions"}, names
+
+
+@pytest.fixture(scope="module")
+def lumped_fixed():
+    """Lumped certificates at a fixed structure (tm at l = 3, multi-hop doubling at k = 2, hops = 2)."""
+    from depthcert.checkers.tasks import make_task
+    from depthcert.proofs.all_sizes import prove
+
+    return {"tm": prove(make_task("tm", l=3, alphabet=3), "ternary").certificate,
+            "doubling": prove(make_task("multihop", k=2, hops=2), "doubling").certificate}
+
+
+def _scale_all(d, c, points=True, value=True):
+    """The read-out times c in every point's tables and margins and/or in the value."""
+    def scaled(terms):
+        out = []
+        for m, x in terms:
+            q = C._q(x) * c
+            out.append([m, str(q.numerator) if q.denominator == 1 else f"{q.numerator}/{q.denominator}"])
+        return out
+
+    if value:
+        for e in d["value"]["W_O"]:
+            e[-1] = scaled(e[-1])
+    if points:
+        for pt in d["points"]:
+            for e in pt["W_O"]:
+                e[-1] = scaled(e[-1])
+            nodes = [pt["tree"]]
+            while nodes:
+                node = nodes.pop()
+                nodes.extend(node.get("children", []))
+                for m in node.get("margins", {}).values():
+                    m["value"] = scaled(m["value"])
+
+
+@pytest.mark.parametrize("which", ["tm", "doubling"])
+def test_lumped_fixed_structure_tables_value_and_both(which, lumped_fixed, tmp_path):
+    cert = lumped_fixed[which]
+    code, out, err = check(tmp_path, cert)
+    assert code == 0, err
+    margin = C._q(cert["margin"])
+    d = copy.deepcopy(cert)  # the tables alone
+    _scale_all(d, 2, value=False)
+    d["margin"] = str(2 * margin)
+    code, out, err = check(tmp_path, d)
+    assert code == 2 and "W_O is not the value's W_O" in err, err
+    d = copy.deepcopy(cert)  # the value alone, then re-hashed
+    _scale_all(d, 2, points=False)
+    assert "hashes to" in check(tmp_path, d)[2]
+    rehash(d)
+    code, out, err = check(tmp_path, d)
+    assert code == 2 and "W_O is not the value's W_O" in err, err
+    d = copy.deepcopy(cert)  # both, re-hashed: still a proof (margin doubled), for the new hash only
+    _scale_all(d, 2)
+    d["margin"] = str(2 * margin)
+    rehash(d)
+    code, out, err = check(tmp_path, d)
+    assert code == 0 and d["content_hash"] in out and cert["content_hash"] not in out, (out, err)
+    d = copy.deepcopy(cert)  # both negated, re-hashed: every margin < 0
+    _scale_all(d, -1)
+    d["margin"] = str(-margin)
+    rehash(d)
+    code, out, err = check(tmp_path, d)
+    assert code == 1 and "not > 0" in out, (out, err)
