@@ -25,7 +25,7 @@ def test_two_heads_use_a_verified_one_head_model_padded(tmp_path, capsys):
     """copy length 2: one layer of one head fits; so one layer of two heads does (it was 'open')."""
     out = tmp_path / "w.json"
     code = run_main(_find_depth, ["--task", "copy", "--length", "2", "--alphabet", "2", "--heads", "2",
-                                  "--max-layers", "1", "--max-seconds", "120", "--json", "--export", str(out)])
+                                  "--max-layers", "1", "--json", "--export", str(out)])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["exact"] and doc["minimal_depth"] == 1, doc
     model = doc["depths"][0]["model"]
@@ -128,13 +128,9 @@ def test_stored_certificates_are_points_of_their_task():
 def test_a_huge_size_parameter_is_not_enumerated():
     """The label rules test vocabulary membership by parsing: alphabet 10^9 used to build a set of
     10^9 names (a minute and gigabytes, then an internal error); the 4 points are points of that task."""
-    import time
-
     c = _tm2()
     c["task"]["params"]["alphabet"] = 10**9
-    t0 = time.perf_counter()
-    assert cd.classify(c)[0] == "valid"
-    assert time.perf_counter() - t0 < 5
+    assert cd.classify(c)[0] == "valid"  # (building 10^9 names would not finish in the suite)
     c["task"]["params"]["alphabet"] = "2"
     assert cd.classify(c)[0] == "malformed"
     c["task"]["params"]["alphabet"] = 1
@@ -179,14 +175,14 @@ def test_a_real_hardmax_model_is_never_refuted():
     that drops cases: test_checker_refuses_more_edits and tests/test_depth.py's brute force do."""
     import itertools
     import random
-    import time
 
     from depthcert.proofs.depth_search import DepthSearch, SearchLimit
 
     rng = random.Random(7)
     vocab, n, d = ["a", "b"], 3, 5
-    runs, t0 = 0, time.perf_counter()
-    while runs < 60 and time.perf_counter() - t0 < 8:
+    runs, tries = 0, 0
+    while runs < 25 and tries < 400:
+        tries += 1
         L, H, causal = rng.choice([1, 2]), rng.choice([1, 2]), rng.random() < 0.3
         params = [([[[rng.randint(-2, 2) for _ in range(d)] for _ in range(d)] for _ in range(H)],
                    [[[rng.randint(-1, 1) for _ in range(d)] for _ in range(d)] for _ in range(H)]) for _ in range(L)]
@@ -201,7 +197,7 @@ def test_a_real_hardmax_model_is_never_refuted():
             continue
         runs += 1
         try:
-            kind, _ = DepthSearch(pts, L, H, causal, 20000, 5).run()
+            kind, _ = DepthSearch(pts, L, H, causal, 3000, None).run()
         except SearchLimit:
             continue
         assert kind != "refuted", (L, H, causal, pts)

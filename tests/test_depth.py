@@ -14,7 +14,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -38,7 +37,7 @@ def tm2_points():
 @pytest.fixture(scope="module")
 def tm2_certificate():
     t, pts = tm2_points()
-    kind, tree = DepthSearch(pts, 1, 1, False, 10**5, 60).run()
+    kind, tree = DepthSearch(pts, 1, 1, False, 10**5, None).run()
     assert kind == "refuted"
     return certificate(pts, tree, 1, 1, False, {"name": "tm", "params": dict(t.params)})
 
@@ -61,7 +60,7 @@ def test_certificate_valid_and_standalone(tm2_certificate, tmp_path):
     path.write_text(json.dumps(tm2_certificate))
     # run with nothing but Python, from another folder
     r = subprocess.run([sys.executable, "-I", CHECKER, str(path)], capture_output=True, text=True, cwd=str(tmp_path))
-    assert r.returncode == 0 and r.stdout.startswith("valid: 4 points"), (r.stdout, r.stderr)
+    assert r.returncode == 0 and r.stdout.startswith("valid: version 1, 4 points"), (r.stdout, r.stderr)
 
 
 def _leaves(node, out):
@@ -177,7 +176,7 @@ def test_search_agrees_with_brute_force_on_tiny_datasets():
     for _ in range(12):
         chosen = rng.sample(seqs, rng.randint(2, 4))
         pts = [(s, rng.choice("xy")) for s in chosen]
-        kind, res = DepthSearch(pts, 1, 1, False, 10**5, 60).run()
+        kind, res = DepthSearch(pts, 1, 1, False, 10**5, None).run()
         assert kind in ("refuted", "candidate")
         assert (kind == "candidate") == _brute_force_fits(pts), pts
         if kind == "refuted":
@@ -215,19 +214,19 @@ def test_find_depth_tm2_minimal_depth_and_model_verified_by_verify_construction(
     (["--task", "ictm", "--k", "3", "--l", "3", "--heads", "1"], "points"),
     (["--task", "copy", "--length", "2", "--heads", "1", "--k", "2"], "--k"),
 ])
-def test_bad_input_is_one_line_exit_2(argv, needle, capsys):
-    t0 = time.perf_counter()
+def test_bad_input_is_one_line_exit_2(argv, needle, capsys, monkeypatch):
+    # refused before any search: a search would call decide
+    import depthcert.proofs.depth as depth
+
+    monkeypatch.setattr(depth, "decide", lambda *a, **k: pytest.fail("searched before refusing"))
     assert run_main(_find_depth, argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and needle in err, err
-    assert time.perf_counter() - t0 < 10
 
 
 @pytest.mark.skipif(not STORED, reason="no stored depth certificates")
-def test_stored_certificates_recheck_under_a_minute():
-    t0 = time.perf_counter()
+def test_stored_certificates_recheck():
     for path in STORED:
         with open(path, encoding="utf-8") as fh:
             ok, msg = cd.check(json.load(fh))
         assert ok, (path, msg)
-    assert time.perf_counter() - t0 < 60
