@@ -29,7 +29,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from depthcert.checkers.budget import time_limit_passed
+from depthcert.checkers.budget import TimeLimitPassed, time_limit_passed
 from depthcert.checkers.errors import BadInput
 from depthcert.checkers.model import Model
 
@@ -53,6 +53,7 @@ class ChunkAccuracy:
     low_index: int = -1  # a correct point whose enclosure gives the margin's lower end (-1: no margin)
     high_index: int = -1  # one whose enclosure gives its upper end
     limits: tuple = ()  # (index, why undecided) for the first MAX_LIMITS undecided points (journalled)
+    stopped: int = 0  # points not decided because the run reached --max-seconds (never journalled)
 
     def to_json(self) -> dict:
         return {"lo": self.lo, "hi": self.hi, "correct": self.correct, "wrong": [int(i) for i in self.wrong],
@@ -76,14 +77,17 @@ class AccuracyVerdict:
     by_balls: int = 0
     notes: tuple[str, ...] = field(default=())
     limits: tuple = ()  # (index, why undecided: the limit reached) for the first undecided points known
+    stopped: int = 0  # points not decided: the run reached --max-seconds first (counts above: the rest)
+    stop: str = ""  # how the run stopped (empty: it decided every point)
 
     @property
     def decided(self) -> bool:
-        return len(self.undecided) == 0
+        return len(self.undecided) == 0 and self.stopped == 0
 
     @property
     def verdict(self) -> str:
-        """verified (every point correct), refuted (some point certainly wrong), or undecided."""
+        """verified (every point correct), refuted (some point certainly wrong: also in a stopped run),
+        or undecided (points left at a precision limit, or not reached before --max-seconds)."""
         if len(self.wrong):
             return "refuted"
         return "verified" if self.decided and self.correct == self.points else "undecided"
@@ -184,42 +188,69 @@ class PointDecider:
         return self._tables[n]
 
     def stop_after(self, seconds: float, what: str, start: float | None = None) -> None:
-        """From now on, deciding stops (BadInput, checkers/budget.py) before a batch, and the
-        big-integer pass before a layer, once `seconds` have passed since `start` (perf_counter;
-        default now) (--max-seconds: no estimate bounds a model's time, its numbers can have
-        thousands of digits)."""
+        """From now on, deciding stops once `seconds` have passed since `start` (perf_counter;
+        default now): checked before a batch, before every point decided in arb, before every
+        precision the balls try, inside the exact tie decision's arithmetic, and in the big-integer
+        pass before a layer (--max-seconds: no estimate bounds a model's time, its numbers can have
+        thousands of digits).  chunk() then raises Stopped with what the chunk decided so far."""
         self._deadline = ((time.perf_counter() if start is None else start) + seconds, seconds, what)
         (self.ev if self.model.is_rational else self.prefix).stop_after(seconds, what, start)
+        if not self.model.is_rational:
+            self.decider.run_deadline = self._deadline[0]
+
+    def _check_deadline(self) -> None:
+        if self._deadline is not None and time.perf_counter() > self._deadline[0]:
+            raise time_limit_passed(self._deadline[2], self._deadline[1])
 
     def chunk(self, lo: int, hi: int, batch_size: int = 8192) -> ChunkAccuracy:
-        correct, wrong, undecided, least = 0, [], [], _Least()
-        by_tables = by_balls = 0
+        """The decisions of points lo..hi-1.  Past the deadline (stop_after): Stopped, carrying the
+        chunk's points decided so far (the others counted as stopped)."""
+        acc = {"correct": 0, "wrong": [], "undecided": [], "by_tables": 0, "by_balls": 0}
+        least = _Least()
         limits = []
+
+        def result(stopped: int = 0) -> ChunkAccuracy:
+            return ChunkAccuracy(lo, hi, acc["correct"], _indices(sorted(acc["wrong"])),
+                                 _indices(sorted(acc["undecided"])), least.margin, acc["by_tables"], acc["by_balls"],
+                                 least.low_index, least.high_index, tuple(sorted(limits)[:MAX_LIMITS]), stopped)
+
+        try:
+            self._chunk(lo, hi, batch_size, acc, least, limits)
+        except TimeLimitPassed as exc:
+            if self._deadline is None:
+                raise
+            done = acc["correct"] + len(acc["wrong"]) + len(acc["undecided"])
+            raise Stopped(result(hi - lo - done), str(exc)) from None
+        return result()
+
+    def _chunk(self, lo, hi, batch_size, acc, least, limits) -> None:
         for batch in self.task.batches(batch_size, lo, hi):
-            if self._deadline is not None and time.perf_counter() > self._deadline[0]:
-                raise time_limit_passed(self._deadline[2], self._deadline[1])
+            self._check_deadline()
             ids = batch.ids if self.tokens is None else self.tokens[batch.ids]
             if self.model.is_rational:
                 c, w, m = self._exact_batch(batch, ids)
-                correct += c
-                wrong.extend(w)
+                acc["correct"] += c
+                acc["wrong"].extend(w)
                 if m is not None:
                     least.add(m[0], m[0], m[1], m[1])
                 continue
             todo = np.arange(len(batch.index))
             tab = self._table(ids.shape[1]) if self.table_reason is None else None
+            # the float64 decisions of the batch (counted before its points in arb: a run stopped among
+            # those keeps them)
+            float_correct, float_wrong, float_least = 0, [], []
             if tab is not None:
                 status, mhat = tab.decide(ids, self.class_rows[batch.labels])
                 ok = status == 1
-                correct += int(ok.sum())
-                wrong.extend(int(i) for i in batch.index[status == 0])
-                by_tables += int((status >= 0).sum())
+                float_correct = int(ok.sum())
+                float_wrong = [int(i) for i in batch.index[status == 0]]
+                acc["by_tables"] += int((status >= 0).sum())
                 if ok.any() and len(self.model.classes) > 1:  # a single class has no margin
                     j = int(np.argmin(mhat[ok]))
                     low, at = float(mhat[ok][j]), int(batch.index[ok][j])
                     # low -/+ tau rounded outward (one rounding, then one float further out)
-                    least.add(Fraction(float(np.nextafter(low - tab.tau, -np.inf))),
-                              Fraction(float(np.nextafter(low + tab.tau, np.inf))), at, at)
+                    float_least.append((Fraction(float(np.nextafter(low - tab.tau, -np.inf))),
+                                        Fraction(float(np.nextafter(low + tab.tau, np.inf))), at, at))
                 todo = np.nonzero(status < 0)[0]
             elif self._interval_forward() is not None:
                 Hnum, den = self._stream_in(ids, floats=True)
@@ -231,23 +262,20 @@ class PointDecider:
                     lab = np.where(batch.labels >= 0, self.class_rows[np.maximum(batch.labels, 0)], -1)
                 status, lo_m, hi_m, _ = self._interval_forward().decide(Hnum, den, lab)
                 ok = status == 1
-                correct += int(ok.sum())
-                wrong.extend(batch.index[status == -1].tolist())  # Python ints, as int(i) gave
-                by_tables += int((status != 0).sum())
+                float_correct = int(ok.sum())
+                float_wrong = batch.index[status == -1].tolist()  # Python ints, as int(i) gave
+                acc["by_tables"] += int((status != 0).sum())
                 if ok.any() and len(self.model.classes) > 1:  # a single class has no margin (NaN ends)
                     a, b = int(np.argmin(lo_m[ok])), int(np.argmin(hi_m[ok]))
-                    least.add(Fraction(float(lo_m[ok][a])), Fraction(float(hi_m[ok][b])), int(batch.index[ok][a]),
-                              int(batch.index[ok][b]))
+                    float_least.append((Fraction(float(lo_m[ok][a])), Fraction(float(hi_m[ok][b])),
+                                        int(batch.index[ok][a]), int(batch.index[ok][b])))
                 todo = np.nonzero(status == 0)[0]
+            acc["correct"] += float_correct
+            acc["wrong"].extend(float_wrong)
+            for m in float_least:
+                least.add(*m)
             if len(todo):
-                c, w, u = self._ball_points(batch, ids, todo, least, limits)
-                correct += c
-                wrong.extend(w)
-                undecided.extend(u)
-                by_balls += len(todo)
-        return ChunkAccuracy(lo, hi, correct, _indices(sorted(wrong)), _indices(sorted(undecided)), least.margin,
-                             by_tables, by_balls, least.low_index, least.high_index,
-                             tuple(sorted(limits)[:MAX_LIMITS]))
+                self._ball_points(batch, ids, todo, least, limits, acc)
 
     def _exact_batch(self, batch, ids):
         from depthcert.checkers.exhaustive import check_batch
@@ -292,32 +320,43 @@ class PointDecider:
             H[:, :, self.model.constant_index] = 1
         return H, 1
 
-    def _ball_points(self, batch, ids, rows, least, limits):
+    def _ball_points(self, batch, ids, rows, least, limits, acc) -> None:
+        """Decide the points `rows` of the batch in arb, one at a time, counting each into acc as it
+        is decided (a run stopped at its deadline keeps the points decided before it)."""
         from depthcert.checkers.exhaustive import _ball_labels
 
         Hnum, den = self._stream_in(ids[rows])
         n = ids.shape[1]
-        correct, wrong, undecided = 0, [], []
         for k, i in enumerate(rows):
             # a point in arb can take seconds (every precision up to the cap): the time limit is
-            # checked before each one, not only before the batch of up to 8,192 points
-            if self._deadline is not None and time.perf_counter() > self._deadline[0]:
-                raise time_limit_passed(self._deadline[2], self._deadline[1])
+            # checked before each one (and inside it: SoftmaxDecider.run_deadline), not only before
+            # the batch of up to 8,192 points
+            self._check_deadline()
             d = self.decider.decide(Hnum[k], den, _ball_labels(batch.labels[i], self.class_rows, n))
+            acc["by_balls"] += 1
             if d.status == "correct":
-                correct += 1
+                acc["correct"] += 1
                 if d.margin is not None:
                     least.add(d.margin[0], d.margin[1], int(batch.index[i]), int(batch.index[i]))
             elif d.status == "wrong":
-                wrong.append(int(batch.index[i]))
+                acc["wrong"].append(int(batch.index[i]))
             else:
-                undecided.append(int(batch.index[i]))
+                acc["undecided"].append(int(batch.index[i]))
                 if len(limits) < MAX_LIMITS:
                     limits.append((int(batch.index[i]), d.limit))
-        return correct, wrong, undecided
 
 
-def merge(task, results, path: str, seconds: float, notes=()) -> AccuracyVerdict:
+class Stopped(TimeLimitPassed):
+    """A chunk stopped at the run's deadline: `partial` holds the points it decided (the rest
+    counted in partial.stopped), `why` the limit's message.  A caller that does not report partial
+    counts sees the one-line BadInput it always saw."""
+
+    def __init__(self, partial: ChunkAccuracy, why: str):
+        super().__init__(why)
+        self.partial, self.why = partial, why
+
+
+def merge(task, results, path: str, seconds: float, notes=(), stop: str = "") -> AccuracyVerdict:
     """Chunk results covering 0..size-1 exactly once -> the verdict (order-independent)."""
     results = sorted(results, key=lambda r: r.lo)
     at = 0
@@ -333,11 +372,23 @@ def merge(task, results, path: str, seconds: float, notes=()) -> AccuracyVerdict
     wrong = np.concatenate([_indices([])] + [r.wrong for r in results])
     undecided = np.concatenate([_indices([])] + [r.undecided for r in results])
     correct = sum(r.correct for r in results)
-    if correct + len(wrong) + len(undecided) != task.size:
+    stopped = sum(r.stopped for r in results)
+    if correct + len(wrong) + len(undecided) + stopped != task.size:
         raise BadInput("chunk counts do not add up to the dataset size")
     limits = tuple(sorted(x for r in results for x in r.limits)[:MAX_LIMITS])
     return AccuracyVerdict(task.name, task.size, correct, wrong, undecided, margin, path, seconds,
-                           sum(r.by_tables for r in results), sum(r.by_balls for r in results), tuple(notes), limits)
+                           sum(r.by_tables for r in results), sum(r.by_balls for r in results), tuple(notes), limits,
+                           stopped, stop if stopped else "")
+
+
+def merge_stopped(task, results, lo_hi_left, path: str, seconds: float, notes, stop: str) -> AccuracyVerdict:
+    """The verdict of a run stopped at its deadline: the chunks it finished or stopped in (each
+    counting its undecided-by-the-stop points as stopped) and the chunks it never started
+    (lo_hi_left: (lo, hi) pairs, all their points stopped).  Every count is of points decided; the
+    minimum margin is over the correct points decided (the others may lie below it)."""
+    empty = _indices([])
+    never = [ChunkAccuracy(lo, hi, 0, empty, empty, None, stopped=hi - lo) for lo, hi in lo_hi_left]
+    return merge(task, list(results) + never, path, seconds, notes, stop=stop)
 
 
 def chunks(size: int, chunk: int) -> list[tuple[int, int]]:

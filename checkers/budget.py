@@ -76,10 +76,15 @@ def seconds_limit() -> float | None:
     return _ACTIVE[-1].max_seconds if _ACTIVE else None
 
 
-def time_limit_passed(what: str, seconds: float) -> BadInput:
+class TimeLimitPassed(BadInput):
+    """A step stopped while running, past --max-seconds.  A caller that can report what was decided
+    so far catches it (verify-model: exit 3 with partial counts); elsewhere it is a one-line exit 2."""
+
+
+def time_limit_passed(what: str, seconds: float) -> TimeLimitPassed:
     """The error of a step stopped while running, past --max-seconds (for steps no estimate can bound)."""
-    return BadInput(f"{what} ran past the limit of {_human(seconds)} and was stopped (its numbers grow too fast to "
-                    f"estimate the time beforehand); raise it with --max-seconds {int(seconds * 4) + 1}")
+    return TimeLimitPassed(f"{what} ran past the limit of {_human(seconds)} and was stopped (its numbers grow too fast "
+                           f"to estimate the time beforehand); raise it with --max-seconds {int(seconds * 4) + 1}")
 
 
 def over_budget(estimate: float) -> bool:

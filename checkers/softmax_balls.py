@@ -22,6 +22,7 @@ and equal); an argmax the balls cannot settle makes the point undecided.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
@@ -214,6 +215,8 @@ class SoftmaxDecider:
         self.exact_after = min(max(exact_after, start_precision), max_precision)
         self._weights = lru_cache(maxsize=8)(lambda prec: _Weights(model, self.first, prec))
         self._ties = None
+        self.run_deadline: float | None = None  # the run's --max-seconds (a time.perf_counter() time): read
+        # before every precision tried and inside the exact tie decision; past it, RunLimitReached stops the run
         self.precisions_used: dict[int, int] = {}
         self.exact_decisions = 0  # points decided by the exact tie decision (softmax_ties)
 
@@ -241,6 +244,10 @@ class SoftmaxDecider:
         tried = False
         exact_d = None  # the exact decision, when it decided (counted apart from the balls)
         while True:
+            if self.run_deadline is not None and time.perf_counter() > self.run_deadline:
+                from depthcert.checkers.softmax_ties import RunLimitReached
+
+                raise RunLimitReached(f"the run's --max-seconds passed while deciding a point in arb ({prec} bits)")
             try:
                 d = self._attempt(H, den, labels, prec, logits)
             except (Undecidable, NonFinite):
@@ -278,6 +285,7 @@ class SoftmaxDecider:
             return PointDecision("undecided", None, labels[0][0], -1, (), self.cap, limit=why)
         if self._ties is None:
             self._ties = TieDecider(self.model, self.first, self.cap)
+        self._ties.run_deadline = self.run_deadline
         return self._ties.decide(H, den, labels, logits)
 
     def _attempt(self, Hnum: np.ndarray, den: int, labels, prec: int, logits: bool = False) -> PointDecision:

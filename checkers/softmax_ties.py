@@ -51,23 +51,41 @@ class LimitReached(Outside):
     """The time or term limit was reached (inside the arithmetic): stays undecided."""
 
 
+def _run_limit_error():
+    from depthcert.checkers.budget import TimeLimitPassed
+
+    class RunLimitReached(TimeLimitPassed):
+        """The whole run's --max-seconds passed inside a point's decision: the run stops (the point
+        is not decided, and not called undecided either); never caught as Outside."""
+
+    return RunLimitReached
+
+
+RunLimitReached = _run_limit_error()
+
+
 class Limits:
     """The per-point limits, enforced inside the arithmetic: every product of exponential
     polynomials counts its collected terms as it generates them and reads the clock once per
     row of the expansion, every arb evaluation reads it once per term, and every new
     polynomial reads it too -- so no point runs much past `seconds` (one row of a product: at
-    most `terms` multiply-adds of Fractions) and no polynomial grows past `terms`."""
+    most `terms` multiply-adds of Fractions) and no polynomial grows past `terms`.  run_deadline
+    (a time.perf_counter() time: the run's --max-seconds) is read at the same places and stops
+    the run itself (RunLimitReached), not just the point."""
 
-    def __init__(self, seconds: float | None = None, terms: int | None = None):
+    def __init__(self, seconds: float | None = None, terms: int | None = None, run_deadline: float | None = None):
         self.seconds = SECONDS_LIMIT if seconds is None else seconds
         self.terms = TERM_LIMIT if terms is None else terms
         self.deadline = time.monotonic() + self.seconds
+        self.run_deadline = run_deadline
 
     def check_terms(self, count: int) -> None:
         if count > self.terms:
             raise LimitReached(f"term limit ({self.terms:,} exponential terms)")
 
     def check_time(self) -> None:
+        if self.run_deadline is not None and time.perf_counter() > self.run_deadline:
+            raise RunLimitReached("the run's --max-seconds passed inside a point's exact tie decision")
         if time.monotonic() > self.deadline:
             raise LimitReached(f"time limit ({self.seconds:g} s per point)")
 
@@ -348,9 +366,11 @@ class Signs:
 class TieDecider:
     """decide(H, den, labels) -> PointDecision, or an undecided one naming the limit reached."""
 
-    def __init__(self, model: Model, first: int, cap: int, seconds: float | None = None, terms: int | None = None):
+    def __init__(self, model: Model, first: int, cap: int, seconds: float | None = None, terms: int | None = None,
+                 run_deadline: float | None = None):
         self.model, self.first, self.cap = model, first, cap
         self.seconds, self.terms = seconds, terms  # None: SECONDS_LIMIT, TERM_LIMIT (read per point)
+        self.run_deadline = run_deadline  # the run's --max-seconds (perf_counter time), read inside the arithmetic
         self.basis = Basis()
         self.layers = []
         for layer in model.layers[first:]:
@@ -370,7 +390,7 @@ class TieDecider:
         from depthcert.checkers.softmax_balls import PointDecision
 
         signs = Signs(self.basis, self.cap)
-        _state.limits = Limits(self.seconds, self.terms)
+        _state.limits = Limits(self.seconds, self.terms, self.run_deadline)
         try:
             cols = self._forward(Hnum, den, labels, signs)
             return self._decide(cols, labels, signs, logits)
