@@ -45,7 +45,7 @@ def test_a_variance_beyond_float64_is_decided_not_an_internal_error(tmp_path, ca
     sd["embed.W_E"] *= 1e200
     path = tmp_path / "huge.safetensors"
     tl.write_checkpoint(str(path), cfg, sd, dtype=np.float64)
-    assert verify_model_main([str(path), "--task", "max-of-k", "--vocab", "2", "--k", "2", "--json"]) == 0
+    assert verify_model_main([str(path), "--task", "max-of-k", "--vocab", "2", "--k", "2", "--json"]) in (0, 1)  # decided
     out = json.loads(capsys.readouterr().out)
     oracle = TLOracle(cfg, sd)
     truth = [oracle.margin(list(s), max(s)) > 0 for s in ((0, 0), (0, 1), (1, 0), (1, 1))]
@@ -160,7 +160,7 @@ def test_the_printed_margin_enclosure_is_rounded_outward(capsys):
     from depthcert.cli.verify_model import load_any_model, verify_model_main
 
     ckpt = os.path.join(os.path.dirname(__file__), "..", "training", "checkpoints", "max_of_k_v64_k4.safetensors")
-    assert verify_model_main([ckpt, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--show", "0"]) == 0
+    assert verify_model_main([ckpt, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--show", "0"]) == 1  # refuted
     lo, hi = _printed_enclosure(capsys.readouterr().out)
     task = make_task("max-of-k", vocab=64, k=2)
     exact = decide_all(load_any_model(ckpt, None, task), task).margin
@@ -181,7 +181,7 @@ def test_a_margin_beyond_float64_is_printed_not_an_internal_error(tmp_path, caps
     sd["embed.W_E"] *= 1e300
     path = tmp_path / "big.safetensors"
     tl.write_checkpoint(str(path), cfg, sd, dtype=np.float64)
-    assert verify_model_main([str(path), "--task", "max-of-k", "--vocab", "2", "--k", "2", "--show", "0"]) == 0
+    assert verify_model_main([str(path), "--task", "max-of-k", "--vocab", "2", "--k", "2", "--show", "0"]) in (0, 1)
     lo, hi = _printed_enclosure(capsys.readouterr().out)
     exact = decide_all(tl.model_from_state_dict(cfg, sd), make_task("max-of-k", vocab=2, k=2)).margin
     assert lo <= exact[0] <= exact[1] <= hi and exact[0] > 10**500

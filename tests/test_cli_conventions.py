@@ -195,7 +195,7 @@ def test_verify_model_and_export_take_example_files_from_any_folder(tmp_path, mo
     assert run_main(verify_model_main, ["tl.safetensors"] + data + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "verified"
     assert run_main(verify_model_main, ["docs/examples/layernorm-tiny.safetensors", "--task", "max-of-k", "--vocab",
-                                        "4", "--k", "3"]) == 0  # found, and decided with its LayerNorm
+                                        "4", "--k", "3"]) == 1  # found, and decided (refuted) with its LayerNorm
     assert "layernorm" in capsys.readouterr().out
 
 

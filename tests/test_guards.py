@@ -191,8 +191,9 @@ def test_verify_model_stops_at_max_seconds(tmp_path, capsys, monkeypatch):
     path = _big_icqa_weights(tmp_path)
     clock = step_clock(monkeypatch, STEP)
     code, out, err = _run_limited(_verify_model, [str(path), "--task", "icqa", "--k", "2", "--max-seconds", "1"], capsys)
-    assert code == 2 and not out and "ran past the limit of 1 s" in err and "--max-seconds" in err, (code, err)
-    assert len(err.strip().splitlines()) == 1 and clock.readings <= READINGS, (clock.readings, err)
+    # a limit reached is not bad input: exit 3 with what was decided so far (tests/test_hole_time_limit.py)
+    assert code == 3 and err == "" and "stopped        stopped at --max-seconds 1 " in out, (code, err)
+    assert clock.readings <= READINGS + 3, (clock.readings, err)  # + the stopped run's report of its times
 
 
 def test_the_a_priori_bound_stops_at_its_deadline(tmp_path):

@@ -64,7 +64,7 @@ def test_verify_model_journal_line_edited_in_place(tmp_path, capsys):
     j = str(tmp_path / "run.journal")
     argv = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--chunk-points", "1000", "--json",
             "--journal", j]
-    assert run(argv, capsys)[0] == 0
+    assert run(argv, capsys)[0] == 1  # refuted: some points wrong
     _rewrite(j, 3, False, run="0" * 64)
     code, out, err = run(argv, capsys)
     assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)

@@ -343,7 +343,7 @@ def test_verify_model(weights, verdict, margin, capsys):
     out = capsys.readouterr().out
     doc = json.loads(out)
     validate(doc)
-    assert code == 0 and doc["command"] == "verify-model" and doc["verdict"] == verdict
+    assert code == (1 if verdict == "refuted" else 0) and doc["command"] == "verify-model" and doc["verdict"] == verdict
     assert doc["points"] == doc["correct"] + doc["wrong"] + doc["undecided_points"] == 81
     assert doc["min_margin"] == margin if isinstance(margin, dict) else margin in doc["min_margin"]
 
@@ -382,7 +382,8 @@ def test_verify_model_robustness(weights, capsys):
     doc = json.loads(capsys.readouterr().out)
     validate(doc)
     r = doc["robustness"]
-    assert code == 0 and Fraction(r["linf_radius"]["certified_lower"]) < Fraction(r["linf_radius"]["broken_upper"])
+    assert code == (1 if doc["verdict"] == "refuted" else 0)
+    assert Fraction(r["linf_radius"]["certified_lower"]) < Fraction(r["linf_radius"]["broken_upper"])
     assert isinstance(r["min_fraction_bits"]["bits"], int)
     assert r["formats"]["available"] is False and r["formats"]["reason"]
     bad = dict(doc, robustness={"linf_radius": {"certified_lower": 0.5, "broken_upper": None},

@@ -301,7 +301,7 @@ def test_cli_decides_a_layernorm_checkpoint_and_refuses_what_it_cannot_do(capsys
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "examples",
                         "layernorm-tiny.safetensors")
     argv = [path, "--task", "max-of-k", "--vocab", "4", "--k", "3"]
-    assert run_main(verify_model_main, argv + ["--json"]) == 0
+    assert run_main(verify_model_main, argv + ["--json"]) == 1  # refuted: some points wrong
     out = capsys.readouterr().out
     assert '"correct": 19' in out and '"undecided_points": 0' in out
     for extra, msg in ((["--method", "tables"], "LayerNorm/RMSNorm"), (["--robustness"], "LayerNorm/RMSNorm")):

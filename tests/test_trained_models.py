@@ -200,7 +200,7 @@ def run(argv, capsys):
 def test_reference_checkpoint_on_a_smaller_k_counts_every_point(capsys, tmp_path):
     wrong = tmp_path / "wrong.json"
     code, out, _ = run([CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--wrong-out", str(wrong)], capsys)
-    assert code == 0
+    assert code == 1  # refuted: 76 points wrong
     line = next(ln for ln in out.splitlines() if ln.startswith("certified accuracy"))
     correct, total = (int(x.replace(",", "")) for x in line.split()[2].split("/"))
     listed = json.loads(wrong.read_text())
@@ -251,7 +251,7 @@ def test_layernorm_checkpoint_is_decided_and_its_weights_are_checked(tmp_path, c
     path = str(tmp_path / "ln.safetensors")
     tl.write_checkpoint(path, cfg, sd)
     code, out, err = run([path, "--task", "max-of-k", "--vocab", "6", "--k", "3"], capsys)
-    assert code == 0 and "layernorm" in out and "/216" in out, err
+    assert code == (1 if "verdict        refuted" in out else 0) and "layernorm" in out and "/216" in out, err
     del sd["ln_final.b"]  # a missing normalization parameter, and one the config does not have
     tl.write_checkpoint(path, cfg, sd)
     code, out, err = run([path, "--task", "max-of-k", "--vocab", "6", "--k", "3"], capsys)
@@ -271,7 +271,7 @@ def test_pt_checkpoint_with_separate_config(tmp_path, capsys):
     assert code == 2 and "--config" in err
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     code, out, _ = run([pt, "--config", str(tmp_path / "cfg.json"), "--task", "max-of-k", "--vocab", "6", "--k", "3"], capsys)
-    assert code == 0 and "/216" in out
+    assert code == (1 if "verdict        refuted" in out else 0) and "/216" in out
 
 
 def test_pt_checkpoint_with_the_config_as_transformer_lens_writes_it(tmp_path, capsys):
@@ -283,7 +283,7 @@ def test_pt_checkpoint_with_the_config_as_transformer_lens_writes_it(tmp_path, c
     torch.save({"config": {**cfg, "attn_scale": np.sqrt(3.0), "dtype": torch.float32},
                 "state_dict": {k: v.float() for k, v in m.state_dict().items()}}, pt)
     code, out, err = run([pt, "--task", "max-of-k", "--vocab", "6", "--k", "3", "--json"], capsys)
-    assert code == 0, err
+    assert code == (1 if json.loads(out)["verdict"] == "refuted" else 0), err
     same = tl.model_from_state_dict(cfg, {k: v.float() for k, v in m.state_dict().items()})
     v = decide_all(same, make_task("max-of-k", vocab=6, k=3))
     assert json.loads(out)["correct"] == v.correct
@@ -321,7 +321,7 @@ def test_transformer_lens_checkpoints_with_layernorm_or_gelu_are_decided(tmp_pat
         for path in (pt, st):
             code, out, err = run([path] + argv, capsys)
             if msg is None:
-                assert code == 0 and "certified accuracy" in out, err
+                assert code == (1 if "verdict        refuted" in out else 0) and "certified accuracy" in out, err
             else:
                 assert code == 2 and out == "" and msg in err and len(err.strip().splitlines()) == 1
 
@@ -331,12 +331,12 @@ def test_journal_resumes_to_the_same_counts(tmp_path, capsys):
     argv = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--chunk-points", "1000", "--json", "--journal", j]
     code, out1, _ = run(argv, capsys)
     lines = open(j).read().splitlines()
-    assert code == 0 and len(lines) == 1 + 5
+    assert code == (1 if json.loads(out1)["verdict"] == "refuted" else 0) and len(lines) == 1 + 5
     with open(j, "w") as fh:  # keep two chunks and a torn line, as after a crash
         fh.write("\n".join(lines[:3]) + "\n" + lines[3][:20])
     code, out2, _ = run(argv, capsys)
     a, b = json.loads(out1), json.loads(out2)
-    assert code == 0 and (a["correct"], a["wrong"], a["min_margin"]) == (b["correct"], b["wrong"], b["min_margin"])
+    assert code == 1 and (a["correct"], a["wrong"], a["min_margin"]) == (b["correct"], b["wrong"], b["min_margin"])
     other = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "3", "--chunk-points", "1000", "--journal", j]
     code, _, err = run(other, capsys)
     assert code == 2 and "another" in err
@@ -378,7 +378,7 @@ def test_journal_lines_cannot_lie(tmp_path, capsys, edit, resum, needle):
     j = str(tmp_path / "run.journal")
     argv = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--chunk-points", "1000", "--json", "--journal", j]
     code, out1, _ = run(argv, capsys)
-    assert code == 0
+    assert code == 1  # refuted: the model gets some points wrong
     line = _journal_lines(j)[2]
     assert line["wrong"] and line["margin"] and line["lo"] <= line["low_index"] < line["hi"]
     _rewrite(j, 3, resum, **edit(line))
@@ -395,7 +395,7 @@ def test_honest_journal_resumes_and_old_version_is_refused(tmp_path, capsys):
     code, out1, _ = run(argv, capsys)
     code2, out2, err = run(argv, capsys)
     a, b = json.loads(out1), json.loads(out2)
-    assert code == code2 == 0 and err == ""
+    assert code == code2 == 1 and err == ""  # refuted, resumed or not
     assert (a["correct"], a["wrong"], a["min_margin"]) == (b["correct"], b["wrong"], b["min_margin"])
     lines = _journal_lines(j)
     assert len(lines) == 1 + 6 and lines[0]["version"] == 2
@@ -484,7 +484,7 @@ def test_dask_shards_give_the_single_process_counts(capsys):
     code, one, _ = run(argv, capsys)
     code2, two, _ = run(argv + ["--dask", "--workers", "2"], capsys)
     a, b = json.loads(one), json.loads(two)
-    assert code == code2 == 0
+    assert code == code2 == 1  # refuted, sharded or not
     assert (a["correct"], a["wrong"], a["min_margin"], a["first_wrong"]) == (b["correct"], b["wrong"], b["min_margin"], b["first_wrong"])
 
 
@@ -583,4 +583,4 @@ def test_max_of_k_training_is_seeded_and_reproducible(tmp_path, capsys):
     blobs = [open(p, "rb").read() for p in paths]
     assert blobs[0] == blobs[1] and blobs[0] != blobs[2]
     code, out, _ = run([paths[0], "--task", "max-of-k", "--vocab", "6", "--k", "3"], capsys)
-    assert code == 0 and "/216" in out
+    assert code == (1 if "verdict        refuted" in out else 0) and "/216" in out

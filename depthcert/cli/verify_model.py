@@ -5,9 +5,11 @@ depthcert weights file (.json).  Every point is decided (checkers/accuracy.py): 
 `certified accuracy N/M` (a tie counts as wrong), the smallest margin among correct points, and
 the wrong points (the first few printed, all of them with --wrong-out FILE).
 
-Exit codes: 0 every point decided (with --require-all: every point correct), 1 with
---require-all: some point certainly wrong (refuted), 2 bad input (one line), 3 points left
-undecided at the precision limit (listed; never rounded into a verdict).
+Exit codes, as every command's (README): 0 every point certainly correct (verified), 1 some point
+certainly wrong (refuted: the certified accuracy is below 100%, whatever else is undecided), 2 bad
+input (one line), 3 no point wrong but some left undecided at the precision limit, or the run
+stopped at --max-seconds with what it decided so far (never rounded into a verdict).
+--require-all is accepted and changes nothing (it used to be needed for exit 1).
 """
 from __future__ import annotations
 
@@ -26,15 +28,18 @@ MAX_LISTED = 2_000_000  # --wrong-out refuses to list more points than this (the
 DEFAULT_MAX_POINTS = 100_000_000  # refuse larger datasets unless --max-points says otherwise
 
 
-def load_any_model(path: str, config: str | None, task):
-    """A TransformerLens checkpoint (.safetensors/.pt/.pth) or a depthcert weights file (.json)."""
+def load_any_model(path: str, config: str | None, task, config_seen: list | None = None):
+    """A TransformerLens checkpoint (.safetensors/.pt/.pth) or a depthcert weights file (.json).
+    A TransformerLens checkpoint is read at every position when the task labels every position (its
+    logits are computed there); config_seen: a list the checkpoint's config dict is appended to."""
     low = path.lower()
     if low.endswith((".safetensors", ".pt", ".pth")):
         from depthcert.interop.transformerlens import load_model
 
         vocab = tuple(task.vocab) if task is not None else None
         classes = tuple(task.classes) if task is not None else None
-        cfg_model = load_model(path, config, None, None)
+        cfg_model = load_model(path, config, None, None, config_seen,
+                               every_position=task is not None and getattr(task, "outputs", "last") == "all")
         # name tokens and classes as the task does when the sizes agree ("0", "1", ... otherwise)
         if vocab is not None and len(vocab) == len(cfg_model.vocab) and len(classes) == len(cfg_model.classes):
             from dataclasses import replace
@@ -46,8 +51,33 @@ def load_any_model(path: str, config: str | None, task):
     if low.endswith(".json"):
         from depthcert.checkers.weights_file import load_weights
 
-        return load_weights(path, task)
+        model = load_weights(path, task)
+        if task is not None and getattr(task, "outputs", "last") == "all" and model.outputs != "all":
+            raise BadInput(f"{path}: the task labels every position, but this weights file classifies the last "
+                           "position only (\"outputs\": \"last\", the default); add \"outputs\": \"all\" to the "
+                           "file (weights format version 2) to classify every position")
+        return model
     raise BadInput(f"{path}: unknown checkpoint type (expected .safetensors, .pt, .pth or a depthcert .json weights file)")
+
+
+def checkpoint_use(model, task) -> str | None:
+    """One line when the task's inputs use fewer tokens or positions than the checkpoint has (None
+    when they use all of them): "the inputs use 10 of the checkpoint's 64 tokens and 2 of its 4
+    positions".  A task that needs more is refused before (checkers/exhaustive.py check_compatible)."""
+    parts = []
+    V, n = len(model.vocab), model.max_length
+    used_tokens = len(set(task.vocab) & set(model.vocab))
+    if used_tokens < V:
+        parts.append(f"{used_tokens:,} of the checkpoint's {V:,} tokens")
+    if task.length < n:
+        parts.append(f"{task.length:,} of {'its' if parts else 'the checkpoint' + chr(39) + 's'} {n:,} positions")
+    if not parts:
+        return None
+    line = "the inputs use " + " and ".join(parts)
+    C, used_classes = len(model.classes), len(set(task.classes) & set(model.classes))
+    if used_classes < C:
+        line += f"; a point is correct only if its label beats all {C:,} output classes ({used_classes:,} are labels)"
+    return line
 
 
 class _Spec:
@@ -72,22 +102,33 @@ def run_chunk(spec: _Spec, lo: int, hi: int, batch_size: int):
 def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str | None = None,
         workers: int | None = None, journal: str | None = None, progress: bool = False,
         max_seconds: float | None = None):
-    """The AccuracyVerdict of every point, in this process or on Dask, resuming from a journal;
-    past `max_seconds` the run stops with BadInput (exit 2; a journal keeps the finished chunks)."""
-    from depthcert.checkers.accuracy import PointDecider, chunks, merge
-    from depthcert.checkers.budget import time_limit_passed
+    """The AccuracyVerdict of every point, in this process or on Dask, resuming from a journal.
+    Past `max_seconds` (checked between chunks and batches, before every point and precision in
+    arb, inside the exact tie decision, and before every layer of the big-integer pass) the run
+    stops and the verdict counts what was decided so far (AccuracyVerdict.stopped: the points not
+    reached; a journal keeps the finished chunks)."""
+    from depthcert.checkers.accuracy import PointDecider, Stopped, chunks, merge, merge_stopped
+    from depthcert.checkers.budget import TimeLimitPassed
 
     t0 = time.perf_counter()
     what = f"deciding {plural(task.size, 'point')}"
     # the limit counts from here: building the decider (the exact model's a-priori bound) included
     deadline = (t0 + max_seconds, max_seconds, what) if max_seconds is not None else None
-    dec = PointDecider(model, task, deadline=deadline, **opts)  # validates compatibility before any worker starts
+    try:
+        dec = PointDecider(model, task, deadline=deadline, **opts)  # validates compatibility before any worker starts
+    except TimeLimitPassed as exc:  # the exact model's a-priori bound ran past the limit: nothing decided
+        return merge_stopped(task, [], chunks(task.size, chunk_points), "not started", time.perf_counter() - t0, (),
+                             f"stopped at --max-seconds {max_seconds:g} while preparing the model ({exc}), with no "
+                             "point decided, so no measured rate to suggest a limit from")
     if max_seconds is not None:
         dec.stop_after(max_seconds, what, start=t0)
 
+    class _Stop(Exception):
+        pass
+
     def check_time():
         if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
-            raise time_limit_passed(what, max_seconds)
+            raise _Stop
     jr = None
     if journal is not None:
         from depthcert.checkers.accuracy_journal import AccuracyJournal
@@ -96,54 +137,85 @@ def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str |
     todo = [c for c in chunks(task.size, chunk_points) if jr is None or c not in jr.done]
     results = [] if jr is None else list(jr.done.values())
     boxes = {}  # the margin-end points of the journalled chunks, decided again before anything is printed
-    for r in results:
-        if r.margin is not None:
-            for i in (r.low_index, r.high_index):
-                if i not in boxes:
-                    boxes[i] = dec.chunk(i, i + 1, 1).margin
-            jr.check_enclosure(r, boxes[r.low_index], boxes[r.high_index])
+    try:
+        for r in results:
+            if r.margin is not None:
+                for i in (r.low_index, r.high_index):
+                    if i not in boxes:
+                        boxes[i] = dec.chunk(i, i + 1, 1).margin
+                jr.check_enclosure(r, boxes[r.low_index], boxes[r.high_index])
+    except Stopped as exc:  # the journal's chunks unchecked: none of them counts
+        return merge_stopped(task, [], chunks(task.size, chunk_points), dec.path, time.perf_counter() - t0, (),
+                             f"stopped at --max-seconds {max_seconds:g} while checking the journal's recorded "
+                             f"points, with no point decided, so no measured rate to suggest a limit from ({exc.why})")
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=task.size, initial=task.size - sum(hi - lo for lo, hi in todo), unit="pt",
                    desc="verify-model", leave=False, file=sys.stderr)
+    finished: set = set()
 
     def take(res):
-        check_time()
         results.append(res)
+        finished.add((res.lo, res.hi))
         if jr is not None:
             jr.record(res)
         if bar is not None:
             bar.update(res.hi - res.lo)
+        check_time()
 
     where = "this process"
-    if dask is not None and todo:
-        from depthcert.cli.cluster import DaskRunner
+    stop = None  # the stop's message, when the run reached max_seconds
+    try:
+        if dask is not None and todo:
+            from depthcert.cli.cluster import DaskRunner
 
-        runner = DaskRunner(None if dask == "local" else dask, workers)
-        try:
-            where = runner.describe()
-            spec = runner.client.scatter(_Spec(model, task, opts), broadcast=True)
-            futures = [runner.client.submit(run_chunk, spec, lo, hi, batch_size, pure=False) for lo, hi in todo]
-            from dask.distributed import as_completed
+            runner = DaskRunner(None if dask == "local" else dask, workers)
+            try:
+                where = runner.describe()
+                spec = runner.client.scatter(_Spec(model, task, opts), broadcast=True)
+                futures = [runner.client.submit(run_chunk, spec, lo, hi, batch_size, pure=False) for lo, hi in todo]
+                from dask.distributed import as_completed
 
-            for fut in as_completed(futures):
-                try:
-                    take(fut.result())
-                except BadInput:
-                    raise
-                except Exception as exc:
-                    raise BadInput(f"a Dask worker failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-        finally:
-            runner.close()
-    else:
-        for lo, hi in todo:
-            take(dec.chunk(lo, hi, batch_size))
+                for fut in as_completed(futures):
+                    try:
+                        res = fut.result()
+                    except BadInput:
+                        raise
+                    except Exception as exc:
+                        raise BadInput(f"a Dask worker failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+                    take(res)
+            finally:
+                runner.close()
+        else:
+            for lo, hi in todo:
+                take(dec.chunk(lo, hi, batch_size))
+    except Stopped as exc:  # inside a chunk: its points decided so far count (it is not journalled)
+        results.append(exc.partial)
+        finished.add((exc.partial.lo, exc.partial.hi))
+        stop = exc.why
+    except (_Stop, TimeLimitPassed) as exc:  # between chunks (or while building what a chunk needs)
+        stop = str(exc) or "between chunks"
     if bar is not None:
         bar.close()
     note = f"ran on {where}" + (f"; {plural(len(jr.done) - len(todo), 'chunk')} resumed from {journal}" if jr is not None else "")
-    return merge(task, results, dec.path, time.perf_counter() - t0, (note,))
+    seconds = time.perf_counter() - t0
+    left = [c for c in todo if c not in finished]
+    decided = task.size - sum(r.stopped for r in results) - sum(hi - lo for lo, hi in left)
+    if stop is None or decided == task.size:  # (the limit passed after the last point: nothing is missing)
+        return merge(task, results, dec.path, seconds, (note,))
+    # a limit to suggest only from what this run measured: its rate over the points it decided
+    if decided > 0:
+        need = seconds * task.size / decided
+        stop = (f"stopped at --max-seconds {max_seconds:g} after {seconds:.1f} s, {decided:,} of {task.size:,} points "
+                f"decided; at this run's measured rate ({decided / seconds:,.0f} points/s) all of them would take "
+                f"about {need:,.0f} s (a point left to the exact tie decision can take up to its own limit more): "
+                f"try --max-seconds {int(need * 1.5) + 1} (1.5 times that estimate)")
+    else:
+        stop = (f"stopped at --max-seconds {max_seconds:g} after {seconds:.1f} s with no point decided, so no "
+                "measured rate to suggest a limit from")
+    return merge_stopped(task, results, left, dec.path, seconds, (note,), stop)
 
 
 def _fmt_margin(m) -> str:
@@ -187,27 +259,35 @@ def _main(argv) -> int:
     src.add_argument("--dataset", help="a depthcert.dataset JSON file")
     add_task_options(p)
     p.add_argument("--config", help="TransformerLens config JSON (when the checkpoint does not carry it)")
-    p.add_argument("--require-all", action="store_true", help="verified/refuted: exit 1 when some point is wrong")
+    p.add_argument("--require-all", action="store_true",
+                   help="accepted and changes nothing: a run with some point certainly wrong exits 1 without it")
+    p.add_argument("--strict-config", action="store_true",
+                   help="refuse (exit 2) a TransformerLens config with keys that are not HookedTransformerConfig fields "
+                        "(HookedTransformerConfig.from_dict refuses them too; without it: one warning line names them, "
+                        "and they are ignored)")
     p.add_argument("--wrong-out", help="write every wrong and undecided point to this JSON file")
     p.add_argument("--show", type=int, default=5, help="wrong points printed (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--dask", nargs="?", const="local", default=None, help="run chunks on Dask (local or a scheduler address)")
     p.add_argument("--workers", type=positive_int, default=None, help="Dask local workers (default: CPU count)")
     p.add_argument("--journal", help="record finished chunks here; a re-run resumes")
-    p.add_argument("--chunk-points", type=positive_int, default=65536)
+    p.add_argument("--chunk-points", type=positive_int, default=65536,
+                   help="points per chunk: the unit a --journal records and --dask hands to a worker (default 65,536)")
     p.add_argument("--max-points", type=positive_int, default=DEFAULT_MAX_POINTS,
                    help=f"refuse datasets with more points (default {DEFAULT_MAX_POINTS:,})")
     # 2048 points per batch, as verify-construction: the softmax models' exact prefix and float64 intervals
     # ran about 30% faster than at 8192 (arrays of a batch stay in cache); every count and margin is the same
-    p.add_argument("--batch-size", type=positive_int, default=2048)
+    p.add_argument("--batch-size", type=positive_int, default=2048,
+                   help="points evaluated together inside a chunk (memory and speed only; every count and margin is "
+                        "the same; default 2,048)")
     p.add_argument("--precision", type=positive_int, default=None, help="arb start precision (bits)")
     p.add_argument("--max-precision", type=positive_int, default=None, help="arb precision cap (bits, default 4096)")
     p.add_argument("--method", default="auto", choices=("auto", "tables", "intervals", "balls"),
                    help="softmax models: certified float64 tables (one-layer attention-only), float64 intervals "
                         "(any softmax model), or arb balls for every point; auto takes the first that applies")
     p.add_argument("--max-seconds", type=positive_int, default=DEFAULT_MAX_SECONDS,
-                   help=f"stop a run (exit 2; a --journal keeps its finished chunks) that goes on longer (default "
-                        f"{DEFAULT_MAX_SECONDS} s)")
+                   help=f"stop a run that goes on longer and report what it decided so far (exit 3, or 1 when a point "
+                        f"decided is wrong; a --journal keeps its finished chunks; default {DEFAULT_MAX_SECONDS} s)")
     p.add_argument("--robustness", action="store_true",
                    help="weight tolerance (certified ball pass, arb exp for softmax), fewest fractional bits and float "
                         "formats, each keeping the same set of correct points (docs/robustness.md)")
@@ -244,7 +324,22 @@ def _main(argv) -> int:
             raise BadInput("--compare-float applies to TransformerLens checkpoints (.safetensors, .pt)")
         if task.outputs != "last":
             raise BadInput("--compare-float reads the last position only; this dataset labels every position")
-    model = load_any_model(args.checkpoint, args.config, task)
+    seen: list = []
+    model = load_any_model(args.checkpoint, args.config, task, seen)
+    unknown = []
+    if seen:
+        from depthcert.interop.transformerlens import TL_VERSION, unknown_config_keys
+
+        unknown = unknown_config_keys(seen[0])
+        if unknown:
+            what = (f"TransformerLens config key{'s' if len(unknown) != 1 else ''} that "
+                    f"{'are not HookedTransformerConfig fields' if len(unknown) != 1 else 'is not a HookedTransformerConfig field'}"
+                    f" (TransformerLens {TL_VERSION}): {', '.join(unknown)}")
+            if args.strict_config:
+                raise BadInput(f"--strict-config: {what}; rename or remove {'them' if len(unknown) != 1 else 'it'}")
+            print(f"warning: ignored {what}; HookedTransformerConfig.from_dict would refuse "
+                  f"{'them' if len(unknown) != 1 else 'it'} (--strict-config: exit 2)", file=sys.stderr)
+    use = checkpoint_use(model, task)
     read_seconds = time.perf_counter() - t_start
     opts = {"start_precision": args.precision, "max_precision": args.max_precision, "method": args.method}
     v = run(model, task, opts, args.chunk_points, args.batch_size, args.dask, args.workers, args.journal,
@@ -263,9 +358,9 @@ def _main(argv) -> int:
     robust_seconds = time.perf_counter() - t_robust
     if args.wrong_out:
         write_points(args.wrong_out, task, v)
-    if args.require_all and len(v.wrong):
+    if len(v.wrong):  # a point certainly wrong refutes, whatever else is undecided (--require-all: the same)
         code = EXIT_REFUTED
-    elif len(v.undecided):
+    elif len(v.undecided) or v.stopped:
         code = EXIT_UNDECIDED
     else:
         code = 0
@@ -276,6 +371,8 @@ def _main(argv) -> int:
                           "task": task.describe(), "points": v.points,
                           "correct": v.correct, "wrong": len(v.wrong), "undecided_points": len(v.undecided),
                           "verdict": v.verdict, "min_margin": margin,
+                          "stopped_points": v.stopped, "stop": v.stop or None,
+                          "ignored_config_keys": unknown, "inputs": use,
                           "first_wrong": [int(i) for i in v.wrong[: args.show]],
                           "first_undecided": [int(i) for i in v.undecided[:100]],
                           "undecided_limits": [{"point": int(i), "limit": w} for i, w in v.limits if w],
@@ -288,8 +385,11 @@ def _main(argv) -> int:
         return code
     pct = 100 * v.correct / v.points if v.points else 0.0
     print(f"model          {os.path.basename(args.checkpoint)} ({model.kinds()}, {plural(model.n_layers, 'layer')}, d' = {model.dim})")
-    print(f"task           {task.describe()} ({v.points:,} points)")
-    print(f"path           {v.path}" + (f" ({v.by_tables:,} points by float64, {v.by_balls:,} in arb)" if v.by_tables else ""))
+    print(f"task           {task.describe()} ({v.points:,} point{'' if v.points == 1 else 's'})")
+    if use:
+        print(f"inputs         {use}")
+    print(f"path           {v.path}" + (f" ({v.by_tables:,} point{'' if v.by_tables == 1 else 's'} by float64, {v.by_balls:,} in arb)"
+                                         if v.by_tables else ""))
     print(f"certified accuracy {v.correct:,}/{v.points:,} ({pct:.4f}%)")
     print(f"wrong          {len(v.wrong):,} (a tie counts as wrong)")
     for i in v.wrong[: args.show]:
@@ -303,9 +403,12 @@ def _main(argv) -> int:
         pt = task.point(int(i))
         print(f"  point {int(i)}: {task.render(pt.tokens)}  label {pt.label}"
               + (f"  ({why[int(i)]})" if why.get(int(i)) else ""))
-    print(f"min margin     {_fmt_margin(v.margin)} (over the correct points)")
-    if args.require_all:
-        print(f"verdict        {v.verdict}")
+    if v.stopped:
+        print(f"not decided    {v.stopped:,} (the run stopped first)")
+    print(f"min margin     {_fmt_margin(v.margin)} (over the correct points{' decided' if v.stopped else ''})")
+    print(f"verdict        {v.verdict}")
+    if v.stop:
+        print(f"stopped        {v.stop}")
     if floats is not None:
         _print_floats(floats, task, args.show)
     if robust is not None:

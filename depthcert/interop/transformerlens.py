@@ -98,6 +98,47 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_new", "gelu_pyt
 POST_NORM = ("Olmo2ForCausalLM", "Olmo3ForCausalLM")  # TransformerLens's POST_NORM_ARCHITECTURES
 
 
+# HookedTransformerConfig's fields in TransformerLens 3.9.0 (the `interop` extra's pin;
+# tests/test_hole_verify_model.py compares them with the installed class): a config key outside
+# them is refused by HookedTransformerConfig.from_dict (a typo such as normalisation_type), ignored by this
+# reader, and named by verify-model in one warning line (--strict-config: refused)
+TL_VERSION = "3.9.0"
+TL_FIELDS = frozenset((
+    "NTK_by_parts_factor", "NTK_by_parts_high_freq_factor", "NTK_by_parts_low_freq_factor",
+    "NTK_original_ctx_len", "act_fn", "attention_dir", "attn_only", "attn_scale", "attn_scores_soft_cap",
+    "attn_types", "checkpoint_index", "checkpoint_label_type", "checkpoint_value", "clip_qkv", "d_head",
+    "d_mlp", "d_model", "d_vocab", "d_vocab_out", "decoder_start_token_id", "default_prepend_bos", "device",
+    "dtype", "eps", "experts_per_token", "final_rms", "from_checkpoint", "gated_mlp", "init_mode",
+    "init_weights", "initializer_range", "layer_norm_folding", "load_in_4bit", "model_name", "n_ctx",
+    "n_devices", "n_heads", "n_key_value_heads", "n_layers", "n_params", "norm_topk_prob",
+    "normalization_type", "num_experts", "original_architecture", "output_logits_soft_cap",
+    "parallel_attn_mlp", "positional_embedding_type", "post_embedding_ln", "quantization_method",
+    "relative_attention_max_distance", "relative_attention_num_buckets", "rotary_adjacent_pairs",
+    "rotary_base", "rotary_base_local", "rotary_dim", "rotary_scaling_factor",
+    "scale_attn_by_inverse_layer_idx", "seed", "tie_word_embeddings", "tokenizer_name",
+    "tokenizer_prepends_bos", "train_seq_length", "trust_remote_code", "ungroup_grouped_query_attention",
+    "use_NTK_by_parts_rope", "use_attention_sinks", "use_attn_in", "use_attn_result", "use_attn_scale",
+    "use_dynamic_ntk_rope", "use_hook_mlp_in", "use_hook_tokens", "use_local_attn", "use_logn_attn",
+    "use_normalization_before_and_after", "use_qk_norm", "use_split_qkv_input", "use_yarn_rope",
+    "uses_rms_norm", "window_size", "yarn_attention_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_factor",
+    "yarn_global_attn_only", "yarn_original_max_position_embeddings", "yarn_truncate",
+))
+
+
+# what depthcert's own trainers record next to the config in a checkpoint they write (training/grokking.py,
+# training/induction.py, depthcert/cli/train_max_of_k.py): the run that made it, not a model field
+RECORD_KEYS = frozenset(("at_step", "at_test_accuracy", "at_test_loss", "at_train_accuracy", "at_train_loss", "betas",
+                         "data_seed", "epochs", "final_loss", "frac_train", "lr", "n_train", "sampled_accuracy", "steps",
+                         "weight_decay"))
+
+
+def unknown_config_keys(cfg) -> list[str]:
+    """The keys of a config dict that are neither HookedTransformerConfig fields (TL_FIELDS) nor the
+    training records depthcert's trainers write (RECORD_KEYS), sorted.  HookedTransformerConfig.from_dict
+    refuses such a key (TypeError); this reader ignores it, and verify-model says so."""
+    return sorted(str(k) for k in cfg if k not in TL_FIELDS and k not in RECORD_KEYS) if isinstance(cfg, dict) else []
+
+
 def _norm_params(kind: str | None) -> tuple[str, ...]:
     """The state dict parameters of one normalization module."""
     return {"LN": ("w", "b"), "RMS": ("w",)}.get(kind, ())
@@ -442,10 +483,15 @@ def read_checkpoint(path: str, config_path: str | None = None) -> tuple[dict, di
 NAMES_KEY = "depthcert_names"  # safetensors metadata written by export_checkpoint: vocab, classes, outputs
 
 
-def load_model(path: str, config_path: str | None = None, vocab=None, classes=None) -> Model:
+def load_model(path: str, config_path: str | None = None, vocab=None, classes=None, config_seen: list | None = None,
+               every_position: bool = False) -> Model:
     """The exact Model of a saved HookedTransformer checkpoint (see read_checkpoint).  A checkpoint
-    written by export_checkpoint carries depthcert's token and class names and output kind."""
+    written by export_checkpoint carries depthcert's token and class names and output kind.
+    config_seen: a list the config dict read is appended to; every_position: classify every position
+    (outputs "all", whatever the checkpoint says: TransformerLens computes logits at each of them)."""
     cfg, sd = read_checkpoint(path, config_path)
+    if config_seen is not None:
+        config_seen.append(cfg)
     outputs = "last"
     if path.endswith(".safetensors"):
         from depthcert.interop.checkpoint_files import read_safetensors
@@ -459,7 +505,8 @@ def load_model(path: str, config_path: str | None = None, vocab=None, classes=No
                 outputs = names.get("outputs", "last")
             except (ValueError, KeyError, TypeError):
                 raise BadInput(f"{path}: metadata {NAMES_KEY} is malformed") from None
-    return model_from_state_dict(cfg, sd, vocab, classes, name=os.path.basename(path), outputs=outputs)
+    return model_from_state_dict(cfg, sd, vocab, classes, name=os.path.basename(path),
+                                 outputs="all" if every_position else outputs)
 
 
 def model_from_hooked_transformer(ht, vocab=None, classes=None) -> Model:
