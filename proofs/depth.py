@@ -84,6 +84,15 @@ def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float | N
             stopped.append(phase)
         return None
 
+    from depthcert.proofs.depth_known import known_models
+
+    for what, weights in known_models(problem, layers):
+        padded = pad_heads(weights, heads) if heads > 1 else weights
+        ok, margin = verify_model(padded)
+        if ok:
+            return DepthOutcome(layers, "model", weights=padded, margin=margin, seconds=clock() - t0,
+                                padded_from=1 if heads > 1 else 0, notes=(f"known model: {what}",))
+        reasons.append(f"the known model ({what}) failed verification")
     if heads > 1:
         for fewer in range(1, heads):
             got = run(f"{fewer} head{'s' if fewer > 1 else ''}, padded",

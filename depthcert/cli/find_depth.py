@@ -306,6 +306,8 @@ def _report(prob, args, outcomes, seconds, wrote):
                           "points_checked": len(prob.points)}
             if o.padded_from:
                 d["model"]["padded_from_heads"] = o.padded_from
+            if o.notes:
+                d["model"]["source"] = "; ".join(o.notes)
         else:
             d["reason"] = o.reason
         depths.append(d)
@@ -331,6 +333,8 @@ def _human(prob, args, outcomes, report):
             lines.append(f"  L={o.layers}  verified model: hardmax, d'={len(o.weights['W_O'][0])}, every point "
                          f"({len(prob.points)}) correct, min margin {_fmt_margin(o.margin)}; work {o.work or o.nodes:,} "
                          f"nodes, {o.seconds:.1f} s")
+            for note in o.notes:
+                lines.append(f"        {note} (not searched; verified on every point like a searched model)")
             if o.padded_from:
                 lines.append(f"        found with {plural(o.padded_from, 'head')} per layer and padded with zero-value "
                              f"heads to {h} (a model with fewer heads is one with more); verified with {h}")
