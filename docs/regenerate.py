@@ -79,6 +79,32 @@ def _disagreements(doc: dict) -> str:
     return f"{f['float32']['disagreements']:,} / {f['float64']['disagreements']:,}"
 
 
+def _depth_bounds(d: dict) -> str:
+    """find-depth: the minimal depth, or its bounds."""
+    if d["exact"]:
+        return str(d["minimal_depth"])
+    lo, up = d["lower_bound"], d["upper_bound"]
+    return f"{lo}-{up}" if up else f">= {lo}"
+
+
+def _depth_at(layers: int):
+    """find-depth: the outcome at one depth, in a few words."""
+    def cell(d: dict) -> str:
+        for x in d["depths"]:
+            if x["layers"] != layers:
+                continue
+            if x["outcome"] == "impossible":
+                c = x["certificate"]
+                return f"impossible: {c['points']} pts, tree of {c['nodes']:,}"
+            if x["outcome"] == "model":
+                m = x["model"]
+                how = " (known)" if "source" in m else f" (1 head, padded)" if m.get("padded_from_heads") else ""
+                return f"model, d'={m['d_model']}{how}"
+            return f"open after {x['work_nodes']:,} nodes"
+        return "-"
+    return cell
+
+
 # column header -> the cell's text from the command's --json document ("-" where it has no such field)
 FIELDS = {
     "layers": lambda d: str(d["layers"]),
@@ -97,6 +123,11 @@ FIELDS = {
     "undecided": lambda d: f"{d['undecided_points']:,}",
     "min margin (certified enclosure)": _margin,
     "float32 / float64 disagreements": _disagreements,
+    "minimal depth": _depth_bounds,
+    "L = 1": _depth_at(1),
+    "L = 2": _depth_at(2),
+    "L = 3": _depth_at(3),
+    "work (nodes)": lambda d: f"{sum(x['work_nodes'] for x in d['depths']):,}",
 }
 
 
