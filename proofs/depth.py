@@ -17,7 +17,6 @@ from depthcert.proofs.depth_realize import Layout, Orbits, Realised, head_feasib
 
 
 SHARES = {"fewer heads": 0.1, "upper": 0.15, "squares": 0.5}  # of a depth's node budget; the exact search: the rest
-SQUARE_FIRST = 8  # the first pass gives each square at most 1/SQUARE_FIRST of the squares' share
 
 
 class _Grow(Exception):
@@ -347,43 +346,37 @@ def _orbit_key(pts, groups):
 
 
 def _squares_first(problem, layers, heads, max_nodes, deadline, progress, clock):
-    """The exact search on the small squares: a first pass with at most max_nodes / SQUARE_FIRST
-    nodes each, then the squares it left open, in the same order, with the rest split evenly.
-    An impossibility outcome, or an open one."""
+    """The exact search on the small squares, in order, each with at most half of the nodes left
+    (a square that fits is left after a few nodes; a refutable one early in the order gets a large
+    share).  An impossibility outcome, or an open one."""
     pts = problem.points
     quads = squares(pts, limit=400, groups=problem.groups)
     t0 = clock()
-    nodes = 0
-    hard = []
+    nodes = tried = 0
     machine = False
-    tried = set()
-    for rnd, pool in ((0, quads), (1, hard)):
-        for n, quad in enumerate(pool):
-            left = max_nodes - nodes
-            if left <= 0:
-                break
-            cap = min(left, max(1, max_nodes // SQUARE_FIRST)) if rnd == 0 else max(1, left // max(1, len(pool) - n))
-            secs = None if deadline is None else deadline - clock()
-            if secs is not None and secs <= 0:
-                machine = True
-                break
-            sub = [pts[i] for i in quad]
-            tried.add(quad)
-            search = de.ExactSearch(sub, layers, heads, problem.causal, cap, secs, progress=progress, clock=clock)
-            try:
-                kind, res = search.run()
-            except ds.SearchLimit as exc:
-                nodes += search.work.nodes
-                machine = machine or isinstance(exc, ds.TimeStop)
-                if rnd == 0:
-                    hard.append(quad)
-                continue
+    for quad in quads:
+        left = max_nodes - nodes
+        if left <= 1:
+            break
+        secs = None if deadline is None else deadline - clock()
+        if secs is not None and secs <= 0:
+            machine = True
+            break
+        sub = [pts[i] for i in quad]
+        tried += 1
+        search = de.ExactSearch(sub, layers, heads, problem.causal, max(1, left // 2), secs, progress=progress,
+                                clock=clock)
+        try:
+            kind, res = search.run()
+        except ds.SearchLimit as exc:
             nodes += search.work.nodes
-            if kind == "refuted":
-                return _impossible(sub, res, layers, heads, problem, nodes, t0, clock, lps=search.work.lps)
-    return DepthOutcome(layers, "open", reason=f"none of {len(tried)} of the {len(quads)} squares is refuted within "
-                                               f"{nodes:,} nodes",
-                        nodes=nodes, seconds=clock() - t0, machine=machine)
+            machine = machine or isinstance(exc, ds.TimeStop)
+            continue
+        nodes += search.work.nodes
+        if kind == "refuted":
+            return _impossible(sub, res, layers, heads, problem, nodes, t0, clock, lps=search.work.lps)
+    return DepthOutcome(layers, "open", reason=f"none of {tried} of the {len(quads)} squares is refuted within "
+                                               f"{nodes:,} nodes", nodes=nodes, seconds=clock() - t0, machine=machine)
 
 
 def _next_points(points, subset, count):
