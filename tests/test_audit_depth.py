@@ -18,7 +18,7 @@ from depthcert.cli.find_depth import _find_depth
 from depthcert.proofs import check_depth as cd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TM2 = os.path.join(ROOT, "proofs", "certificates", "depth", "tm-l2-alphabet2-L1-H1.json")
+TM2 = os.path.join(ROOT, "proofs", "certificates", "depth", "tm-l2-alphabet2-L1-H1.v1.json")  # the relaxed class R(1, 1) (version 1)
 
 
 def test_two_heads_use_a_verified_one_head_model_padded(tmp_path, capsys):
