@@ -351,10 +351,14 @@ class Evaluator:
         # exact (version 2): a representation is its vector, a frozenset of (coordinate, value):
         # scores of a bilinear model are functions of the two vectors, so equal vectors share facts
         self.exact = exact
+        self._nodes = {}  # exact: one object per vector, so set and dict look-ups hit by identity
+
+    def _intern(self, node):
+        return self._nodes.setdefault(node, node)
 
     def rep0(self, toks, i):
         if self.exact:
-            return frozenset(((("t", toks[i]), Fraction(1)), (("p", i), Fraction(1))))
+            return self._intern(frozenset(((("t", toks[i]), Fraction(1)), (("p", i), Fraction(1)))))
         return rep0(toks, i)
 
     def next_rep(self, l, prev, sels):
@@ -369,7 +373,7 @@ class Evaluator:
                 for c, v in s:
                     key = (l, h, c)
                     out[key] = out.get(key, 0) + share * v
-        return frozenset((c, v) for c, v in out.items() if v)
+        return self._intern(frozenset((c, v) for c, v in out.items() if v))
 
     def visible(self, n, i):
         return range(i + 1) if self.causal else range(n)

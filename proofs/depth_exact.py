@@ -50,6 +50,26 @@ class Candidate:
     facts: cd.Facts
 
 
+_ROWS = {}  # (query node, key a, key b) -> the row (v_a - v_b) (x) v_q: nodes are interned vectors
+
+
+def _row(vq_node, a, b):
+    k = (vq_node, a, b)
+    got = _ROWS.get(k)
+    if got is None:
+        if len(_ROWS) > 1_000_000:
+            _ROWS.clear()
+        vq, va, vb = dict(vq_node), dict(a), dict(b)
+        row = {}
+        for c in set(va) | set(vb):
+            d = va.get(c, 0) - vb.get(c, 0)
+            if d:
+                for cq, x in vq.items():
+                    row[(c, cq)] = row.get((c, cq), 0) + d * x
+        got = _ROWS[k] = {kk: v for kk, v in row.items() if v}
+    return got
+
+
 def _rows_of_head(facts, prov, l, h):
     """The linear rows of head (l, h): [(coefficient vector {(key coord, query coord): value},
     strict, provenance)] from the edges of the facts (a tie is one "=" row per pair)."""
@@ -57,7 +77,6 @@ def _rows_of_head(facts, prov, l, h):
     for key, edges in facts.edges.items():
         if key[0] != l or key[1] != h:
             continue
-        vq = dict(key[2])
         seen = set()
         for a, b, strict in edges:
             if not strict:
@@ -67,14 +86,7 @@ def _rows_of_head(facts, prov, l, h):
             where = prov.get((key, a, b, strict))
             if where is None:
                 continue
-            va, vb = dict(a), dict(b)
-            row = {}
-            for c in set(va) | set(vb):
-                d = va.get(c, 0) - vb.get(c, 0)
-                if d:
-                    for cq, x in vq.items():
-                        row[(c, cq)] = row.get((c, cq), 0) + d * x
-            out.append(({k: v for k, v in row.items() if v}, strict, where))
+            out.append((_row(key[2], a, b), strict, where))
     return out
 
 
