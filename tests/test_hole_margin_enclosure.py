@@ -117,3 +117,17 @@ def test_margins_just_below_the_old_grid_are_positive_too(tmp_path, capsys, s):
     m = json.loads(out)["min_margin"]
     assert code == 0 and Decimal(m["lower"]) > 0
     assert abs(float(Decimal(m["lower"]).log10()) + s / math.log(10)) < 1e-6
+
+
+def test_verify_model_prints_the_same_positive_enclosure(tmp_path, capsys):
+    from depthcert.cli.common import run_main
+    from depthcert.cli.verify_model import _main
+
+    w, d = _files(tmp_path, S)
+    assert run_main(_main, [w, "--dataset", d, "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)["min_margin"]
+    assert 0 < Decimal(m["lower"]) <= Decimal(m["decimal"]) <= Decimal(m["upper"])
+    assert abs(float(Decimal(m["lower"]).log10()) - LOG10_MARGIN) < 1e-6
+    assert run_main(_main, [w, "--dataset", d]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("min margin"))
+    assert f"in [{m['lower']}, {m['upper']}] (certified enclosure)" in line
