@@ -336,6 +336,32 @@ class Facts:
         return frozenset(top)
 
 
+_CANONICAL = {}
+
+
+def canonical(x):
+    """A text naming a representation, a vector node or an edge, the same in every process (the
+    iteration order of a frozenset depends on string hashing, which Python salts per process):
+    searches sort by it so that their certificates do not depend on the process."""
+    if isinstance(x, frozenset):
+        got = _CANONICAL.get(x)
+        if got is None:
+            if len(_CANONICAL) > 200_000:
+                _CANONICAL.clear()
+            got = _CANONICAL[x] = "{" + ",".join(sorted(canonical(y) for y in x)) + "}"
+        return got
+    if isinstance(x, set):
+        return "{" + ",".join(sorted(canonical(y) for y in x)) + "}"
+    if isinstance(x, tuple):
+        return "(" + ",".join(canonical(y) for y in x) + ")"
+    return repr(x)
+
+
+def sorted_edges(edges):
+    """The edges of a preorder in an order that is the same in every process."""
+    return sorted(edges, key=canonical)
+
+
 def is_need(x):
     """Whether an Evaluator answer is ("need", layer, head, position): an open selection."""
     return isinstance(x, tuple) and len(x) == 4 and x[0] == "need"

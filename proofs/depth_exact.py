@@ -78,7 +78,7 @@ def _rows_of_head(facts, prov, l, h):
         if key[0] != l or key[1] != h:
             continue
         seen = set()
-        for a, b, strict in edges:
+        for a, b, strict in cd.sorted_edges(edges):
             if not strict:
                 if (b, a) in seen or (b, a, False) not in edges:
                     continue

@@ -167,7 +167,7 @@ def _head_rows(facts, layout, memo, l, h, orbits=None):
             continue
         q = layout.rows_of(cd.vector(key[2], memo))
         seen = set()
-        for a, b, strict in edges:
+        for a, b, strict in cd.sorted_edges(edges):
             if not strict and ((b, a) in seen):
                 continue
             seen.add((a, b))

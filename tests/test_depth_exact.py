@@ -253,3 +253,24 @@ def test_pointer_task_labels_and_rule():
     assert lab[("1", "2", "0", "0")] == "1" and lab[("1", "0", "2", "0")] == "0"
     for toks, y in prob.points:
         assert cd.LABEL_RULES["pointer"](list(toks), {"N": 3, "hops": 4}) == y
+
+
+def test_the_certificate_does_not_depend_on_the_process(tmp_path):
+    """Python salts string hashes per process, which reorders frozensets; the search sorts what it
+    iterates, so two processes with different hash seeds write the same certificate and model."""
+    import os
+
+    outs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        cert, w = tmp_path / f"c{seed}", tmp_path / f"w{seed}.json"
+        r = subprocess.run([sys.executable, "-m", "depthcert.cli.find_depth", "--task", "tm", "--l", "2", "--alphabet",
+                            "2", "--heads", "1", "--certificates", str(cert), "--export", str(w), "--json"],
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        for x in doc["depths"]:
+            x.pop("seconds")
+        doc.pop("seconds"), doc.pop("wrote")
+        outs.append((doc, (cert / "tm-l2-alphabet2-L1-H1.json").read_text(), w.read_text()))
+    assert outs[0] == outs[1]
