@@ -707,7 +707,7 @@ def fit_max_margin(hv: HiddenVectors, n_classes: int, points: int | None = None,
     # in exact arithmetic: the LP ran on X / scale, and scale / den (the largest |hidden entry|) has no
     # float64 value when the stream's numbers pass 1.8e308 (never a float of an unbounded integer)
     unit = Fraction(scale, hv.den)
-    lp_exact = Fraction(t) * unit if wmax > 0 else Fraction(0)
+    lp_exact = Fraction(t) * unit if wmax > 0 and np.isfinite(t) else Fraction(0)
     lp_norm = _float_or_inf(lp_exact)
     # the grid is good enough once it keeps the chosen W_O's own margin (floats) up to CLOSE_ENOUGH
     own_norm = Fraction(best_low) * unit / Fraction(wmax) if wmax > 0 and np.isfinite(best_low) else Fraction(0)
