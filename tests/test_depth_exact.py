@@ -274,3 +274,19 @@ def test_the_certificate_does_not_depend_on_the_process(tmp_path):
         doc.pop("seconds"), doc.pop("wrote")
         outs.append((doc, (cert / "tm-l2-alphabet2-L1-H1.json").read_text(), w.read_text()))
     assert outs[0] == outs[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [
+    ["--task", "icqa", "--k", "2"],  # the default sizes: 4 questions, 4 answers, 288 points
+    ["--task", "tm", "--l", "3", "--alphabet", "3"],
+    ["--task", "parity", "--n", "4"],
+])
+def test_issue_rows_have_minimal_depth_two(argv, capsys, tmp_path):
+    """A re-checked certificate (version 2) at one layer and a model verified on every point at two,
+    within the default node budget (the same on every machine)."""
+    code = run_main(_find_depth, argv + ["--heads", "1", "--json", "--certificates", str(tmp_path)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["minimal_depth"] == 2 and not doc["machine_dependent"], doc
+    (path,) = list(tmp_path.iterdir())
+    assert cd.check(json.loads(path.read_text()))[0]
