@@ -1,10 +1,12 @@
-"""Decide R(L, H) on a dataset: a lower-bound certificate or a verified hardmax model (docs/depth.md).
+"""Decide B(L, H) on a dataset: a lower-bound certificate or a verified hardmax model (docs/depth.md).
 
-The search (proofs/depth_search.py) runs on a growing subset S of the dataset's points.  A
-refutation of S is a certificate for the dataset (a model fitting every point fits S).  A candidate
-for S is realised with bilinear scores on every point (proofs/depth_realize.py) and verified; when
-its read-out cannot separate the dataset, the points of that Farkas vector join S and the search
-restarts; when its orderings have no bilinear score, the search goes on to the next candidate.
+B(L, H) is the exact class: hardmax attention-only transformers with L layers of H heads, any width,
+bilinear scores.  `decide` runs the phases of docs/depth.md section 3 (known models, fewer heads,
+the equivariant upper-bound search, squares, the exact search on a growing subset), each with a
+fixed share of the node budget.  A refutation of a subset is a certificate for the dataset (a model
+fitting every point fits the subset); a candidate is realised with bilinear scores on every point
+(proofs/depth_realize.py) and verified; when its read-out cannot separate the dataset, the points of
+that Farkas vector join the subset and the search restarts.
 """
 from __future__ import annotations
 
