@@ -92,7 +92,8 @@ class AccuracyJournal:
                            f"{VERSION} only (version 1 chunk lines carry no checksum): start a new journal file")
         for key in ("model", "task", "options", "points", "chunk"):
             if head.get(key) != self.header[key]:
-                raise BadInput(f"journal {path} was written for another {key}; use a new journal file for this run")
+                raise BadInput(f"journal {path} line 1: its {key} fingerprint is not this run's (a journal written "
+                               f"for another {key}, or its header edited); use a new journal file for this run")
         for number, raw in enumerate(lines[1:], start=2):
             res = self._line(raw, f"journal {path} line {number}")
             key = (res.lo, res.hi)

@@ -224,8 +224,8 @@ class Journal:
                            "lines do not name the points of their margin enclosure): start a new journal file")
         for key in ("model", "task", "plan", "points", "chunk", "options"):
             if head.get(key) != self.header.get(key):
-                raise BadInput(f"journal {path} was written for another {key} (its fingerprint differs); "
-                               "use a new journal file for this run")
+                raise BadInput(f"journal {path} line 1: its {key} fingerprint is not this run's (a journal written "
+                               f"for another {key}, or its header edited); use a new journal file for this run")
         if set(head) != set(self.header):
             raise BadInput(f"journal {path} line 1: unexpected header fields {sorted(set(head) - set(self.header))}")
 

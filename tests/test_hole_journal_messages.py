@@ -70,3 +70,19 @@ def test_verify_model_journal_line_edited_in_place(tmp_path, capsys):
     assert code == 2 and out == "" and err.count("\n") == 1, (code, out, err)
     assert err.startswith(f"error: journal {j} line 3: ") and EDITED in err and "copied" not in err, err
     assert json.loads(open(j).read().splitlines()[2])["run"] == "0" * 64  # the journal is left as it was
+
+
+def test_a_header_edited_in_place_is_not_only_called_another_run(capsys, files):  # noqa: F811
+    """A header whose model fingerprint was edited in place: the line says the fingerprint is not this
+    run's and that the header may have been edited, not only that another model wrote it."""
+    tmp, w = files
+    j, lines = written(capsys, tmp, w["good"])
+    head = json.loads(lines[0])
+    head["model"] = "0" * 64
+    lines[0] = json.dumps(head)
+    j.write_text("\n".join(lines))
+    from test_journal_integrity import run
+
+    code, out, err = run(capsys, w["good"], j)
+    assert code == 2 and out is None and err.count("\n") == 1
+    assert err.startswith(f"error: journal {j} line 1: its model fingerprint is not this run's") and "header edited" in err
