@@ -176,9 +176,20 @@ def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str |
                 where = runner.describe()
                 spec = runner.client.scatter(_Spec(model, task, opts), broadcast=True)
                 futures = [runner.client.submit(run_chunk, spec, lo, hi, batch_size, pure=False) for lo, hi in todo]
+                from dask.distributed import TimeoutError as DaskTimeout
                 from dask.distributed import as_completed
 
-                for fut in as_completed(futures):
+                # a worker's chunk is not stopped from here: the wait for results is (past --max-seconds, the
+                # chunks finished so far count, as in one process)
+                left_s = None if max_seconds is None else max(t0 + max_seconds - time.perf_counter(), 0.001)
+                done_iter = iter(as_completed(futures, timeout=left_s))
+                while True:
+                    try:
+                        fut = next(done_iter)
+                    except StopIteration:
+                        break
+                    except DaskTimeout:
+                        raise _Stop from None
                     try:
                         res = fut.result()
                     except BadInput:
