@@ -167,3 +167,40 @@ def test_a_limit_reached_is_never_bad_input(tmp_path, capsys, monkeypatch):
     w, d = _files(tmp_path)
     code, out, err = _run([w, "--dataset", d, "--max-seconds", "2"], capsys)
     assert code == 3 and err == "" and "stopped        stopped at --max-seconds 2 " in out
+
+
+def test_a_limit_reached_while_preparing_the_model_reports_nothing_decided(capsys, monkeypatch):
+    """The exact model's a-priori bound (PointDecider's construction) past the limit: exit 3, every
+    point counted as not decided, the human output printed whole."""
+    from depthcert.checkers import accuracy
+    from depthcert.checkers.budget import time_limit_passed
+
+    def slow(self, *a, **k):
+        raise time_limit_passed("bounding the model's exact numbers", 5)
+
+    monkeypatch.setattr(accuracy.PointDecider, "__init__", slow)
+    code, out, err = _run([CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--max-seconds", "5"], capsys)
+    assert code == 3 and err == "" and "not decided    4,096 (the run stopped first)" in out
+    assert "while preparing the model" in out and out.splitlines()[-1].startswith("time ")
+
+
+def test_a_limit_reached_while_checking_a_journal_uses_none_of_it(tmp_path, capsys, monkeypatch):
+    """A resumed run whose journal's recorded points are being decided again when the limit passes:
+    none of the journal's chunks counts (they were not checked), exit 3, not 1 from unchecked lines."""
+    from depthcert.checkers import accuracy
+
+    j = str(tmp_path / "run.journal")
+    argv = [CHECKPOINT, "--task", "max-of-k", "--vocab", "64", "--k", "2", "--chunk-points", "1000", "--journal", j]
+    assert _run(argv, capsys)[0] == 1
+    real = accuracy.PointDecider.chunk
+
+    def chunk(self, lo, hi, batch_size=8192):
+        if hi - lo == 1:  # a journal's recorded point decided again
+            raise accuracy.Stopped(real(self, lo, lo, batch_size), "the limit passed")
+        return real(self, lo, hi, batch_size)
+
+    monkeypatch.setattr(accuracy.PointDecider, "chunk", chunk)
+    code, out, err = _run(argv + ["--json"], capsys)
+    doc = json.loads(out)
+    assert code == 3 and err == "" and doc["stopped_points"] == 4096 and doc["wrong"] == 0
+    assert "while checking the journal's recorded points" in doc["stop"]

@@ -117,8 +117,8 @@ def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str |
     try:
         dec = PointDecider(model, task, deadline=deadline, **opts)  # validates compatibility before any worker starts
     except TimeLimitPassed as exc:  # the exact model's a-priori bound ran past the limit: nothing decided
-        return merge_stopped(task, [], chunks(task.size, chunk_points), "not started", time.perf_counter() - t0, (),
-                             f"stopped at --max-seconds {max_seconds:g} while preparing the model ({exc}), with no "
+        return merge_stopped(task, [], chunks(task.size, chunk_points), "not started", time.perf_counter() - t0,
+                             ("ran on this process",), f"stopped at --max-seconds {max_seconds:g} while preparing the model ({exc}), with no "
                              "point decided, so no measured rate to suggest a limit from")
     if max_seconds is not None:
         dec.stop_after(max_seconds, what, start=t0)
@@ -145,8 +145,8 @@ def run(model, task, opts: dict, chunk_points: int, batch_size: int, dask: str |
                         boxes[i] = dec.chunk(i, i + 1, 1).margin
                 jr.check_enclosure(r, boxes[r.low_index], boxes[r.high_index])
     except Stopped as exc:  # the journal's chunks unchecked: none of them counts
-        return merge_stopped(task, [], chunks(task.size, chunk_points), dec.path, time.perf_counter() - t0, (),
-                             f"stopped at --max-seconds {max_seconds:g} while checking the journal's recorded "
+        return merge_stopped(task, [], chunks(task.size, chunk_points), dec.path, time.perf_counter() - t0,
+                             (f"ran on this process; the chunks of {journal} not used",), f"stopped at --max-seconds {max_seconds:g} while checking the journal's recorded "
                              f"points, with no point decided, so no measured rate to suggest a limit from ({exc.why})")
     bar = None
     if progress:
