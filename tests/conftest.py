@@ -14,6 +14,11 @@ bounded by the example counts instead) and print a reproduction blob on failure.
 At the end of a run the terminal summary lists how many hypothesis properties ran and how many
 examples they executed (explicit examples, generated ones, and any replay or shrinking of a
 failure all count), per test file.
+
+The `slow` marker (pyproject.toml registers it; `python -m pytest -q` deselects it, `-m slow`
+runs only the slow tests; docs/development.md gives both runs' times).  A whole slow test carries
+`@pytest.mark.slow` where it is defined; SLOW_CASES below marks single cases of parametrized tests
+(large sizes, extra seeds) whose other cases stay in the default run.
 """
 from __future__ import annotations
 
@@ -28,6 +33,42 @@ settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True
 settings.register_profile("deep", max_examples=1000, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("DEPTHCERT_HYPOTHESIS_PROFILE", "ci"))
+
+SLOW_CASES = {  # node ids: large sizes and extra seeds of tests whose small cases run by default
+    "tests/test_pair_table.py::test_constructions[multihop-sizes4-dnf-3]",
+    "tests/test_pair_table.py::test_random_models_at_the_float_limit[0-1]",
+    "tests/test_pair_table.py::test_random_models_at_the_float_limit[0-2]",
+    "tests/test_pair_table.py::test_random_models_at_the_float_limit[0-3]",
+    "tests/test_onehot_first.py::test_checked_path_constructions[ictm-sizes3-None]",
+    "tests/test_onehot_first.py::test_checked_path_constructions[multihop-sizes2-relu-and]",
+    "tests/test_onehot_last.py::test_random_one_layer_models_at_the_float_limit[1]",
+    "tests/test_onehot_last.py::test_random_one_layer_models_at_the_float_limit[2]",
+    "tests/test_mutation.py::test_single_entry_mutations_agree_with_oracle[multihop/dnf]",
+    "tests/test_mutation.py::test_single_entry_mutations_agree_with_oracle[multihop/dnf/printed]",
+    "tests/test_mutation.py::test_single_entry_mutations_agree_with_oracle[multihop/paper/printed]",
+    "tests/test_mutation.py::test_single_entry_mutations_agree_with_oracle[reachability/squaring/printed]",
+    "tests/test_mutation.py::test_single_entry_mutations_agree_with_oracle[reachability/squaring-mlp]",
+    "tests/test_mutation.py::test_single_entry_mutations_agree_with_oracle[composition/encoder-doubling]",
+    "tests/test_mutation.py::test_single_entry_mutations_agree_with_oracle[composition/encoder-linear]",
+    "tests/test_mutation.py::test_wider_single_entry_mutations_agree_with_oracle[prev-copy/softmax20-causal]",
+    "tests/test_logdepth_table.py::test_small_rows_match_the_docs[mod-count p=3 n=8 tree]",
+    "tests/test_logdepth_table.py::test_small_rows_match_the_docs[word-problem a5 n=10 tree]",
+}
+
+
+def _mark_slow_cases(config, items) -> None:
+    """Mark SLOW_CASES slow; a listed case missing from a file collected whole is an error (the
+    list may not go stale silently)."""
+    seen = set()
+    for item in items:
+        if item.nodeid in SLOW_CASES:
+            item.add_marker(pytest.mark.slow)
+            seen.add(item.nodeid)
+    whole_files = {item.nodeid.split("::")[0] for item in items} if not any("::" in a for a in config.args) else set()
+    stale = sorted(c for c in SLOW_CASES - seen if c.split("::")[0] in whole_files)
+    if stale:
+        raise pytest.UsageError("tests/conftest.py SLOW_CASES names cases that do not exist: " + ", ".join(stale))
+
 
 _EXAMPLES: Counter = Counter()  # nodeid -> examples executed
 _CURRENT: list = [None]  # nodeid of the test running now
@@ -47,7 +88,9 @@ def _counting(inner):
     return run_example
 
 
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the markers
 def pytest_collection_modifyitems(session, config, items):
+    _mark_slow_cases(config, items)
     for item in items:
         fn = getattr(item, "obj", None)
         if fn is not None and is_hypothesis_test(fn):

@@ -114,6 +114,7 @@ def mutated_cot(rng: random.Random, task: Composition) -> Model:
     return m.with_weight((0, 0, key, i, j), W[i, j] + rng.choice((-1, 1, Fraction(1, 2))))
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10**9), st.booleans())
 def test_teacher_forcing_equals_the_literal_autoregressive_run(seed, mutate_cot):

@@ -392,6 +392,7 @@ def test_verify_model_robustness(weights, capsys):
         validate(bad)  # a float radius is not an exact rational
 
 
+@pytest.mark.slow
 def test_verify_tracr_robustness(capsys):
     """verify-tracr --robustness --json on a program that verifies: the robustness object of the
     schema; rounding the imported model to the reported bits keeps every point correct."""

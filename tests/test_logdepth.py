@@ -246,6 +246,7 @@ def test_layer_counts_grow_like_log2_n():
             for V in range(1, 8)] == [2, 2, 3, 4, 4, 5, 5]
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(st.sampled_from([("parity", dict(n=9)), ("mod-count", dict(n=6, modulus=4)),
                         ("word-problem", dict(group="s3", n=6)), ("word-problem", dict(group="a5", n=5)),

@@ -172,6 +172,7 @@ def test_relu_and_heads_are_permuted_not_invariant():
     variant=st.sampled_from(VARIANTS),
     u=st.integers(0, 10**9),
 )
+@pytest.mark.slow
 def test_random_point_exact_margin_one(k, extra, hops, variant, u):
     """Any size, any point: the exact trace predicts the label read off the sequence, margin 1."""
     task = MultiHop(hops, k, k + extra)

@@ -83,6 +83,7 @@ def test_refuted_case_really_refutes():
     assert v.verdict == "refuted"
 
 
+@pytest.mark.slow
 def test_command_line_weights_file(tmp_path):
     """verify-construction --weights on the deep model: exit 0 VERIFIED on the checked path, as --exact."""
     path = tmp_path / "deep.json"
@@ -156,6 +157,7 @@ def test_doubly_exponential_growth_is_refused_in_one_line(monkeypatch, capsys, t
     assert err.startswith("error: exact evaluation would need numbers of more than 12,288 bits from layer "), err
 
 
+@pytest.mark.slow
 def test_unknown_bound_with_small_values_still_verifies(monkeypatch):
     """A model whose a-priori bound gives up but whose actual numbers stay below the limit is
     decided exactly as before (same verdict, margin and counterexample as the Fraction oracle)."""

@@ -114,6 +114,7 @@ def test_pyproject_maps_every_folder_under_depthcert():
     assert {cfg["package-dir"][f"depthcert.{g}"] for g in GENERIC} == set(GENERIC)
 
 
+@pytest.mark.slow
 def test_a_built_wheel_holds_every_data_file_without_warnings(tmp_path):
     """A non-editable wheel, built from the files pyproject.toml names, holds every stored
     certificate (find-depth, check-certificate and the all-sizes proofs read them), the JSON

@@ -65,6 +65,7 @@ def _run(argv, capsys):
     return exc.value.code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_show_construction_writes_pngs(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     code, out, _ = _run(["multihop", "--hops", "2", "--k", "2", "--variant", "doubling", "--point", "5",
@@ -131,6 +132,7 @@ def _colorbars(fig):
     return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
 
 
+@pytest.mark.slow
 def test_show_construction_weight_and_attention_axes_are_named(tmp_path, capsys, saved_figures):
     code, _, _ = _run(["tm", "--l", "3", "--alphabet", "2", "--out", str(tmp_path)], capsys)
     assert code == 0

@@ -97,6 +97,7 @@ def kernel_map(lay: Layout, V: int, n: int, W, tokens):
 # ---- Lemma 1
 
 
+@pytest.mark.slow
 @prop(80)
 @given(input_layouts(), st.data())
 def test_lemma1_realizes_any_nonnegative_position_map_on_every_input(lay_vn, data):
@@ -136,6 +137,7 @@ def test_lemma1_refuses_a_negative_entry(lay_vn, data):
 # ---- Lemma 2
 
 
+@pytest.mark.slow
 @prop(80)
 @given(input_layouts(), st.data())
 def test_lemma2_masks_disallowed_pairs_with_the_concrete_value(lay_vn, data):

@@ -28,6 +28,7 @@ import re
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 from scipy.optimize import linprog
@@ -243,6 +244,7 @@ def mutate(obj: dict, kind: str, draw) -> dict:
     return obj
 
 
+@pytest.mark.slow
 @prop(300)
 @given(valid_certificates, st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=3), st.data())
 def test_checker_agrees_with_the_definition_on_mutated_certificates(obj, kinds, data):
@@ -357,6 +359,7 @@ def datasets(draw):
     return seqs, labels
 
 
+@pytest.mark.slow
 @prop(80)
 @given(datasets())
 def test_decision_agrees_with_an_independent_lp_on_random_datasets(data):

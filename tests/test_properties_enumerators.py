@@ -445,6 +445,7 @@ def test_every_point_has_the_label_of_the_definition(cfg):
     assert set(got.values()) <= set(task.classes)
 
 
+@pytest.mark.slow
 @prop(100)
 @given(configs(names=("icqa", "tm", "ictm", "multihop")))
 def test_orbit_representatives_cover_each_orbit_exactly_once(cfg):
@@ -466,6 +467,7 @@ def test_orbit_representatives_cover_each_orbit_exactly_once(cfg):
     event(f"{name}: {len(orbits)} orbits")
 
 
+@pytest.mark.slow
 @prop(100)
 @given(configs(), st.data())
 def test_batches_decode_the_same_points_at_every_batch_size(cfg, data):

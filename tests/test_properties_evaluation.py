@@ -50,6 +50,7 @@ def _inputs(spec):
     return {n: np.array(rows, dtype=np.int64) for n, rows in by_len.items()}
 
 
+@pytest.mark.slow
 @prop(100)
 @given(st.sampled_from((VALUES, BIG_VALUES, HUGE_VALUES)).flatmap(
     lambda values: specs(kinds=("relu", "hardmax"), values=values)))
@@ -83,6 +84,7 @@ def test_float_path_big_integers_and_fractions_agree(spec):
             assert [list(r) for r in got] == orc.logits_all(toks)
 
 
+@pytest.mark.slow
 @prop(60)
 @given(st.sampled_from((VALUES, BIG_VALUES, HUGE_VALUES)).flatmap(
     lambda values: specs(kinds=("relu", "hardmax"), values=values)))
@@ -184,6 +186,7 @@ def _summary(v):
             None if ce is None else (ce.index, ce.tokens, ce.expected, ce.predicted, ce.logits, ce.tie))
 
 
+@pytest.mark.slow
 @prop(30)
 @given(changed_constructions(), st.integers(1, 97), st.data())
 def test_margins_do_not_depend_on_batch_size_or_workers(case, batch_size, data):

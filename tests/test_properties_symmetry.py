@@ -26,6 +26,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -300,6 +301,7 @@ def test_equivariant_models_are_recognized_and_reduce_exactly(spec):
     event(f"{task.name}{' (construction + perturbation)' if spec.on_construction else ''}: {off.verdict}")
 
 
+@pytest.mark.slow
 @prop(50)
 @given(eq_specs(), st.data())
 def test_single_entry_perturbations_are_caught_or_keep_the_reduction_exact(spec, data):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from depthcert.checkers.tasks.dataset_file import DatasetTask
@@ -42,6 +43,7 @@ def test_renormalized_logits_equal_the_exact_ones_entry_by_entry():
     assert da == db and [[int(x) for x in r] for r in a] == [[int(x) for x in r] for r in b]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_random_deep_rational_models_agree_with_exact_and_oracle(data):

@@ -223,6 +223,7 @@ def _float16_margin(model, ids, y):
     return logits[y] - max(logits[c] for c in range(len(logits)) if c != y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_float16_enclosure_holds_for_a_real_float16_run(seed):
     # the ball pass's margin lower bound is at most the margin numpy's float16 computes, for W_O's
@@ -263,6 +264,7 @@ def test_float16_enclosure_holds_for_a_real_float16_run(seed):
         assert over or (np.isfinite(m) and Fraction(float(m)) >= low)
 
 
+@pytest.mark.slow
 def test_float16_certified_claims_hold_on_every_point():
     # exact operations are exact: icqa's small integers are computed without error (lower bound
     # = the exact margin 3); tm heads with Lemma 3's read-out mixes exact and rounded operations.

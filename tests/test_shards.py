@@ -163,6 +163,7 @@ def test_sigkill_midway_then_resume(tmp_path):
     assert done_after >= done_before and f"of {-(-4096 // 64)} chunks came from the journal" in note, note
 
 
+@pytest.mark.slow
 def test_benchmark_smoke_runs_every_row():
     """benchmarks/bench_all.py --quick (the script as a user runs it): one table row per --quick
     row, in order, none failed; a construction is verified, the random softmax + MLP model gets

@@ -280,6 +280,7 @@ def test_softmax_after_softmax_outside_the_normal_form_stays_undecided():
 # ---- tracr: a program whose three output logits are exactly equal
 
 
+@pytest.mark.slow
 def test_tracr_mean_of_three_tokens_is_a_proven_three_way_tie(tmp_path, monkeypatch):
     """Aggregate(Select(tokens, tokens, TRUE), tokens), categorical, on "1 2 3": every key gets
     the same score, so the output is (1/3, 1/3, 1/3) over the classes 1, 2, 3 through exp; RASP

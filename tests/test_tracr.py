@@ -74,6 +74,7 @@ def test_missing_extra_is_one_line_exit_2(monkeypatch, capsys):
 # ---------------------------------------------------------------------------------------------
 # the done criteria
 
+@pytest.mark.slow
 def test_reverse_decided_on_all_120_inputs(tr, capsys, monkeypatch):
     """The command line: every one of the 120 inputs evaluated (symmetry off), verified, with
     a certified margin enclosure within 1e-6 of 1 (the true margin is just below 1).  The
@@ -115,6 +116,7 @@ def test_reverse_symmetry_reduction_is_proven(tr):
     assert info["symmetry"].startswith("equivariance proven")
 
 
+@pytest.mark.slow
 def test_sort_unique_refuted_outside_its_precondition_and_verified_inside(tr):
     res = check(tr, "make_sort_unique", (1, 2, 3), 4)
     info = res.info
@@ -140,6 +142,7 @@ def test_sort_unique_refuted_outside_its_precondition_and_verified_inside(tr):
 SAMPLES = [(1,), (2, 1), (1, 2, 3), (3, 3, 1, 2), (2, 2, 2, 2)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("embedding", ["permutation", "mlp-table"])
 def test_folded_model_matches_tracr_float_forward(tr, embedding):
     """Certified logits of the imported model (every position) equal tracr's float32 outputs
@@ -161,6 +164,7 @@ def test_folded_model_matches_tracr_float_forward(tr, embedding):
                     assert abs(float(lo) - scores[p][cl]) < 1e-5, (x, p, cl)
 
 
+@pytest.mark.slow
 def test_multi_head_layer_and_numerical_output(tr):
     """make_pair_balance: a layer with two heads (tracr sums, depthcert averages: W_V x 2) and a
     numerical output; the enclosures match the float forward and the exact program value."""
@@ -189,6 +193,7 @@ def test_multi_head_layer_and_numerical_output(tr):
     assert res.info["verdict"] == "refuted" and res.status == 1  # every error is certified above 1e-12
 
 
+@pytest.mark.slow
 def test_numerical_error_of_one_half_is_refuted_by_default(tr, monkeypatch, capsys):
     """A numerical output off by 1/2 (the program's values shifted by 1/2) is refuted without any
     --tolerance: exit 1, never exit 0."""
@@ -272,6 +277,7 @@ def test_json_round_trip_reverifies_from_files(tr, tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 # the cross-check with tracr's float forward (docs/tracr.md)
 
+@pytest.mark.slow
 def test_length_refuted_at_10_and_float_forward_agrees(tr):
     """tracr's selector width (make_length) at max_seq_len 10: the length-10 input is counted 9,
     certified; tracr's float forward outputs 9 too.  Raising mlp_exactness repairs it."""

@@ -86,6 +86,7 @@ def test_rerun_matches_the_stored_trajectory(rerun):
         assert x == pytest.approx(y, rel=LOSS_RTOL)
 
 
+@pytest.mark.slow
 def test_two_fresh_processes_agree_to_the_last_bit():
     code = ("import json\n"
             "from depthcert.training.reproduce import reference_run\n"
