@@ -204,3 +204,11 @@ def test_a_limit_reached_while_checking_a_journal_uses_none_of_it(tmp_path, caps
     doc = json.loads(out)
     assert code == 3 and err == "" and doc["stopped_points"] == 4096 and doc["wrong"] == 0
     assert "while checking the journal's recorded points" in doc["stop"]
+
+
+def test_a_stopped_run_measures_no_robustness_and_compares_no_floats(tmp_path, capsys, clock_in_ties):
+    w, d = _files(tmp_path)
+    code, out, err = _run([w, "--dataset", d, "--max-seconds", "50", "--robustness", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 3 and doc["robustness"] == {"note": "not measured: the run stopped at --max-seconds before "
+                                                       "deciding every point"}

@@ -356,13 +356,15 @@ def _main(argv) -> int:
     v = run(model, task, opts, args.chunk_points, args.batch_size, args.dask, args.workers, args.journal,
             progress=not args.json and sys.stderr.isatty(), max_seconds=args.max_seconds)
     floats = None
-    if args.compare_float:
+    if args.compare_float and not v.stopped:  # (a stopped run has no decision to compare every point with)
         from depthcert.interop.float_forward import compare_with_verdict
         from depthcert.interop.transformerlens import read_checkpoint
 
         floats = compare_with_verdict(*read_checkpoint(args.checkpoint, args.config), task, v, model)
     robust, t_robust = None, time.perf_counter()
-    if args.robustness:
+    if args.robustness and v.stopped:  # its passes keep the set of correct points, which a stopped run does not know
+        robust = {"note": "not measured: the run stopped at --max-seconds before deciding every point"}
+    elif args.robustness:
         from depthcert.proofs.robustness import model_robustness_report
 
         robust = model_robustness_report(model, task, v, opts, progress=not args.json and sys.stderr.isatty())
