@@ -1,7 +1,8 @@
 """verify-model CHECKPOINT (--task TASK [sizes] | --dataset FILE): certified accuracy on every point.
 
-CHECKPOINT is a TransformerLens checkpoint (.safetensors or .pt, docs/trained-models.md) or a
-depthcert weights file (.json).  Every point is decided (checkers/accuracy.py): the output is
+CHECKPOINT is a TransformerLens checkpoint (.safetensors or .pt, docs/trained-models.md), a Hugging
+Face GPT-2 folder written by save_pretrained (config.json + model.safetensors), or a depthcert
+weights file (.json).  Every point is decided (checkers/accuracy.py): the output is
 `certified accuracy N/M` (a tie counts as wrong), the smallest margin among correct points, and
 the wrong points (the first few printed, all of them with --wrong-out FILE).
 
@@ -33,13 +34,21 @@ def load_any_model(path: str, config: str | None, task, config_seen: list | None
     A TransformerLens checkpoint is read at every position when the task labels every position (its
     logits are computed there); config_seen: a list the checkpoint's config dict is appended to."""
     low = path.lower()
-    if low.endswith((".safetensors", ".pt", ".pth")):
+    if os.path.isdir(path) or low.endswith((".safetensors", ".pt", ".pth")):
         from depthcert.interop.transformerlens import load_model
 
         vocab = tuple(task.vocab) if task is not None else None
         classes = tuple(task.classes) if task is not None else None
-        cfg_model = load_model(path, config, None, None, config_seen,
-                               every_position=task is not None and getattr(task, "outputs", "last") == "all")
+        every = task is not None and getattr(task, "outputs", "last") == "all"
+        if os.path.isdir(path):  # a Hugging Face save_pretrained folder (GPT-2): depthcert/interop/huggingface.py
+            from depthcert.interop.huggingface import load_model as load_hf
+
+            if config is not None:
+                raise BadInput("--config applies to TransformerLens checkpoints; a Hugging Face folder carries its "
+                               "config.json")
+            cfg_model = load_hf(path, None, None, config_seen, every_position=every)
+        else:
+            cfg_model = load_model(path, config, None, None, config_seen, every_position=every)
         # name tokens and classes as the task does when the sizes agree ("0", "1", ... otherwise)
         if vocab is not None and len(vocab) == len(cfg_model.vocab) and len(classes) == len(cfg_model.classes):
             from dataclasses import replace
@@ -264,7 +273,8 @@ def write_points(path: str, task, verdict) -> None:
 def _main(argv) -> int:
     t_start = time.perf_counter()
     p = _Parser(prog="verify-model", description="Certified accuracy of a trained model on every point of a dataset.")
-    p.add_argument("checkpoint", help="TransformerLens checkpoint (.safetensors, .pt) or depthcert weights (.json)")
+    p.add_argument("checkpoint", help="TransformerLens checkpoint (.safetensors, .pt), a Hugging Face GPT-2 folder "
+                                      "(config.json + model.safetensors) or depthcert weights (.json)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--task", help=tasks_help(every_task=True))
     src.add_argument("--dataset", help="a depthcert.dataset JSON file")
@@ -274,8 +284,9 @@ def _main(argv) -> int:
                    help="accepted and changes nothing: a run with some point certainly wrong exits 1 without it")
     p.add_argument("--strict-config", action="store_true",
                    help="refuse (exit 2) a TransformerLens config with keys that are not HookedTransformerConfig fields "
-                        "(HookedTransformerConfig.from_dict refuses them too; without it: one warning line names them, "
-                        "and they are ignored)")
+                        "(HookedTransformerConfig.from_dict refuses them too), or a Hugging Face config.json with keys "
+                        "this reader neither reads, refuses nor lists as without effect; without it: one warning line "
+                        "names them, and they are ignored")
     p.add_argument("--wrong-out", help="write every wrong and undecided point to this JSON file")
     p.add_argument("--show", type=int, default=5, help="wrong points printed (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -330,15 +341,27 @@ def _main(argv) -> int:
         raise BadInput(f"{task.describe()} has {task.size:,} points, more than --max-points {args.max_points:,}")
     if args.robustness and (args.dask is not None or args.journal is not None):
         raise BadInput("--robustness runs in this process: drop --dask and --journal")
+    hf_folder = os.path.isdir(args.checkpoint)
+    if hf_folder:
+        args.checkpoint = os.path.normpath(args.checkpoint)  # (its name printed without a trailing slash)
     if args.compare_float:
-        if not args.checkpoint.lower().endswith((".safetensors", ".pt", ".pth")):
-            raise BadInput("--compare-float applies to TransformerLens checkpoints (.safetensors, .pt)")
+        if not hf_folder and not args.checkpoint.lower().endswith((".safetensors", ".pt", ".pth")):
+            raise BadInput("--compare-float applies to TransformerLens checkpoints (.safetensors, .pt) and Hugging "
+                           "Face folders")
         if task.outputs != "last":
             raise BadInput("--compare-float reads the last position only; this dataset labels every position")
     seen: list = []
     model = load_any_model(args.checkpoint, args.config, task, seen)
     unknown = []
-    if seen:
+    if seen and hf_folder:  # config.json: a key neither read, refused nor without effect
+        from depthcert.interop.huggingface import config_warning
+
+        unknown, what = config_warning(seen[0])
+        if unknown and args.strict_config:
+            raise BadInput(f"--strict-config: {what}; rename or remove {'them' if len(unknown) != 1 else 'it'}")
+        if unknown:
+            print(f"warning: ignored {what} (docs/trained-models.md; --strict-config: exit 2)", file=sys.stderr)
+    elif seen:
         from depthcert.interop.transformerlens import TL_VERSION, unknown_config_keys
 
         unknown = unknown_config_keys(seen[0])
@@ -360,7 +383,12 @@ def _main(argv) -> int:
         from depthcert.interop.float_forward import compare_with_verdict
         from depthcert.interop.transformerlens import read_checkpoint
 
-        floats = compare_with_verdict(*read_checkpoint(args.checkpoint, args.config), task, v, model)
+        if hf_folder:
+            from depthcert.interop.huggingface import read_tl
+
+            floats = compare_with_verdict(*read_tl(args.checkpoint), task, v, model)
+        else:
+            floats = compare_with_verdict(*read_checkpoint(args.checkpoint, args.config), task, v, model)
     robust, t_robust = None, time.perf_counter()
     if args.robustness and v.stopped:  # its passes keep the set of correct points, which a stopped run does not know
         robust = {"note": "not measured: the run stopped at --max-seconds before deciding every point"}

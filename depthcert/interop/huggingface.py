@@ -1,0 +1,360 @@
+"""Hugging Face GPT-2 checkpoints in: a folder written by transformers' GPT2LMHeadModel.save_pretrained
+(config.json + model.safetensors) as the exact depthcert `Model` (docs/trained-models.md, "GPT-2
+(Hugging Face)").  Read with numpy alone (checkpoint_files.read_safetensors); torch only for a
+folder that holds pytorch_model.bin instead.
+
+transformers computes, for tokens t_0..t_{n-1} (GPT2LMHeadModel in eval mode, modeling_gpt2.py):
+
+    x_k = wte[t_k] + wpe[k]
+    per block:  y = ln_1(x);  [q | k | v] = y c_attn.weight + c_attn.bias   (Conv1D: x W + b, W stored
+                (in, out), the transpose of nn.Linear's); heads split q, k, v into n_head slices of d_head
+                A[h] = softmax over keys <= query of (q_h . k_h) * s,  s = 1/sqrt(d_head) if scale_attn_weights
+                else 1;  x <- x + concat_h(A[h] v_h) attn.c_proj.weight + attn.c_proj.bias
+                x <- x + act(ln_2(x) c_fc.weight + c_fc.bias) mlp.c_proj.weight + mlp.c_proj.bias
+    logits = ln_f(x) lm_head.weight^T            (no bias; lm_head.weight = wte when tied)
+
+LayerNorm with the config's layer_norm_epsilon (read as the float64 it is), act one of
+activation_function's gelu_new / gelu_pytorch_tanh / gelu_python_tanh (tanh, sqrt(2/pi)), gelu /
+gelu_python (erf), gelu_fast (tanh, 0.7978845608), relu, silu / swish; MLP width n_inner, or
+4 n_embd when null.  This is TransformerLens's GPT-2 (its convert_gpt2_weights), so the folder is
+mapped onto a TransformerLens config and state dict and decided by transformerlens.model_from_state_dict:
+
+    W_E = wte, W_pos = wpe, W_Q[h] = c_attn.weight[:, h d_head : (h+1) d_head] (K, V: the next
+    n_embd columns), b_Q/b_K/b_V likewise, W_O[h] = attn.c_proj.weight[h d_head : (h+1) d_head, :],
+    b_O = attn.c_proj.bias, W_in = c_fc.weight, W_out = mlp.c_proj.weight, W_U = lm_head.weight^T,
+    b_U = 0 (exactly), ln1/ln2/ln_final = ln_1/ln_2/ln_f.
+
+Every config.json key is read (READ_FIELDS), refused when it changes the model in a way not decided
+here (REFUSED: scale_attn_by_inverse_layer_idx, add_cross_attention, pruned_heads, ...), or listed as
+without effect on the logits (NO_EFFECT); any other key is named by unknown_config_keys (verify-model
+warns in one line; --strict-config refuses).  A field absent from config.json takes GPT2Config's
+default, as from_pretrained does (GPT2_DEFAULTS).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from depthcert.checkers.errors import BadInput
+
+CONFIG_FILE = "config.json"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+ARCHITECTURE = "GPT2LMHeadModel"
+
+# GPT2Config's defaults (transformers 4.x and 5.x) for the fields that decide the model: what
+# from_pretrained uses when config.json lacks the key
+GPT2_DEFAULTS = {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
+                 "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+                 "scale_attn_weights": True, "tie_word_embeddings": True}
+# activation_function -> TransformerLens act_fn (transformers' ACT2FN: gelu_python is nn.functional.gelu's
+# erf written out, gelu_python_tanh gelu_pytorch_tanh's tanh written out, swish is nn.SiLU)
+ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu_python_tanh": "gelu_new",
+               "gelu": "gelu", "gelu_python": "gelu", "gelu_fast": "gelu_fast", "relu": "relu", "silu": "silu",
+               "swish": "silu"}
+
+READ_FIELDS = frozenset(("model_type", "architectures", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
+                         "n_inner", "activation_function", "layer_norm_epsilon", "scale_attn_weights",
+                         "tie_word_embeddings"))
+# keys whose value decides something this reader does not: refused unless the value is one of these
+REFUSED = {"scale_attn_by_inverse_layer_idx": (False, None), "add_cross_attention": (False, None),
+           "is_encoder_decoder": (False, None), "pruned_heads": ({}, None)}
+REFUSED_WHY = {"scale_attn_by_inverse_layer_idx": "attention scores divided by the layer index + 1 is not supported",
+               "add_cross_attention": "cross-attention (an encoder's states) is not supported",
+               "is_encoder_decoder": "an encoder-decoder is not a GPT2LMHeadModel",
+               "pruned_heads": "pruned heads are not supported"}
+# keys that do not change the logits of GPT2LMHeadModel in eval mode on a sequence of token ids
+NO_EFFECT = frozenset((
+    # dropout (eval mode) and initialization
+    "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout", "initializer_range",
+    # GPT2DoubleHeadsModel's multiple-choice head only
+    "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    # the same real function computed another way (float precision, attention kernel, chunking)
+    "reorder_and_upcast_attn", "_attn_implementation", "attn_implementation", "_attn_implementation_autoset",
+    "chunk_size_feed_forward", "torchscript", "use_bfloat16", "dtype", "torch_dtype",
+    # an old field (the causal-mask buffer's size); transformers sizes it by n_positions
+    "n_ctx",
+    # decoder flags GPT-2 does not read
+    "is_decoder", "tie_encoder_decoder", "cross_attention_hidden_size",
+    # outputs and caching
+    "use_cache", "output_hidden_states", "output_attentions", "return_dict", "output_past", "use_return_dict",
+    "gradient_checkpointing",
+    # tokens, tokenizer, task heads, names
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "tokenizer_class",
+    "prefix", "task_specific_params", "finetuning_task", "id2label", "label2id", "num_labels", "problem_type",
+    "transformers_version", "_name_or_path", "name_or_path", "_commit_hash", "tf_legacy_loss",
+    # generation settings stored in old configs (generate() only)
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
+    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
+    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+))
+MAX_SIZE = 4096  # vocab_size + n_positions + 1 + n_embd: depthcert's stream (transformerlens.MAX_SIZE)
+
+
+def unknown_config_keys(cfg) -> list[str]:
+    """The config.json keys that are neither read, refused, nor without effect (sorted)."""
+    if not isinstance(cfg, dict):
+        return []
+    return sorted(str(k) for k in cfg if k not in READ_FIELDS and k not in REFUSED and k not in NO_EFFECT)
+
+
+def config_warning(cfg) -> tuple[list[str], str]:
+    """(unknown keys, the sentence verify-model prints about them)."""
+    keys = unknown_config_keys(cfg)
+    many = len(keys) != 1
+    return keys, (f"Hugging Face GPT-2 config key{'s' if many else ''} that {'are' if many else 'is'} not "
+                  f"{'GPT2Config fields' if many else 'a GPT2Config field'} this reader knows: {', '.join(keys)}")
+
+
+def _int(cfg: dict, key: str, low: int = 1, high: int = MAX_SIZE) -> int:
+    v = cfg.get(key, GPT2_DEFAULTS.get(key))
+    if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+        raise BadInput(f"GPT-2 config: {key} must be an integer in {low} .. {high}, got {_short(v)}")
+    return v
+
+
+def _bool(cfg: dict, key: str) -> bool:
+    v = cfg.get(key, GPT2_DEFAULTS[key])
+    if not isinstance(v, bool):
+        raise BadInput(f"GPT-2 config: {key} must be true or false, got {_short(v)}")
+    return v
+
+
+def _short(v) -> str:
+    text = json.dumps(v) if isinstance(v, (bool, type(None), int, float, str, list, dict)) else repr(v)
+    return text if len(text) <= 40 else text[:30] + "..."
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    """The fields of a GPT2Config that decide what GPT2LMHeadModel computes."""
+
+    vocab_size: int
+    n_positions: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_inner: int  # the MLP width (4 n_embd when config.json says null)
+    activation: str  # TransformerLens act_fn
+    eps: float  # layer_norm_epsilon, the float64 it is
+    scaled: bool  # scale_attn_weights: scores times 1/sqrt(d_head)
+    tied: bool  # tie_word_embeddings: lm_head.weight is wte
+
+    @property
+    def d_head(self) -> int:
+        return self.n_embd // self.n_head
+
+    def tl_config(self) -> dict:
+        """The TransformerLens config of the same model (what convert_gpt2_weights's model has)."""
+        return {"n_layers": self.n_layer, "d_model": self.n_embd, "n_heads": self.n_head, "d_head": self.d_head,
+                "d_vocab": self.vocab_size, "d_vocab_out": self.vocab_size, "n_ctx": self.n_positions,
+                "d_mlp": self.n_inner, "act_fn": self.activation, "attn_only": False, "normalization_type": "LN",
+                "eps": self.eps, "final_rms": False, "positional_embedding_type": "standard",
+                "attention_dir": "causal", "use_attn_scale": self.scaled, "original_architecture": ARCHITECTURE,
+                "tie_word_embeddings": self.tied}
+
+
+def config_from_dict(cfg) -> GPT2Config:
+    """A config.json dict as a GPT2Config; one line (BadInput) naming the first field refused."""
+    if not isinstance(cfg, dict):
+        raise BadInput("GPT-2 config: config.json is not a JSON object")
+    mt = cfg.get("model_type")
+    if mt != "gpt2":
+        raise BadInput(f"Hugging Face config: model_type {_short(mt)} is not supported (only \"gpt2\": "
+                       "GPT2LMHeadModel)")
+    arch = cfg.get("architectures")
+    if arch is not None and arch != [ARCHITECTURE]:
+        raise BadInput(f"GPT-2 config: architectures {_short(arch)} is not supported (only [\"{ARCHITECTURE}\"], "
+                       "whose logits are lm_head's)")
+    for key, allowed in REFUSED.items():
+        if key in cfg and not any(cfg[key] == a and type(cfg[key]) is type(a) for a in allowed):
+            raise BadInput(f"GPT-2 config: {key}={_short(cfg[key])} is refused: {REFUSED_WHY[key]}")
+    act = cfg.get("activation_function", GPT2_DEFAULTS["activation_function"])
+    if not isinstance(act, str) or act not in ACTIVATIONS:
+        raise BadInput(f"GPT-2 config: activation_function {_short(act)} is not supported "
+                       f"({', '.join(ACTIVATIONS)})")
+    eps = cfg.get("layer_norm_epsilon", GPT2_DEFAULTS["layer_norm_epsilon"])
+    finite = isinstance(eps, float) and math.isfinite(eps) or \
+        isinstance(eps, int) and not isinstance(eps, bool) and abs(eps) <= int(np.finfo(np.float64).max)
+    if not finite or eps <= 0:
+        raise BadInput(f"GPT-2 config: layer_norm_epsilon must be a positive finite number, got {_short(eps)}")
+    V, n, dm = _int(cfg, "vocab_size"), _int(cfg, "n_positions"), _int(cfg, "n_embd")
+    heads = _int(cfg, "n_head", high=256)
+    if dm % heads:
+        raise BadInput(f"GPT-2 config: n_embd {dm} is not a multiple of n_head {heads}")
+    inner = cfg.get("n_inner", None)
+    inner = 4 * dm if inner is None else _int(cfg, "n_inner", high=1 << 14)
+    if V + n + 1 + dm > MAX_SIZE:
+        raise BadInput(f"GPT-2 config: vocab_size + n_positions + 1 + n_embd = {V + n + 1 + dm} exceeds depthcert's "
+                       f"residual limit {MAX_SIZE}")
+    return GPT2Config(V, n, dm, _int(cfg, "n_layer", high=256), heads, inner, ACTIVATIONS[act], float(eps),
+                      _bool(cfg, "scale_attn_weights"), _bool(cfg, "tie_word_embeddings"))
+
+
+def _buffer(name: str) -> bool:
+    """The causal-mask buffers older transformers saved (attn.bias, attn.masked_bias): not parameters."""
+    parts = name.split(".")
+    return len(parts) == 5 and parts[:2] == ["transformer", "h"] and parts[2].isdigit() and \
+        parts[3] == "attn" and parts[4] in ("bias", "masked_bias")
+
+
+def expected_shapes(c: GPT2Config) -> dict[str, tuple[int, ...]]:
+    """Every parameter GPT2LMHeadModel.save_pretrained writes, and its shape (lm_head only when untied)."""
+    dm = c.n_embd
+    shapes = {"transformer.wte.weight": (c.vocab_size, dm), "transformer.wpe.weight": (c.n_positions, dm),
+              "transformer.ln_f.weight": (dm,), "transformer.ln_f.bias": (dm,)}
+    for li in range(c.n_layer):
+        p = f"transformer.h.{li}."
+        shapes.update({p + "ln_1.weight": (dm,), p + "ln_1.bias": (dm,), p + "ln_2.weight": (dm,), p + "ln_2.bias": (dm,),
+                       p + "attn.c_attn.weight": (dm, 3 * dm), p + "attn.c_attn.bias": (3 * dm,),
+                       p + "attn.c_proj.weight": (dm, dm), p + "attn.c_proj.bias": (dm,),
+                       p + "mlp.c_fc.weight": (dm, c.n_inner), p + "mlp.c_fc.bias": (c.n_inner,),
+                       p + "mlp.c_proj.weight": (c.n_inner, dm), p + "mlp.c_proj.bias": (dm,)})
+    if not c.tied:
+        shapes["lm_head.weight"] = (c.vocab_size, dm)
+    return shapes
+
+
+def check_state_dict(c: GPT2Config, sd: dict) -> dict[str, np.ndarray]:
+    """The parameters as float64 arrays of the right shapes, every value finite; a tied lm_head.weight
+    must equal wte (from_pretrained ties it); old mask buffers dropped; any other entry refused."""
+    shapes = expected_shapes(c)
+    out = {}
+    for key in sd:
+        if key not in shapes and not _buffer(key) and not (key == "lm_head.weight" and c.tied):
+            raise BadInput(f"GPT-2 state dict: unexpected entry {key!r} (not a GPT2LMHeadModel parameter of this config)")
+    for key, shape in shapes.items():
+        if key not in sd:
+            raise BadInput(f"GPT-2 state dict lacks {key}" + (" (tie_word_embeddings is false)" if key == "lm_head.weight"
+                                                              else ""))
+        arr = np.asarray(sd[key])
+        if arr.dtype.kind != "f":
+            raise BadInput(f"GPT-2 state dict: {key} is not a float tensor (dtype {arr.dtype})")
+        if tuple(arr.shape) != shape:
+            raise BadInput(f"GPT-2 state dict: {key} has shape {tuple(arr.shape)}, expected {shape} from config.json")
+        arr = arr.astype(np.float64)
+        if not np.isfinite(arr).all():
+            raise BadInput(f"GPT-2 state dict: {key} has a NaN or infinite entry")
+        out[key] = arr
+    if c.tied and "lm_head.weight" in sd:
+        lm = np.asarray(sd["lm_head.weight"])
+        if lm.shape != out["transformer.wte.weight"].shape or not np.array_equal(lm, out["transformer.wte.weight"]):
+            raise BadInput("GPT-2 state dict: lm_head.weight differs from transformer.wte.weight, but "
+                           "tie_word_embeddings is true (from_pretrained would replace it by wte)")
+    return out
+
+
+def tl_state_dict(c: GPT2Config, sd: dict) -> dict[str, np.ndarray]:
+    """The TransformerLens state dict of a GPT-2 state dict (module docstring): the same numbers, re-indexed."""
+    p = check_state_dict(c, sd)
+    dm, H, dh = c.n_embd, c.n_head, c.d_head
+    out = {"embed.W_E": p["transformer.wte.weight"], "pos_embed.W_pos": p["transformer.wpe.weight"],
+           "ln_final.w": p["transformer.ln_f.weight"], "ln_final.b": p["transformer.ln_f.bias"],
+           "unembed.W_U": (p["transformer.wte.weight"] if c.tied else p["lm_head.weight"]).T.copy(),
+           "unembed.b_U": np.zeros(c.vocab_size)}
+    for li in range(c.n_layer):
+        g, t = f"transformer.h.{li}.", f"blocks.{li}."
+        W, b = p[g + "attn.c_attn.weight"], p[g + "attn.c_attn.bias"]
+        for j, name in enumerate("QKV"):
+            out[t + "attn.W_" + name] = W[:, j * dm:(j + 1) * dm].reshape(dm, H, dh).transpose(1, 0, 2).copy()
+            out[t + "attn.b_" + name] = b[j * dm:(j + 1) * dm].reshape(H, dh).copy()
+        out[t + "attn.W_O"] = p[g + "attn.c_proj.weight"].reshape(H, dh, dm).copy()
+        out[t + "attn.b_O"] = p[g + "attn.c_proj.bias"]
+        out.update({t + "ln1.w": p[g + "ln_1.weight"], t + "ln1.b": p[g + "ln_1.bias"],
+                    t + "ln2.w": p[g + "ln_2.weight"], t + "ln2.b": p[g + "ln_2.bias"],
+                    t + "mlp.W_in": p[g + "mlp.c_fc.weight"], t + "mlp.b_in": p[g + "mlp.c_fc.bias"],
+                    t + "mlp.W_out": p[g + "mlp.c_proj.weight"], t + "mlp.b_out": p[g + "mlp.c_proj.bias"]})
+    return out
+
+
+def is_folder(path: str) -> bool:
+    """A Hugging Face checkpoint folder (what verify-model hands to this reader): a directory."""
+    return os.path.isdir(path)
+
+
+def read_folder(path: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """(config.json as a dict, the state dict as float64 arrays) of a save_pretrained folder."""
+    cfg_path = os.path.join(path, CONFIG_FILE)
+    if not os.path.isfile(cfg_path):
+        raise BadInput(f"{path}: a folder without {CONFIG_FILE} (expected a Hugging Face save_pretrained folder)")
+    try:
+        with open(cfg_path, encoding="utf-8") as fh:
+            cfg = json.load(fh)
+    except OSError as exc:
+        raise BadInput(f"cannot read {cfg_path}: {exc.strerror}") from None
+    except (ValueError, UnicodeDecodeError):
+        raise BadInput(f"{cfg_path}: not JSON") from None
+    from depthcert.interop import checkpoint_files as cf
+
+    if os.path.isfile(os.path.join(path, WEIGHT_FILES[0])):
+        sd = cf.read_safetensors(os.path.join(path, WEIGHT_FILES[0]))[0]
+    elif os.path.isfile(os.path.join(path, WEIGHT_FILES[1])):
+        sd = cf.read_torch(os.path.join(path, WEIGHT_FILES[1]))
+        if not isinstance(sd, dict):
+            raise BadInput(f"{os.path.join(path, WEIGHT_FILES[1])}: not a state dict")
+    elif any(f.endswith(".index.json") for f in os.listdir(path)):
+        raise BadInput(f"{path}: a sharded checkpoint (*.index.json) is not supported; save it with a larger "
+                       "max_shard_size")
+    else:
+        raise BadInput(f"{path}: no {WEIGHT_FILES[0]} (or {WEIGHT_FILES[1]}) beside {CONFIG_FILE}")
+    return cfg, sd
+
+
+def read_tl(path: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """(TransformerLens config dict, TransformerLens state dict) of a GPT-2 folder: what the exact
+    model and --compare-float's float forward (float_forward.FloatForward) read."""
+    cfg, sd = read_folder(path)
+    c = config_from_dict(cfg)
+    return c.tl_config(), tl_state_dict(c, sd)
+
+
+def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=None, name: str = "gpt2",
+                                     outputs: str = "last"):
+    """The exact Model of a GPT2LMHeadModel given its config dict and state dict (numpy or torch)."""
+    from depthcert.interop.transformerlens import _numpy, model_from_state_dict
+
+    c = config_from_dict(cfg)
+    model = model_from_state_dict(c.tl_config(), tl_state_dict(c, {k: _numpy(v) for k, v in sd.items()}), vocab,
+                                  classes, name=name, outputs=outputs)
+    from dataclasses import replace
+
+    return replace(model, notes={**model.notes, "source": "huggingface-gpt2"})
+
+
+def load_model(path: str, vocab=None, classes=None, config_seen: list | None = None, every_position: bool = False):
+    """The exact Model of a save_pretrained GPT-2 folder; config_seen: a list config.json's dict is
+    appended to; every_position: classify every position (GPT-2 computes logits at each)."""
+    cfg, sd = read_folder(path)
+    if config_seen is not None:
+        config_seen.append(cfg)
+    return model_from_config_and_state_dict(cfg, sd, vocab, classes, name=os.path.basename(os.path.normpath(path)),
+                                            outputs="all" if every_position else "last")
+
+
+def model_from_gpt2(hf_model, vocab=None, classes=None):
+    """The exact Model of a live transformers GPT2LMHeadModel (its config and state dict)."""
+    cfg = hf_model.config.to_dict()
+    return model_from_config_and_state_dict(cfg, hf_model.state_dict(), vocab, classes,
+                                            name=str(cfg.get("_name_or_path") or "gpt2"))
+
+
+def write_folder(path: str, cfg: dict, state: dict[str, np.ndarray], dtype=np.float32) -> None:
+    """A folder that GPT2LMHeadModel.from_pretrained (and read_folder) reads: config.json and
+    model.safetensors written with numpy (no torch)."""
+    from depthcert.interop import checkpoint_files as cf
+
+    os.makedirs(path, exist_ok=True)
+    cf.write_safetensors(os.path.join(path, WEIGHT_FILES[0]), {k: np.asarray(v, dtype=dtype) for k, v in state.items()},
+                         {"format": "pt"})
+    with open(os.path.join(path, CONFIG_FILE), "w", encoding="utf-8") as fh:
+        json.dump(cfg, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+__all__ = ["GPT2Config", "config_from_dict", "unknown_config_keys", "read_folder", "read_tl", "load_model",
+           "model_from_gpt2", "model_from_config_and_state_dict", "write_folder"]
