@@ -18,7 +18,7 @@ from depthcert.proofs import depth_search as ds
 from depthcert.proofs.depth_realize import Layout, Orbits, Realised, head_feasible, readout, realise
 
 
-SHARES = {"fewer heads": 0.1, "upper": 0.15, "squares": 0.5}  # of a depth's node budget; the exact search: the rest
+SHARES = {"fewer heads": 0.25, "upper": 0.15, "squares": 0.4}  # of a depth's node budget; the exact search: the rest
 
 
 class _Grow(Exception):
@@ -175,10 +175,17 @@ def pad_heads(weights: dict, heads: int) -> dict:
 
 def _fewer_heads(problem, layers, heads, fewer, max_nodes, deadline, progress, verify_model, clock):
     """A verified model with `heads` heads per layer made from one with `fewer` (pad_heads), or an
-    open outcome."""
-    got = _upper(problem, layers, fewer, max_nodes, deadline, progress, verify_model, clock)
+    open outcome: the upper-bound search with `fewer` heads (half the nodes), then the exact search
+    with `fewer` heads (the rest; only its models are used)."""
+    got = _upper(problem, layers, fewer, max_nodes // 2, deadline, progress, verify_model, clock)
     if got.kind != "model":
-        return got
+        ex = _decide(problem, layers, fewer, max_nodes - got.nodes, deadline, start=4, progress=progress,
+                     verify_model=verify_model, clock=clock)
+        if ex.kind != "model":
+            why = ex.reason if ex.kind == "open" else "the exact search refuted a subset with that many heads"
+            return replace(got, kind="open", nodes=got.nodes + ex.nodes, reason=f"{got.reason}; then {why}",
+                           machine=got.machine or ex.machine, certificate=None)
+        got = replace(ex, nodes=got.nodes + ex.nodes)
     padded = pad_heads(got.weights, heads)
     ok, margin = verify_model(padded)
     if ok:

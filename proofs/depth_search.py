@@ -257,13 +257,13 @@ class DepthSearch:
         return "refuted", tree
 
     def _tick(self):
+        if self.stats.nodes >= self.max_nodes:
+            raise WorkLimit(f"the search used its budget of {self.max_nodes:,} nodes")
+        if self.max_seconds is not None and time.perf_counter() - self.t0 > self.max_seconds:
+            raise TimeStop("the safety stop (--max-seconds) was reached: a machine-dependent stop")
         self.stats.nodes += 1
         if self.progress is not None:
             self.progress.update(1)
-        if self.stats.nodes > self.max_nodes:
-            raise WorkLimit(f"the search used its budget of {self.max_nodes:,} nodes")
-        if self.max_seconds is not None and time.perf_counter() - self.t0 > self.max_seconds:
-            raise TimeStop(f"the safety stop (--max-seconds) was reached: a machine-dependent stop")
 
     def _dfs(self, facts, done, k):
         """The refutation subtree (dict) below these facts, or None when a candidate was accepted
