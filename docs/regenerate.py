@@ -128,6 +128,7 @@ FIELDS = {
     "L = 2": _depth_at(2),
     "L = 3": _depth_at(3),
     "work (nodes)": lambda d: f"{sum(x['work_nodes'] for x in d['depths']):,}",
+    "path": lambda d: d["evaluation"],
 }
 
 
