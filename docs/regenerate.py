@@ -98,7 +98,8 @@ def _depth_at(layers: int):
                 return f"impossible: {c['points']} pts, tree of {c['nodes']:,}"
             if x["outcome"] == "model":
                 m = x["model"]
-                how = " (known)" if "source" in m else f" (1 head, padded)" if m.get("padded_from_heads") else ""
+                k = m.get("padded_from_heads")
+                how = " (known)" if "source" in m else f" ({k} head{'s' if k > 1 else ''}, padded)" if k else ""
                 return f"model, d'={m['d_model']}{how}"
             return f"open after {x['work_nodes']:,} nodes"
         return "-"

@@ -350,8 +350,6 @@ def canonical(x):
                 _CANONICAL.clear()
             got = _CANONICAL[x] = "{" + ",".join(sorted(canonical(y) for y in x)) + "}"
         return got
-    if isinstance(x, set):
-        return "{" + ",".join(sorted(canonical(y) for y in x)) + "}"
     if isinstance(x, tuple):
         return "(" + ",".join(canonical(y) for y in x) + ")"
     return repr(x)

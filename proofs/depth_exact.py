@@ -224,36 +224,12 @@ class ExactSearch:
 
     def _dfs(self, facts, prov, done):
         self._tick()
-        done = list(done)
-        have = {p for p, _ in done}
-        best = None
-        looked = 0
-        for p in self.order:
-            if p in have:
-                continue
-            rep = self.ev.final(facts, p)
-            if cd.is_need(rep):
-                looked += 1
-                if looked > self.window:
-                    continue
-                _, l, h, i = rep
-                key, keyreps = self.ev.split(facts, l, h, p, i)
-                subs = []
-                for sub in cd.possible_maxsets(facts, key, keyreps):
-                    subs.append(sub)
-                    if best is not None and len(subs) >= len(best[4]):
-                        break
-                if best is None or len(subs) < len(best[4]):
-                    best = (p, l, h, i, subs, key, keyreps)
-                continue
-            done.append((p, cd.vector(rep, self.ev.memo)))
-            have.add(p)
-            if len(done) >= 2 and ds.in_span([f for _, f in done[:-1]], done[-1][1]):
-                self.work.lps += 1
-                mu = ds.exact_farkas([f for _, f in done], [self.points[q][1] for q, _ in done])
-                if mu is not None:
-                    self.work.readout_leaves += 1
-                    return {"farkas": [[done[i][0], c, ds._q(v)] for (i, c), v in sorted(mu.items())]}
+        sc = ds.scan(self.ev, self.order, self.points, facts, done, self.window)
+        self.work.lps += sc.lps
+        if sc.leaf is not None:
+            self.work.readout_leaves += 1
+            return sc.leaf
+        done, best, looked = sc.done, sc.best, sc.looked
         if best is None:
             cand = Candidate(facts)
             if self.accept is None or self.accept(cand):

@@ -223,6 +223,62 @@ def order_points(points: list[tuple[tuple[str, ...], str]]) -> list[int]:
     return order
 
 
+@dataclass
+class Scan:
+    """What the facts on a path determine (see `scan`)."""
+
+    done: list
+    best: tuple | None = None  # (point, layer, head, position, maximal sets so far, key, key reps)
+    looked: int = 0
+    leaf: dict | None = None  # a read-out Farkas leaf
+    pruned: bool = False  # the `separable` hook said no
+    lps: int = 0
+
+
+def scan(ev, order, points, facts, done, window, separable=None) -> Scan:
+    """Complete the points the facts determine, in `order`: each completed point's last vector joins
+    `done` and the read-out test (a Farkas leaf when the vectors are inseparable; `separable`, when
+    given, replaces the test and may prune).  Of the next `window` open selections, `best` is the
+    one with the fewest possible maximal sets (fail first)."""
+    done = list(done)
+    have = {p for p, _ in done}
+    out = Scan(done)
+    for p in order:
+        if p in have:
+            continue
+        rep = ev.final(facts, p)
+        if cd.is_need(rep):
+            out.looked += 1
+            if out.looked > window:
+                continue
+            _, l, h, i = rep
+            key, keyreps = ev.split(facts, l, h, p, i)
+            subs = []
+            for sub in cd.possible_maxsets(facts, key, keyreps):
+                subs.append(sub)
+                if out.best is not None and len(subs) >= len(out.best[4]):
+                    break
+            if out.best is None or len(subs) < len(out.best[4]):
+                out.best = (p, l, h, i, subs, key, keyreps)
+            continue
+        done.append((p, cd.vector(rep, ev.memo)))
+        have.add(p)
+        if separable is not None:
+            out.lps += 1
+            if not separable([(points[q], f) for q, f in done]):
+                out.pruned = True
+                return out
+        elif len(done) >= 2 and in_span([f for _, f in done[:-1]], done[-1][1]):
+            # a vector outside the span of the others can take any read-out value: only a
+            # vector in their span can make a separable set inseparable
+            out.lps += 1
+            mu = exact_farkas([f for _, f in done], [points[q][1] for q, _ in done])
+            if mu is not None:
+                out.leaf = {"farkas": [[done[i][0], c, _q(v)] for (i, c), v in sorted(mu.items())]}
+                return out
+    return out
+
+
 class DepthSearch:
     """Decide R(layers, heads) on the given points by the case split of proofs/check_depth.py."""
 
@@ -269,42 +325,14 @@ class DepthSearch:
         """The refutation subtree (dict) below these facts, or None when a candidate was accepted
         or every open branch below ended in a rejected candidate."""
         self._tick()
-        done = list(done)
-        have = {p for p, _ in done}
-        best = None  # fail first: among the next open selections, the one with the fewest maximal sets
-        looked = 0
-        for k2, p in enumerate(self.order):
-            if p in have:
-                continue
-            rep = self.ev.final(facts, p)
-            if cd.is_need(rep):
-                looked += 1
-                if looked > self.window:
-                    continue
-                _, l, h, i = rep
-                key, keyreps = self.ev.split(facts, l, h, p, i)
-                subs = []
-                for sub in cd.possible_maxsets(facts, key, keyreps):
-                    subs.append(sub)
-                    if best is not None and len(subs) >= len(best[4]):
-                        break
-                if best is None or len(subs) < len(best[4]):
-                    best = (p, l, h, i, subs, k2, key, keyreps)
-                continue
-            done.append((p, cd.vector(rep, self.ev.memo)))
-            have.add(p)
-            if self.separable is not None:
-                self.stats.lps += 1
-                if not self.separable([(self.points[q], f) for q, f in done]):
-                    return None  # pruned by the upper-bound search's own read-out test
-            elif len(done) >= 2 and in_span([f for _, f in done[:-1]], done[-1][1]):
-                # a vector outside the span of the others can take any read-out value: only a
-                # vector in their span can make a separable set inseparable
-                self.stats.lps += 1
-                mu = exact_farkas([f for _, f in done], [self.points[q][1] for q, _ in done])
-                if mu is not None:
-                    self.stats.leaves += 1
-                    return {"farkas": [[done[i][0], c, _q(v)] for (i, c), v in sorted(mu.items())]}
+        sc = scan(self.ev, self.order, self.points, facts, done, self.window, self.separable)
+        self.stats.lps += sc.lps
+        if sc.pruned:
+            return None  # pruned by the upper-bound search's own read-out test
+        if sc.leaf is not None:
+            self.stats.leaves += 1
+            return sc.leaf
+        done, best, looked = sc.done, sc.best, sc.looked
         if best is None:
             self.stats.candidates += 1
             cand = Candidate(facts, tuple(self.order))
@@ -313,7 +341,7 @@ class DepthSearch:
             else:
                 self.rejected += 1
             return None
-        p, l, h, i, subs, k, key, keyreps = best
+        p, l, h, i, subs, key, keyreps = best
         if len(subs) > 1 or looked > 1:
             subs = list(cd.possible_maxsets(facts, key, keyreps))
         # nearest keys first (earlier before later): previous-token patterns are found early

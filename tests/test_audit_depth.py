@@ -167,13 +167,29 @@ def _hardmax_last(toks, vocab, params, causal):
     return h[-1]
 
 
+def _labelled_by_random_model(rng, vocab, n, d, L, H, causal):
+    """Every sequence of length n labelled by a random hardmax transformer's own argmax (3 classes;
+    sequences where its top logit ties are left out)."""
+    import itertools
+
+    params = [([[[rng.randint(-2, 2) for _ in range(d)] for _ in range(d)] for _ in range(H)],
+               [[[rng.randint(-1, 1) for _ in range(d)] for _ in range(d)] for _ in range(H)]) for _ in range(L)]
+    WO = [[rng.randint(-3, 3) for _ in range(d)] for _ in range(3)]
+    pts = []
+    for toks in itertools.product(vocab, repeat=n):
+        f = _hardmax_last(list(toks), vocab, params, causal)
+        logits = [sum(w * x for w, x in zip(row, f)) for row in WO]
+        if logits.count(max(logits)) == 1:
+            pts.append((toks, "c" + str(logits.index(max(logits)))))
+    return pts
+
+
 def test_a_real_hardmax_model_is_never_refuted():
     """Soundness, by sampling: label every sequence by a random hardmax transformer's own argmax (one or
     two layers, one or two heads, causal or not); R(L, H) must fit it, so the search must never refute.
     (2,642 such models in the audit's longer run, none refuted.)  It fails when the vectors leave out
     what attention adds (tried); random models' labels are easy for R, so it does not notice a split
     that drops cases: test_checker_refuses_more_edits and tests/test_depth.py's brute force do."""
-    import itertools
     import random
 
     from depthcert.proofs.depth_search import DepthSearch, SearchLimit
@@ -184,15 +200,7 @@ def test_a_real_hardmax_model_is_never_refuted():
     while runs < 25 and tries < 400:
         tries += 1
         L, H, causal = rng.choice([1, 2]), rng.choice([1, 2]), rng.random() < 0.3
-        params = [([[[rng.randint(-2, 2) for _ in range(d)] for _ in range(d)] for _ in range(H)],
-                   [[[rng.randint(-1, 1) for _ in range(d)] for _ in range(d)] for _ in range(H)]) for _ in range(L)]
-        WO = [[rng.randint(-3, 3) for _ in range(d)] for _ in range(3)]
-        pts = []
-        for toks in itertools.product(vocab, repeat=n):
-            f = _hardmax_last(list(toks), vocab, params, causal)
-            logits = [sum(w * x for w, x in zip(row, f)) for row in WO]
-            if logits.count(max(logits)) == 1:
-                pts.append((toks, "c" + str(logits.index(max(logits)))))
+        pts = _labelled_by_random_model(rng, vocab, n, d, L, H, causal)
         if len({y for _, y in pts}) < 2:
             continue
         runs += 1

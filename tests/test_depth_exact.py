@@ -19,7 +19,7 @@ from depthcert.cli.find_depth import _find_depth
 from depthcert.proofs import check_depth as cd
 from depthcert.proofs import depth_exact as de
 from depthcert.proofs.depth_search import certificate
-from tests.test_audit_depth import _hardmax_last
+from tests.test_audit_depth import _labelled_by_random_model
 from tests.test_depth import CHECKER, tm2_points
 
 
@@ -142,15 +142,7 @@ def test_a_real_hardmax_model_is_never_refuted_in_the_exact_class():
     while runs < 12 and tries < 300:
         tries += 1
         L, H = rng.choice([1, 2]), rng.choice([1, 2])
-        params = [([[[rng.randint(-2, 2) for _ in range(d)] for _ in range(d)] for _ in range(H)],
-                   [[[rng.randint(-1, 1) for _ in range(d)] for _ in range(d)] for _ in range(H)]) for _ in range(L)]
-        WO = [[rng.randint(-3, 3) for _ in range(d)] for _ in range(3)]
-        pts = []
-        for toks in itertools.product(vocab, repeat=n):
-            f = _hardmax_last(list(toks), vocab, params, False)
-            logits = [sum(w * x for w, x in zip(row, f)) for row in WO]
-            if logits.count(max(logits)) == 1:
-                pts.append((toks, "c" + str(logits.index(max(logits)))))
+        pts = _labelled_by_random_model(rng, vocab, n, d, L, H, False)
         if len({y for _, y in pts}) < 2:
             continue
         runs += 1
@@ -243,10 +235,7 @@ def test_pointer_task_labels_and_rule():
 
     from depthcert.cli.find_depth import _pointer_problem
 
-    args = SimpleNamespace(n_entities=3, hops=4, **{k: None for k in (
-        "k", "l", "n_questions", "n_answers", "n", "modulus", "group", "vertices", "length", "alphabet",
-        "n_functions", "domain", "vocab", "query", "seed", "n_points")})
-    prob = _pointer_problem(args)
+    prob = _pointer_problem(SimpleNamespace(n_entities=3, hops=4))
     assert len(prob.points) == 81
     # f = (1, 2, 0) is a 3-cycle: f^4 = f; f = (1, 0, 2): f^4 = identity
     lab = dict(prob.points)

@@ -67,15 +67,23 @@ def _build_parser() -> _Parser:
     return p
 
 
+_SIZE_OPTIONS = ("k", "l", "n_questions", "n_answers", "hops", "n_entities", "n", "modulus", "group", "vertices",
+                 "length", "alphabet", "n_functions", "domain", "vocab", "query", "seed", "n_points")
+
+
+def _refuse_options(args, task, takes):
+    """A size option the task does not take is bad input (one line)."""
+    for name in _SIZE_OPTIONS:
+        if name not in takes and getattr(args, name, None) is not None:
+            raise BadInput(f"option --{name.replace('_', '-')} does not apply to task {task}")
+
+
 def _copy_problem(args):
     from depthcert.training.copy_task import CopyTask
 
     length = args.length if args.length is not None else 2
     alphabet = args.alphabet if args.alphabet is not None else 2
-    for name in ("k", "l", "n_questions", "n_answers", "hops", "n_entities", "n", "modulus", "group", "vertices",
-                 "n_functions", "domain", "vocab", "query", "seed", "n_points"):
-        if getattr(args, name, None) is not None:
-            raise BadInput(f"option --{name.replace('_', '-')} does not apply to task copy")
+    _refuse_options(args, "copy", ("length", "alphabet"))
     task = CopyTask(length=length, alphabet=alphabet)
     if task.size * length > MAX_POINTS:
         raise BadInput(f"copy --length {length} --alphabet {alphabet} has {task.size * length} labelled positions "
@@ -101,10 +109,7 @@ def _pointer_problem(args):
 
     N = args.n_entities if args.n_entities is not None else 3
     hops = args.hops if args.hops is not None else 4
-    for name in ("k", "l", "n_questions", "n_answers", "n", "modulus", "group", "vertices", "length", "alphabet",
-                 "n_functions", "domain", "vocab", "query", "seed", "n_points"):
-        if getattr(args, name, None) is not None:
-            raise BadInput(f"option --{name.replace('_', '-')} does not apply to task pointer")
+    _refuse_options(args, "pointer", ("n_entities", "hops"))
     if not 1 <= N <= 9:
         raise BadInput(f"pointer --n-entities {N}: expected 1..9")
     if N ** (N + 1) > MAX_POINTS:
