@@ -394,7 +394,8 @@ def test_unknown_keys_are_named_in_one_warning_line_and_strict_config_refuses_th
     ("no-config", "a folder without config.json"), ("no-weights", "no model.safetensors"),
     ("bad-json", "config.json: not JSON"), ("nan", "has a NaN or infinite entry"),
     ("extra", "unexpected entry 'transformer.h.0.attn.q_attn.weight'"),
-    ("untied-lm-head", "lm_head.weight differs from transformer.wte.weight"), ("config-flag", "--config applies")])
+    ("untied-lm-head", "lm_head.weight differs from transformer.wte.weight"), ("config-flag", "--config applies"),
+    ("sharded", "a sharded checkpoint (*.index.json) is not supported"), ("int", "is not a float tensor")])
 def test_a_damaged_folder_is_refused_in_one_line(tmp_path, capsys, damage, needle):
     from depthcert.interop import checkpoint_files as cf
 
@@ -407,9 +408,14 @@ def test_a_damaged_folder_is_refused_in_one_line(tmp_path, capsys, damage, needl
         os.remove(folder / "model.safetensors")
     elif damage == "bad-json":
         (folder / "config.json").write_text("{")
-    elif damage in ("nan", "extra", "untied-lm-head"):
+    elif damage == "sharded":
+        os.rename(folder / "model.safetensors", folder / "model-00001-of-00001.safetensors")
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    elif damage in ("nan", "extra", "untied-lm-head", "int"):
         sd = dict(sd)
-        if damage == "nan":
+        if damage == "int":
+            sd["transformer.wpe.weight"] = np.zeros((3, 4), np.int64)
+        elif damage == "nan":
             sd["transformer.h.0.ln_1.bias"] = sd["transformer.h.0.ln_1.bias"].copy()
             sd["transformer.h.0.ln_1.bias"][0] = np.nan
         elif damage == "extra":
@@ -437,6 +443,18 @@ def test_a_tied_lm_head_stored_equal_to_wte_and_old_mask_buffers_are_read(tmp_pa
     cf.write_safetensors(str(folder / "model.safetensors"), sd)
     old = hf.load_model(str(folder))
     assert old.layers == plain.layers and (old.W_O == plain.W_O).all()
+
+
+def test_a_pytorch_model_bin_folder_is_read_as_the_safetensors_one(tmp_path):
+    """save_pretrained(safe_serialization=False) wrote pytorch_model.bin (read with torch,
+    weights_only=True): the same exact model as the safetensors folder."""
+    torch, _ = _transformers()
+    cfg, sd = hand_written(tmp_path / "st", np.random.default_rng(10))
+    os.makedirs(tmp_path / "bin")
+    (tmp_path / "bin" / "config.json").write_text(json.dumps(cfg))
+    torch.save({k: torch.from_numpy(v) for k, v in sd.items()}, tmp_path / "bin" / "pytorch_model.bin")
+    a, b = hf.load_model(str(tmp_path / "st")), hf.load_model(str(tmp_path / "bin"))
+    assert a.layers == b.layers and (a.W_O == b.W_O).all()
 
 
 def test_every_position_is_read_when_the_dataset_labels_every_position(tmp_path, capsys):
