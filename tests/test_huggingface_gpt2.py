@@ -304,11 +304,17 @@ def hand_written(folder, rng, tied: bool = False, **change) -> tuple[dict, dict]
     return cfg, sd
 
 
-def test_a_folder_written_with_numpy_is_read_without_torch(tmp_path):
-    """The reader imports no torch (checked in a fresh interpreter), and where transformers is
-    importable, GPT2LMHeadModel.from_pretrained reads the same folder to the same float64 logits."""
+@pytest.mark.parametrize("writer", ["depthcert", "safetensors.numpy"])
+def test_a_folder_written_with_numpy_is_read_without_torch(tmp_path, writer):
+    """A folder written with numpy alone (depthcert's writer, or the safetensors package's numpy
+    save_file): the reader imports no torch (checked in a fresh interpreter), and where transformers
+    is importable, GPT2LMHeadModel.from_pretrained reads the same folder to the same float64 logits."""
     folder = tmp_path / "by-hand"
-    hand_written(folder, np.random.default_rng(1))
+    cfg, sd = hand_written(folder, np.random.default_rng(1))
+    if writer == "safetensors.numpy":
+        st = pytest.importorskip("safetensors.numpy", reason="the safetensors package is not installed")
+        os.remove(folder / "model.safetensors")
+        st.save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
     code = ("import sys; from depthcert.interop.huggingface import load_model; "
             f"m = load_model({str(folder)!r}); assert 'torch' not in sys.modules, 'torch imported'; print(m.kinds())")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
