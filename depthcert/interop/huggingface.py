@@ -114,7 +114,8 @@ def config_warning(cfg) -> tuple[list[str], str]:
 def _int(cfg: dict, key: str, low: int = 1, high: int = MAX_SIZE) -> int:
     v = cfg.get(key, GPT2_DEFAULTS.get(key))
     if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
-        raise BadInput(f"GPT-2 config: {key} must be an integer in {low} .. {high}, got {_short(v)}")
+        raise BadInput(f"GPT-2 config: {key} must be an integer in {low} .. {high}, got {_short(v)}"
+                       + ("" if key in cfg else " (GPT2Config's default: config.json does not set it)"))
     return v
 
 
