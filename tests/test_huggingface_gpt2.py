@@ -83,6 +83,7 @@ def random_gpt2(rng, vocab: int = 2, n_pos: int = 2, kind: str = "plain", **chan
                n_head=int(rng.choice([1, 2])), n_inner=None if rng.integers(6) == 0 else 3,
                activation_function=act, layer_norm_epsilon=float(rng.choice([1e-5, 1e-3, 0.25, 7.0])),
                scale_attn_weights=bool(rng.integers(5) != 0), tie_word_embeddings=bool(rng.integers(2)),
+               scale_attn_by_inverse_layer_idx=bool(rng.integers(4) == 0),
                bos_token_id=0, eos_token_id=0, attn_implementation="eager")
     cfg.update(change)
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**cfg)).double().eval()
@@ -130,6 +131,11 @@ def oracle_of(model) -> TLOracle:
            "act_fn": ORACLE_ACT[c.activation_function]}
     sd = convert_gpt2_weights(model, types.SimpleNamespace(**cfg))
     sd = {k: v.detach().double().numpy().copy() for k, v in sd.items()}
+    if c.scale_attn_by_inverse_layer_idx:  # layer L's scores times 1/(L+1): folded into W_Q, b_Q, exactly
+        for li in range(c.n_layer):
+            assert (li + 1) & li == 0, "the oracle folds 1/(L+1) exactly only for L+1 a power of 2"
+            for key in (f"blocks.{li}.attn.W_Q", f"blocks.{li}.attn.b_Q"):
+                sd[key] = sd[key] / (li + 1)
     sd["unembed.b_U"] = np.zeros(c.vocab_size)  # GPT-2's lm_head has no bias
     return TLOracle(cfg, sd)
 
@@ -225,6 +231,8 @@ def test_a_tie_made_by_ln_f_is_undecided_with_the_reason(tmp_path, capsys):
 # ------------------------------------------------------------------ transformers' own float64 logits
 
 LIVE = [dict(), dict(activation_function="gelu", tie_word_embeddings=False), dict(activation_function="relu"),
+        dict(scale_attn_by_inverse_layer_idx=True, n_layer=3),
+        dict(scale_attn_by_inverse_layer_idx=True, scale_attn_weights=False, activation_function="gelu"),
         dict(activation_function="gelu_fast", scale_attn_weights=False), dict(activation_function="silu", n_inner=None),
         dict(activation_function="gelu_pytorch_tanh", layer_norm_epsilon=0.5, n_head=1)]
 
@@ -268,13 +276,15 @@ def test_certified_enclosures_contain_transformers_float64_logits(change, tmp_pa
             assert float(a) - slack <= ref[i, c] <= float(b) + slack, (i, c, float(a), ref[i, c], float(b))
 
 
-def test_compare_float_is_transformers_float64_forward(tmp_path, capsys):
+@pytest.mark.parametrize("inverse", [False, True], ids=["plain", "scale_attn_by_inverse_layer_idx"])
+def test_compare_float_is_transformers_float64_forward(tmp_path, capsys, inverse):
     """--compare-float's float64 forward of a GPT-2 folder is a plain float64 numpy forward: its
     logits equal transformers' float64 logits to 1e-12, and it agrees with every certified verdict."""
     torch, _ = _transformers()
     from depthcert.interop.float_forward import FloatForward
 
-    model = random_gpt2(np.random.default_rng(12), vocab=4, n_pos=3, n_layer=2, tie_word_embeddings=False)
+    model = random_gpt2(np.random.default_rng(12), vocab=4, n_pos=3, n_layer=3 if inverse else 2,
+                        tie_word_embeddings=False, scale_attn_by_inverse_layer_idx=inverse)
     model.save_pretrained(tmp_path / "f")
     task = make_task("max-of-k", vocab=4, k=3)
     ids = task.decode(np.arange(task.size))[0]
@@ -358,7 +368,7 @@ def test_every_gpt2config_field_is_read_refused_or_without_effect():
 
 
 @pytest.mark.parametrize("change,needle", [
-    ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=true is refused"),
+    ({"scale_attn_by_inverse_layer_idx": 1}, "scale_attn_by_inverse_layer_idx must be true or false, got 1"),
     ({"add_cross_attention": True}, "add_cross_attention=true is refused"),
     ({"pruned_heads": {"0": [1]}}, "pruned_heads={\"0\": [1]} is refused"),
     ({"is_encoder_decoder": True}, "is_encoder_decoder=true is refused"),

@@ -9,7 +9,8 @@ transformers computes, for tokens t_0..t_{n-1} (GPT2LMHeadModel in eval mode, mo
     per block:  y = ln_1(x);  [q | k | v] = y c_attn.weight + c_attn.bias   (Conv1D: x W + b, W stored
                 (in, out), the transpose of nn.Linear's); heads split q, k, v into n_head slices of d_head
                 A[h] = softmax over keys <= query of (q_h . k_h) * s,  s = 1/sqrt(d_head) if scale_attn_weights
-                else 1;  x <- x + concat_h(A[h] v_h) attn.c_proj.weight + attn.c_proj.bias
+                else 1, times 1/(layer + 1) in layer 0, 1, ... if scale_attn_by_inverse_layer_idx;
+                x <- x + concat_h(A[h] v_h) attn.c_proj.weight + attn.c_proj.bias
                 x <- x + act(ln_2(x) c_fc.weight + c_fc.bias) mlp.c_proj.weight + mlp.c_proj.bias
     logits = ln_f(x) lm_head.weight^T            (no bias; lm_head.weight = wte when tied)
 
@@ -22,10 +23,11 @@ mapped onto a TransformerLens config and state dict and decided by transformerle
     W_E = wte, W_pos = wpe, W_Q[h] = c_attn.weight[:, h d_head : (h+1) d_head] (K, V: the next
     n_embd columns), b_Q/b_K/b_V likewise, W_O[h] = attn.c_proj.weight[h d_head : (h+1) d_head, :],
     b_O = attn.c_proj.bias, W_in = c_fc.weight, W_out = mlp.c_proj.weight, W_U = lm_head.weight^T,
-    b_U = 0 (exactly), ln1/ln2/ln_final = ln_1/ln_2/ln_f.
+    b_U = 0 (exactly), ln1/ln2/ln_final = ln_1/ln_2/ln_f; with scale_attn_by_inverse_layer_idx each head of
+    layer L gets the exact scale 1/(L+1) on top (Head.scale; TransformerLens's config has no such field).
 
 Every config.json key is read (READ_FIELDS), refused when it changes the model in a way not decided
-here (REFUSED: scale_attn_by_inverse_layer_idx, add_cross_attention, pruned_heads, ...), or listed as
+here (REFUSED: add_cross_attention, pruned_heads, ...), or listed as
 without effect on the logits (NO_EFFECT); any other key is named by unknown_config_keys (verify-model
 warns in one line; --strict-config refuses).  A field absent from config.json takes GPT2Config's
 default, as from_pretrained does (GPT2_DEFAULTS).
@@ -49,7 +51,7 @@ ARCHITECTURE = "GPT2LMHeadModel"
 # from_pretrained uses when config.json lacks the key
 GPT2_DEFAULTS = {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12,
                  "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
-                 "scale_attn_weights": True, "tie_word_embeddings": True}
+                 "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "tie_word_embeddings": True}
 # activation_function -> TransformerLens act_fn (transformers' ACT2FN: gelu_python is nn.functional.gelu's
 # erf written out, gelu_python_tanh gelu_pytorch_tanh's tanh written out, swish is nn.SiLU)
 ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu_python_tanh": "gelu_new",
@@ -58,12 +60,11 @@ ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu_py
 
 READ_FIELDS = frozenset(("model_type", "architectures", "vocab_size", "n_positions", "n_embd", "n_layer", "n_head",
                          "n_inner", "activation_function", "layer_norm_epsilon", "scale_attn_weights",
-                         "tie_word_embeddings"))
+                         "scale_attn_by_inverse_layer_idx", "tie_word_embeddings"))
 # keys whose value decides something this reader does not: refused unless the value is one of these
-REFUSED = {"scale_attn_by_inverse_layer_idx": (False, None), "add_cross_attention": (False, None),
+REFUSED = {"add_cross_attention": (False, None),
            "is_encoder_decoder": (False, None), "pruned_heads": ({}, None)}
-REFUSED_WHY = {"scale_attn_by_inverse_layer_idx": "attention scores divided by the layer index + 1 is not supported",
-               "add_cross_attention": "cross-attention (an encoder's states) is not supported",
+REFUSED_WHY = {"add_cross_attention": "cross-attention (an encoder's states) is not supported",
                "is_encoder_decoder": "an encoder-decoder is not a GPT2LMHeadModel",
                "pruned_heads": "pruned heads are not supported"}
 # keys that do not change the logits of GPT2LMHeadModel in eval mode on a sequence of token ids
@@ -145,6 +146,7 @@ class GPT2Config:
     eps: float  # layer_norm_epsilon, the float64 it is
     scaled: bool  # scale_attn_weights: scores times 1/sqrt(d_head)
     tied: bool  # tie_word_embeddings: lm_head.weight is wte
+    inverse_layer: bool = False  # scale_attn_by_inverse_layer_idx: layer L's scores also times 1/(L+1)
 
     @property
     def d_head(self) -> int:
@@ -194,7 +196,8 @@ def config_from_dict(cfg) -> GPT2Config:
         raise BadInput(f"GPT-2 config: vocab_size + n_positions + 1 + n_embd = {V + n + 1 + dm} exceeds depthcert's "
                        f"residual limit {MAX_SIZE}")
     return GPT2Config(V, n, dm, _int(cfg, "n_layer", high=256), heads, inner, ACTIVATIONS[act], float(eps),
-                      _bool(cfg, "scale_attn_weights"), _bool(cfg, "tie_word_embeddings"))
+                      _bool(cfg, "scale_attn_weights"), _bool(cfg, "tie_word_embeddings"),
+                      _bool(cfg, "scale_attn_by_inverse_layer_idx"))
 
 
 def _buffer(name: str) -> bool:
@@ -307,11 +310,19 @@ def read_folder(path: str) -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def read_tl(path: str) -> tuple[dict, dict[str, np.ndarray]]:
-    """(TransformerLens config dict, TransformerLens state dict) of a GPT-2 folder: what the exact
-    model and --compare-float's float forward (float_forward.FloatForward) read."""
+    """(TransformerLens config dict, TransformerLens state dict) of a GPT-2 folder for --compare-float's
+    float forward (float_forward.FloatForward).  With scale_attn_by_inverse_layer_idx, layer L's W_Q
+    and b_Q are multiplied by 1/(L+1) in float64 (exact when L+1 is a power of 2, else one rounding
+    per weight: a float forward, as transformers' own float scaling is); the exact model keeps the
+    weights as stored and the scale 1/(L+1) exact (model_from_config_and_state_dict)."""
     cfg, sd = read_folder(path)
     c = config_from_dict(cfg)
-    return c.tl_config(), tl_state_dict(c, sd)
+    tl = tl_state_dict(c, sd)
+    if c.inverse_layer:
+        for li in range(c.n_layer):
+            for key in (f"blocks.{li}.attn.W_Q", f"blocks.{li}.attn.b_Q"):
+                tl[key] = tl[key] / (li + 1)
+    return c.tl_config(), tl
 
 
 def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=None, name: str = "gpt2",
@@ -319,12 +330,18 @@ def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=No
     """The exact Model of a GPT2LMHeadModel given its config dict and state dict (numpy or torch)."""
     from depthcert.interop.transformerlens import _numpy, model_from_state_dict
 
+    from dataclasses import replace
+    from fractions import Fraction
+
     c = config_from_dict(cfg)
     model = model_from_state_dict(c.tl_config(), tl_state_dict(c, {k: _numpy(v) for k, v in sd.items()}), vocab,
                                   classes, name=name, outputs=outputs)
-    from dataclasses import replace
-
-    return replace(model, notes={**model.notes, "source": "huggingface-gpt2"})
+    if c.inverse_layer:  # layer L's scores times 1/(L+1) besides 1/sqrt(d_head), exactly
+        model = replace(model, layers=tuple(
+            replace(L, heads=tuple(replace(h, scale=h.scale * Fraction(1, li + 1)) for h in L.heads))
+            for li, L in enumerate(model.layers)))
+    return replace(model, notes={**model.notes, "source": "huggingface-gpt2",
+                                 "scale_attn_by_inverse_layer_idx": c.inverse_layer})
 
 
 def load_model(path: str, vocab=None, classes=None, config_seen: list | None = None, every_position: bool = False):
