@@ -53,6 +53,11 @@ SLOW_CASES = {  # node ids: large sizes and extra seeds of tests whose small cas
     "tests/test_mutation.py::test_wider_single_entry_mutations_agree_with_oracle[prev-copy/softmax20-causal]",
     "tests/test_logdepth_table.py::test_small_rows_match_the_docs[mod-count p=3 n=8 tree]",
     "tests/test_logdepth_table.py::test_small_rows_match_the_docs[word-problem a5 n=10 tree]",
+    "tests/test_pair_table.py::test_random_models_at_the_float_limit[2-3]",
+    "tests/test_stream_support.py::test_constructions[tm-sizes1-heads-5]",
+    "tests/test_shards.py::test_dask_local_cluster_gives_the_same_verdict[tampered]",
+    "tests/test_overflow_deep.py::test_checked_path_gives_the_exact_verdict[margin-changed]",
+    "tests/test_trained_checkpoints.py::test_grokking_slice_decided[before]",
 }
 
 

@@ -199,6 +199,7 @@ def test_show_construction(tmp_path, capsys):
     assert code == 0 and doc["verdict"] == "written" and doc["files"]
 
 
+@pytest.mark.slow
 def test_verify_tracr(capsys):
     pytest.importorskip("tracr")
     from depthcert.cli.verify_tracr import _main

@@ -434,6 +434,7 @@ def test_verify_model_robustness_cli_softmax_formats_not_available(capsys):
     assert code == 2 and capsys.readouterr().err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_verify_model_robustness_of_a_relu_model_gives_formats(tmp_path, capsys):
     """A relu weights file correct on every point goes through the format passes too."""
     from depthcert.checkers.weights_file import save_weights

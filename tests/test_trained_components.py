@@ -119,6 +119,7 @@ def _check_agreement(cfg, sd, task, oracle_cache=None):
     return v.correct, len(wrong), len(undecided)
 
 
+@pytest.mark.slow
 def test_500_random_checkpoints_agree_with_the_independent_evaluator():
     rng = np.random.default_rng(2024)
     task = make_task("max-of-k", vocab=2, k=2)
