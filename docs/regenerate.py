@@ -106,6 +106,15 @@ def _depth_at(layers: int):
     return cell
 
 
+def _one_layer_model(doc: dict) -> str:
+    """find-dependence: the fitted one-layer model of a fittable dataset, as verified."""
+    if not doc["fittable"]:
+        return "-"
+    m = doc["model"]
+    return (f"{m['layers']} layer, {m['heads']} heads, d'={m['dim']}, {'verified' if m['verified'] else 'refuted'}, "
+            f"min margin {m['min_margin']['exact']}")
+
+
 # column header -> the cell's text from the command's --json document ("-" where it has no such field)
 FIELDS = {
     "layers": lambda d: str(d["layers"]),
@@ -130,6 +139,8 @@ FIELDS = {
     "L = 3": _depth_at(3),
     "work (nodes)": lambda d: f"{sum(x['work_nodes'] for x in d['depths']):,}",
     "path": lambda d: d["evaluation"],
+    "certificate points": lambda d: "-" if d["fittable"] else str(d["points_in_certificate"]),
+    "one-layer model": _one_layer_model,
 }
 
 
