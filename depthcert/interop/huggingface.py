@@ -1,6 +1,6 @@
 """Hugging Face GPT-2 checkpoints in: a folder written by transformers' GPT2LMHeadModel.save_pretrained
 (config.json + model.safetensors) as the exact depthcert `Model` (docs/trained-models.md, "GPT-2
-(Hugging Face)").  Read with numpy alone (checkpoint_files.read_safetensors); torch only for a
+(Hugging Face) in").  Read with numpy alone (checkpoint_files.read_safetensors); torch only for a
 folder that holds pytorch_model.bin instead.
 
 transformers computes, for tokens t_0..t_{n-1} (GPT2LMHeadModel in eval mode, modeling_gpt2.py):
@@ -27,9 +27,9 @@ mapped onto a TransformerLens config and state dict and decided by transformerle
     layer L gets the exact scale 1/(L+1) on top (Head.scale; TransformerLens's config has no such field).
 
 Every config.json key is read (READ_FIELDS), refused when it changes the model in a way not decided
-here (REFUSED: add_cross_attention, pruned_heads, ...), or listed as
-without effect on the logits (NO_EFFECT); any other key is named by unknown_config_keys (verify-model
-warns in one line; --strict-config refuses).  A field absent from config.json takes GPT2Config's
+here (REFUSED: add_cross_attention, is_encoder_decoder, pruned_heads), or listed as without effect
+on the logits (NO_EFFECT); any other key is named by unknown_config_keys (verify-model warns in one
+line; --strict-config refuses).  A field absent from config.json takes GPT2Config's
 default, as from_pretrained does (GPT2_DEFAULTS).
 """
 from __future__ import annotations
@@ -274,11 +274,6 @@ def tl_state_dict(c: GPT2Config, sd: dict) -> dict[str, np.ndarray]:
                     t + "mlp.W_in": p[g + "mlp.c_fc.weight"], t + "mlp.b_in": p[g + "mlp.c_fc.bias"],
                     t + "mlp.W_out": p[g + "mlp.c_proj.weight"], t + "mlp.b_out": p[g + "mlp.c_proj.bias"]})
     return out
-
-
-def is_folder(path: str) -> bool:
-    """A Hugging Face checkpoint folder (what verify-model hands to this reader): a directory."""
-    return os.path.isdir(path)
 
 
 def read_folder(path: str) -> tuple[dict, dict[str, np.ndarray]]:
