@@ -180,9 +180,11 @@ SLOW_DOC_TEST = "<!-- doc-test: slow -->"
 def mask_times(text: str) -> str:
     """The output with its wall times replaced by <t> (the only thing a doc-test does not compare)."""
     text = re.sub(r"(wall time\s+)\d+\.\d+ s in all, \d+\.\d+ s evaluating", r"\1<t>", text)
+    text = re.sub(r"^(  wall time\s+).*\d+\.\d+ s in all.*$", r"\1<t>", text, flags=re.M)  # any split of the time
     text = re.sub(r"^time: \d+\.\d+ s$", "time: <t> s", text, flags=re.M)
     text = re.sub(r"^time {11}.*$", lambda m: re.sub(r"\d+\.\d+ s", "<t> s", m.group(0)), text, flags=re.M)
     text = re.sub(r"(by a plain float(?:32|64) forward )\(\d+\.\d+ s\)", r"\1(<t> s)", text)  # --compare-float
+    text = re.sub(r"^(  compiled .*)\(\d+\.\d+ s\)$", r"\1(<t> s)", text, flags=re.M)  # verify-tracr's compile time
     return re.sub(r'"(total_)?seconds": [0-9.]+', r'"\1seconds": <t>', text)
 
 
