@@ -194,13 +194,14 @@ def _fewer_heads(problem, layers, heads, fewer, max_nodes, deadline, progress, v
 
 
 def _decide(problem, layers: int, heads: int, max_nodes: int, deadline, start: int = 4,
-            max_rounds: int = 12, progress=None, verify_model=None, filter=None, first=None,
+            max_rounds: int = 64, progress=None, verify_model=None, filter=None, first=None,
             separable=None, grow_by: int = 2, clock=time.perf_counter) -> DepthOutcome:
     """The search on a growing subset.  filter None: the exact search (proofs/depth_exact.py):
     a refutation of the subset is a certificate (version 2), a candidate is realised on every
     point and verified; a candidate whose read-out fails on the dataset adds the points of that
     Farkas vector and the search restarts; a candidate on a strict subset whose realisation
-    fails grows the subset by the nearest points.  filter given: the upper-bound search of
+    fails grows the subset by the nearest points; a subset past half the dataset becomes the
+    whole dataset.  The node budget bounds the rounds (`max_rounds` is a backstop).  filter given: the upper-bound search of
     proofs/depth_search.py pruned by `filter` (no certificate: pruned branches are not refuted).
 
     problem: .points (all dataset points), .causal, .vocab, .classes, .max_length, .outputs,
@@ -256,6 +257,8 @@ def _decide(problem, layers: int, heads: int, max_nodes: int, deadline, start: i
                 return _open(layers, "a candidate's read-out failed on points already searched", subset, nodes, cands,
                              unreal, t0, clock)
             subset = sorted(set(subset) | set(new))
+            if filter is None and 2 * len(subset) > len(pts):
+                subset = list(range(len(pts)))  # past half the dataset, search it whole
             continue
         except ds.SearchLimit as exc:
             nodes += stats.nodes
