@@ -11,7 +11,7 @@
 A marked table is the Markdown table directly under a line `<!-- regenerate: commands -->`.  One
 row is one command: its `command` cell holds the command line (in backticks), and every cell whose
 column header names a field below (`layers`, `heads`, `d'`, `points`, `points covered`,
-`evaluated`, `inputs`, `verdict`, `min margin`, `read-out`) is filled from that command's `--json`
+`evaluated`, `inputs`, `verdict`, `min margin`, `min margin (~ rounded)`, `read-out`, ...: FIELDS) is filled from that command's `--json`
 document.  Other cells (names, remarks) are kept as written.  A row is added by writing its name
 and command and running this script.
 
@@ -65,6 +65,16 @@ def _points(doc: dict) -> str:
         return f"{doc['correct']:,} of {doc['points']:,} correct"
     n = doc.get("points_total", doc.get("points"))
     return "-" if n is None else f"{n:,}"
+
+
+def _margin_short(doc: dict) -> str:
+    """The exact margin, or `~` and three digits when its fraction is longer than 40 characters
+    (`--json` has it in full)."""
+    m = _margin(doc)
+    if len(m) <= 40 or not re.fullmatch(r"-?\d+(/\d+)?", m):
+        return m
+    from fractions import Fraction
+    return f"~{float(Fraction(m)):.3g}"
 
 
 def _percent_correct(doc: dict) -> str:
@@ -124,9 +134,11 @@ FIELDS = {
     "points covered": lambda d: str(d["points_covered"]),
     "evaluated": lambda d: str(d["points_checked"]),
     "inputs": lambda d: f"{d['inputs']:,}",
+    "steps each": lambda d: str(d["steps"]),  # verify-construction --cot
     "verdict": lambda d: d["verdict"].replace("_", " ") + (
         f" {d['minimal_depth']}" if d["verdict"] == "minimal_depth" else ""),
     "min margin": _margin,
+    "min margin (~ rounded)": _margin_short,
     "read-out": lambda d: d.get("readout", "-"),
     "certified accuracy": _percent_correct,
     "wrong": lambda d: f"{d['wrong']:,}",
