@@ -502,3 +502,187 @@ def test_slow_doc_tests_are_compared_by_check_slow_only(tmp_path):
     assert page.read_text() == wrong  # --check writes nothing
     regenerate.process(str(page), check=False, log=lambda *a: None)
     assert regenerate.mask_times(page.read_text()) == regenerate.mask_times(right)
+
+
+# ---- tables of layer counts and sizes written as formulas: each compared with the built models
+
+def _table_under(doc: str, marker: str) -> tuple[list[str], list[list[str]]]:
+    """(header cells, body rows' cells) of the table directly under the line `marker` in docs/DOC."""
+    lines = open(os.path.join(ROOT, "docs", doc), encoding="utf-8").read().split("\n")
+    i = lines.index(marker) + 1
+    while lines[i].startswith("<!--"):  # other markers of the same table
+        i += 1
+    rows = []
+    for line in lines[i:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows[0], rows[2:]
+
+
+def _columns(header: list[str]) -> list[list[int]]:
+    """The values of L (or h) each column from the second on stands for: `3`, or `8-10` for 8..10."""
+    out = []
+    for cell in header[1:]:
+        lo, _, hi = cell.partition("-")
+        out.append(list(range(int(lo), int(hi or lo) + 1)))
+    return out
+
+
+def test_composition_layers_table():
+    """docs/composition.md's layers per L: the linear rows are L, the doubling rows the depth the
+    builders use (layers_needed, and the built model for L <= 4); a lower bound of 2 at L stands
+    where the one-layer table below has a certificate for that L at N = 2."""
+    from depthcert.checkers.tasks.composition import Composition
+    from depthcert.constructions import composition as comp
+    from depthcert.constructions import registry
+
+    header, rows = _table_under("composition.md", "<!-- test: tests/test_docs.py::test_composition_layers_table -->")
+    columns = _columns(header)
+    by_name = {r[0].split()[0].strip("`,"): r[1:] for r in rows}
+    assert set(by_name) == {"linear", "doubling", "encoder-doubling", "lower"}, by_name
+    _, certs = _table_under("composition.md", "<!-- one-layer-certificates -->")
+    refuted = {int(r[0]) for r in certs if r[1] == "2" and r[4] != "-"}  # the table is at N = 2
+    for Ls, lin, dbl, enc, low in zip(columns, by_name["linear"], by_name["doubling"], by_name["encoder-doubling"],
+                                      by_name["lower"]):
+        for L in Ls:
+            assert lin == (str(L) if len(Ls) == 1 else f"{Ls[0]}-{Ls[-1]}"), (L, lin)
+            assert str(comp.layers_needed(L, False)) == dbl and str(comp.layers_needed(L, True)) == enc, (L, dbl, enc)
+            if L <= 4:
+                for variant, want in (("linear", L), ("encoder-linear", L), ("doubling", int(dbl)),
+                                      ("encoder-doubling", int(enc))):
+                    assert registry.build(Composition(L, 2), variant).model.n_layers == want, (L, variant)
+            if low:
+                assert low == ("1" if L == 1 else "2") and (L == 1 or L in refuted), (L, low)
+
+
+def _relu_and_layers(h: int) -> int:
+    L = 2
+    while 3 * 2 ** (L - 2) - 1 < h:
+        L += 1
+    return L
+
+
+# docs/multihop.md's variants table: variant -> (its layers, heads, d' cells as written, and those
+# formulas as functions of (h, k, N, n = the sequence length 3k + 2) for the built model)
+MULTIHOP_VARIANTS = {
+    "`paper`": (("2h", "1 per layer", "N(h+1) + 1 + n"),
+                lambda h, k, N, n: (2 * h, [1] * (2 * h), N * (h + 1) + 1 + n)),
+    "`paper --as-printed`": (("2h", "1", "N + 1 + n"), lambda h, k, N, n: (2 * h, [1] * (2 * h), N + 1 + n)),
+    "`linear`": (("h + 1", "1", "2N + 1 + n"), lambda h, k, N, n: (h + 1, [1] * (h + 1), 2 * N + 1 + n)),
+    "`doubling`": (("floor(log2 h) + 2", "1", "2N + 1 + n"),
+                   lambda h, k, N, n: (h.bit_length() + 1, [1] * (h.bit_length() + 1), 2 * N + 1 + n)),
+    "`relu-and`": (("smallest L with 3 * 2^(L-2) - 1 >= h", "k+2, N (+1 when h = 1 mod 3; 1 when h = 1), 1, 1, ...",
+                    "N(k + 2) + k + 1 + n"),
+                   lambda h, k, N, n: (_relu_and_layers(h), [k + 2, 1 if h == 1 else N + (h % 3 == 1)]
+                                       + [1] * (_relu_and_layers(h) - 2), N * (k + 2) + k + 1 + n)),
+    "`dnf`": (("2", "2k+1, N^h k^h", "N(2k + 3) + 1 + n"),
+              lambda h, k, N, n: (2, [2 * k + 1, N ** h * k ** h], N * (2 * k + 3) + 1 + n)),
+}
+
+
+def test_multihop_variants_table():
+    """docs/multihop.md's variants table: its layers, heads and d' formulas are the ones above, and
+    the models built at k = 2, 3, N = k, k + 1, h = 1..4 have exactly those (dnf where it has at most
+    5,000 heads, the builder's limit)."""
+    from depthcert.checkers.tasks.multihop import MultiHop
+    from depthcert.constructions import registry
+
+    header, rows = _table_under("multihop.md", "<!-- test: tests/test_docs.py::test_multihop_variants_table -->")
+    assert header[0] == "variant" and header[2:] == ["layers", "heads", "d'"], header
+    assert {r[0]: tuple(r[2:]) for r in rows} == {v: cells for v, (cells, _) in MULTIHOP_VARIANTS.items()}
+    for name, (_, formula) in MULTIHOP_VARIANTS.items():
+        variant, as_printed = name.strip("`").split()[0], "--as-printed" in name
+        for k in (2, 3):
+            for N in (k, k + 1):
+                for h in (1, 2, 3, 4):
+                    if variant == "dnf" and N ** h * k ** h > 5000:
+                        continue
+                    task = MultiHop(hops=h, k=k, n_entities=N)
+                    m = registry.build(task, variant, as_printed=as_printed).model
+                    got = (m.n_layers, [len(layer.heads) for layer in m.layers], m.dim)
+                    assert got == formula(h, k, N, task.length), (name, h, k, N, got)
+
+
+def test_multihop_layers_table():
+    """docs/multihop.md's layers per hop count: every cell of the paper, linear, doubling and
+    relu-and rows is the built model's depth (k = 3, N = 3), dnf's 2 where it is built (k = N = 2)
+    and its formula elsewhere; the lower-bound row is 2 (one layer refuted: the stored certificate
+    proofs/certificates/multihop_one_layer.json and docs/impossibility.md's table) where filled."""
+    from depthcert.checkers.tasks.multihop import MultiHop
+    from depthcert.constructions import registry
+
+    header, rows = _table_under("multihop.md", "<!-- test: tests/test_docs.py::test_multihop_layers_table -->")
+    hs = [h for [h] in _columns(header)]
+    by_name = {r[0].split()[0]: r[1:] for r in rows}
+    assert set(by_name) == {"paper", "linear", "doubling", "relu-and", "dnf", "lower"}, by_name
+    for i, h in enumerate(hs):
+        for variant in ("paper", "linear", "doubling", "relu-and"):
+            m = registry.build(MultiHop(hops=h, k=3, n_entities=3), variant).model
+            assert by_name[variant][i] == str(m.n_layers), (variant, h, m.n_layers)
+        assert by_name["dnf"][i] == "2"
+        if 4 ** h <= 5000:
+            assert registry.build(MultiHop(hops=h, k=2, n_entities=2), "dnf").model.n_layers == 2
+        assert by_name["lower"][i] in ("", "2"), (h, by_name["lower"][i])
+
+
+def test_all_sizes_coverage_table():
+    """docs/all-sizes.md's coverage table: each row's command exits with the code the row names
+    first (`(exit N)`: the command's construction), and its exact margin is the one in the row's margin cell (none where the cell is -)."""
+    header, rows = _table_under("all-sizes.md", "<!-- test: tests/test_docs.py::test_all_sizes_coverage_table -->")
+    assert header[:2] == ["construction", "command (one of the row's)"] and "margin" in header, header
+    k = header.index("margin")
+    for row in rows:
+        cmd = row[1].strip("`")
+        exits = re.findall(r"\(exit (\d)", row[2])
+        assert exits, (cmd, row[2])
+        code, info, err = run_json(cmd)
+        assert code == int(exits[0]), (cmd, code, err)
+        margin = (info.get("margin") or {}).get("exact")
+        if row[k] == "-":
+            assert margin is None, (cmd, margin)
+        else:
+            assert margin is not None and re.search(rf"(?<![\d/]){re.escape(margin)}(?![\d/])", row[k]), (cmd, margin, row[k])
+
+
+def _doubling_depth(L: int, forward: bool) -> int:
+    """The smallest T with k_T >= L: k_1 = 1, k_s = k_{s-1} + 2^(s-2) + (2^(s-1) if forward else 1)."""
+    T, k = 1, 1
+    while k < L:
+        T += 1
+        k += 2 ** (T - 2) + (2 ** (T - 1) if forward else 1)
+    return T
+
+
+COMPOSITION_VARIANTS = {  # variant -> its layers, heads, d' cells in docs/composition.md's variants table
+    "`linear`": ("L", "1 each", "(L+2)N + 1"),
+    "`doubling`": ("smallest T with k_T >= L, k_1 = 1, k_s = k_{s-1} + 2^(s-2) + 1", "1 or 2 per layer",
+                   "N(T + 1 or 2) + n"),
+    "`encoder-linear`": ("L", "1 each", "(L+2)N + 1"),
+    "`encoder-doubling`": ("smallest T with k_T >= L, k_1 = 1, k_s = k_{s-1} + 2^(s-2) + 2^(s-1)", "up to 3 per layer",
+                           "N(T + 1 or 2) + n"),
+}
+
+
+def test_composition_variants_table():
+    """docs/composition.md's variants table: its layers, heads and d' cells are the formulas above,
+    and the models built at L = 1..6, N = 2, 3 (n = LN + 1 tokens) have exactly those."""
+    from depthcert.checkers.tasks.composition import Composition
+    from depthcert.constructions import registry
+
+    header, rows = _table_under("composition.md", "<!-- test: tests/test_docs.py::test_composition_variants_table -->")
+    assert header[0] == "variant" and header[-3:] == ["layers", "heads", "d'"], header
+    assert {r[0]: tuple(r[-3:]) for r in rows} == COMPOSITION_VARIANTS
+    for name in COMPOSITION_VARIANTS:
+        variant = name.strip("`")
+        for L in range(1, 7):
+            for N in (2, 3):
+                task = Composition(L, N)
+                m = registry.build(task, variant).model
+                heads = [len(layer.heads) for layer in m.layers]
+                if variant.endswith("linear"):
+                    assert (m.n_layers, heads, m.dim) == (L, [1] * L, (L + 2) * N + 1), (variant, L, N)
+                    continue
+                T = _doubling_depth(L, forward=variant.startswith("encoder"))
+                assert m.n_layers == T and max(heads) <= (3 if variant.startswith("encoder") else 2), (variant, L, N)
+                assert m.dim in (N * (T + 1) + task.length, N * (T + 2) + task.length), (variant, L, N, m.dim)
