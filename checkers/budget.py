@@ -78,13 +78,14 @@ def seconds_limit() -> float | None:
 
 class TimeLimitPassed(BadInput):
     """A step stopped while running, past --max-seconds.  A caller that can report what was decided
-    so far catches it (verify-model: exit 3 with partial counts); elsewhere it is a one-line exit 2."""
+    so far catches it (verify-model: exit 3 with partial counts); elsewhere it is a one-line exit 3
+    (depthcert/cli/errors.py run_main: a limit reached is not bad input)."""
 
 
 def time_limit_passed(what: str, seconds: float) -> TimeLimitPassed:
     """The error of a step stopped while running, past --max-seconds (for steps no estimate can bound)."""
     return TimeLimitPassed(f"{what} ran past the limit of {_human(seconds)} and was stopped (its numbers grow too fast "
-                           f"to estimate the time beforehand); raise it with --max-seconds {int(seconds * 4) + 1}")
+                           "to estimate the time beforehand, so no limit is suggested: raise --max-seconds)")
 
 
 def over_budget(estimate: float) -> bool:

@@ -188,6 +188,6 @@ def test_time_limit_is_kept_while_running(tmp_path, capsys, monkeypatch):
     code = cli.run_main(cli._verify_construction, ["icqa", "--k", "2", "--n-questions", "3", "--n-answers", "3",
                                                    "--weights", str(path), "--max-seconds", "1"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1, (code, err)
+    assert code == 3 and err.count("\n") == 1, (code, err)
     assert "evaluating 72 points" in err and "ran past the limit of 1 s and was stopped" in err, err
     assert "--max-seconds" in err, err

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
+from depthcert.checkers.budget import TimeLimitPassed
 from depthcert.checkers.errors import BadInput
 
 EXIT_OK = 0
@@ -25,6 +26,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a command ended
 DEBUG_ENV = "DEPTHCERT_DEBUG"
 
 _BAD = "bad input (one line naming it)"
+_STOPPED = "stopped at --max-seconds by a step no estimate bounds (a limit reached, not bad input; nothing decided)"
 _INTERNAL = "internal error (one line; please report)"
 # Every command's exit codes and what each means: the one source of the epilog of every command's
 # --help; tests/test_internal_error.py checks README's table ("Exit codes") against it.
@@ -33,11 +35,11 @@ EXIT_CODES = {
         EXIT_OK: "verified (--all-sizes: proven for every size; --point: the point is correct)",
         EXIT_REFUTED: "refuted, the counterexample printed (--all-sizes: fails at a size; --point: wrong)",
         EXIT_BAD_INPUT: _BAD + ", also a --journal line that does not add up",
-        EXIT_UNDECIDED: "undecided (softmax models only; --all-sizes: partial, not proven)",
+        EXIT_UNDECIDED: "undecided (softmax models only; --all-sizes: partial, not proven), or " + _STOPPED,
         EXIT_INTERNAL: _INTERNAL},
     "find-dependence": {
         EXIT_OK: "decided (a certificate checked, or a one-layer model verified on every point)",
-        EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL + ", e.g. a certificate the independent checker rejects"},
+        EXIT_BAD_INPUT: _BAD, EXIT_UNDECIDED: _STOPPED, EXIT_INTERNAL: _INTERNAL + ", e.g. a certificate the independent checker rejects"},
     "find-depth": {EXIT_OK: "minimal depth exact (every smaller depth refuted by a re-checked certificate, a model "
                             "verified at it)", EXIT_BAD_INPUT: _BAD,
                    EXIT_UNDECIDED: "open: some depth neither refuted nor realised (the reason printed)",
@@ -47,8 +49,9 @@ EXIT_CODES = {
     "verify-tracr": {EXIT_OK: "verified (numerical programs: every error certified below --tolerance, default 1/1000; "
                               "--find-min/--find-max: a value found)",
                      EXIT_REFUTED: "refuted (--find-min/--find-max: none found)", EXIT_BAD_INPUT: _BAD + ", or the tracr extra missing",
-                     EXIT_UNDECIDED: "undecided", EXIT_INTERNAL: _INTERNAL},
-    "show-construction": {EXIT_OK: "pictures written", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
+                     EXIT_UNDECIDED: "undecided, or " + _STOPPED, EXIT_INTERNAL: _INTERNAL},
+    "show-construction": {EXIT_OK: "pictures written", EXIT_BAD_INPUT: _BAD, EXIT_UNDECIDED: _STOPPED,
+                          EXIT_INTERNAL: _INTERNAL},
     "reproduce-paper": {EXIT_OK: "every claim holds", EXIT_REFUTED: "some claim does not",
                         EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
     "train": {EXIT_OK: "done", EXIT_BAD_INPUT: _BAD, EXIT_INTERNAL: _INTERNAL},
@@ -92,8 +95,8 @@ def _say(line: str) -> None:
 
 
 def run_main(fn, argv=None) -> int:
-    """fn(argv)'s return value as the exit code; BadInput (and memory exhaustion) -> exit 2 with
-    'error: ...'; Ctrl-C (KeyboardInterrupt) -> exit 130 with 'interrupted'; any other exception ->
+    """fn(argv)'s return value as the exit code; a step stopped at --max-seconds (TimeLimitPassed)
+    -> exit 3 with 'stopped: ...'; BadInput (and memory exhaustion) -> exit 2 with 'error: ...'; Ctrl-C (KeyboardInterrupt) -> exit 130 with 'interrupted'; any other exception ->
     exit 4 with one line, or its traceback when DEPTHCERT_DEBUG=1. Each message starts on a fresh
     line (open progress bars closed first)."""
     if hasattr(sys, "set_int_max_str_digits"):
@@ -102,6 +105,9 @@ def run_main(fn, argv=None) -> int:
         sys.set_int_max_str_digits(0)
     try:
         return fn(argv)
+    except TimeLimitPassed as exc:  # a limit reached is not bad input
+        _say(f"stopped: {exc}".splitlines()[0])
+        return EXIT_UNDECIDED
     except BadInput as exc:
         _say(f"error: {exc}".splitlines()[0])
         return EXIT_BAD_INPUT
