@@ -174,10 +174,12 @@ def _head_rows(facts, layout, memo, l, h, orbits=None):
             va, vb = layout.rows_of(cd.vector(a, memo)), layout.rows_of(cd.vector(b, memo))
             diff = {r: va.get(r, 0) - vb.get(r, 0) for r in set(va) | set(vb)}
             row = {}
-            for r, dv in diff.items():
+            # sorted: the variables' numbering (and so the LP's vertex) must not follow the order in
+            # which a vector's dict was filled, which for version-2 nodes follows string hashing
+            for r, dv in sorted(diff.items()):
                 if not dv:
                     continue
-                for s, qv in q.items():
+                for s, qv in sorted(q.items()):
                     k = var.setdefault(orbits.key(("row", r), ("row", s)) if orbits else (r, s), len(var))
                     row[k] = row.get(k, 0) + dv * qv
             row = {k: v for k, v in row.items() if v}
