@@ -244,24 +244,33 @@ def test_pointer_task_labels_and_rule():
         assert cd.LABEL_RULES["pointer"](list(toks), {"N": 3, "hops": 4}) == y
 
 
-def test_the_certificate_does_not_depend_on_the_process(tmp_path):
-    """Python salts string hashes per process, which reorders frozensets; the search sorts what it
-    iterates, so two processes with different hash seeds write the same certificate and model."""
+@pytest.mark.parametrize("argv", [
+    ["--task", "tm", "--l", "2", "--alphabet", "2"],
+    # the realised model's LP variables once followed a vector dict's fill order (string hashing):
+    # here that changed the model found at two layers, and so the search's path
+    pytest.param(["--task", "pointer", "--n-entities", "3", "--hops", "4", "--max-nodes", "6000", "--max-layers", "2"],
+                 marks=pytest.mark.slow),
+])
+def test_the_outcome_does_not_depend_on_the_process(argv, tmp_path):
+    """Python salts string hashes per process, which reorders frozensets and the dicts filled from
+    them; the search sorts what it iterates, so two processes with different hash seeds print the
+    same outcome and write the same certificates and model."""
     import os
 
     outs = []
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
         cert, w = tmp_path / f"c{seed}", tmp_path / f"w{seed}.json"
-        r = subprocess.run([sys.executable, "-m", "depthcert.cli.find_depth", "--task", "tm", "--l", "2", "--alphabet",
-                            "2", "--heads", "1", "--certificates", str(cert), "--export", str(w), "--json"],
+        r = subprocess.run([sys.executable, "-m", "depthcert.cli.find_depth", *argv, "--heads", "1",
+                            "--certificates", str(cert), "--export", str(w), "--json"],
                            capture_output=True, text=True, env=env)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode in (0, 3), r.stderr
         doc = json.loads(r.stdout)
         for x in doc["depths"]:
             x.pop("seconds")
         doc.pop("seconds"), doc.pop("wrote")
-        outs.append((doc, (cert / "tm-l2-alphabet2-L1-H1.json").read_text(), w.read_text()))
+        certs = sorted((p.name, p.read_text()) for p in cert.iterdir()) if cert.exists() else []
+        outs.append((doc, certs, w.read_text() if w.exists() else None))
     assert outs[0] == outs[1]
 
 
