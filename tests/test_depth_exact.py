@@ -272,19 +272,3 @@ def test_the_outcome_does_not_depend_on_the_process(argv, tmp_path):
         certs = sorted((p.name, p.read_text()) for p in cert.iterdir()) if cert.exists() else []
         outs.append((doc, certs, w.read_text() if w.exists() else None))
     assert outs[0] == outs[1]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("argv", [
-    ["--task", "icqa", "--k", "2"],  # the default sizes: 4 questions, 4 answers, 288 points
-    ["--task", "tm", "--l", "3", "--alphabet", "3"],
-    ["--task", "parity", "--n", "4"],
-])
-def test_issue_rows_have_minimal_depth_two(argv, capsys, tmp_path):
-    """A re-checked certificate (version 2) at one layer and a model verified on every point at two,
-    within the default node budget (the same on every machine)."""
-    code = run_main(_find_depth, argv + ["--heads", "1", "--json", "--certificates", str(tmp_path)])
-    doc = json.loads(capsys.readouterr().out)
-    assert code == 0 and doc["minimal_depth"] == 2 and not doc["machine_dependent"], doc
-    (path,) = list(tmp_path.iterdir())
-    assert cd.check(json.loads(path.read_text()))[0]
