@@ -301,12 +301,14 @@ def test_reproduce_paper_rows_print_what_their_commands_print(claim):
 #                                          --check --slow runs it (CI's main job)
 #   <!-- regenerate: commands -->          a table docs/regenerate.py rewrites (`--check` runs below)
 #   <!-- test: tests/FILE.py::FUNCTION --> a test that compares it
-#   <!-- ran: YYYY-MM-DD: COMMAND -->      output too slow for CI: the command and the date it ran
-#                                          (without `: COMMAND` a table names each row's command in a
-#                                          `command` column, a block in its `$ ` lines)
-#   <!-- ran: YYYY-MM-DD at COMMIT: COMMAND -->  the same, naming the commit it was measured on
-#                                          (benchmark timings, which no check can re-run); the
-#                                          commit must exist in the repository's history
+#   <!-- ran: YYYY-MM-DD at COMMIT: COMMAND -->  output no check can re-run (benchmark timings,
+#                                          hour-long runs): the day it ran, the commit it was
+#                                          measured on (it must exist in the repository's history)
+#                                          and the command (without `: COMMAND` a table names each
+#                                          row's command in a `command` column, a block in its `$ `
+#                                          lines).  A plain `ran: DATE` without the commit is refused:
+#                                          output CI can re-run is a regenerate table, a doc-test or a
+#                                          doc-test: slow
 #   <!-- not-output: WHY -->               written by hand (formats, exit codes, options): no tool
 #                                          prints it
 # A table or block of output without one fails test_every_table_and_output_block_has_a_source.
@@ -389,6 +391,9 @@ def _source_problem(kind: str, comments: list[str], header: str, body: list[str]
                 return f"{c}: not a date"
             if day > datetime.date.today():
                 return f"{c}: a date in the future"
+            if not m.group("commit"):
+                return (f"{c}: a ran: marker names the commit the output was measured on (ran: DATE at COMMIT: "
+                        "COMMAND); output CI can re-run is a regenerate table or a doc-test (slow)")
             if m.group("commit") and not _is_commit(m.group("commit")):
                 return f"{c}: no commit {m.group('commit')} in this repository"
             if not m.group("cmd"):
@@ -430,20 +435,34 @@ def test_every_table_and_output_block_has_a_source():
 
 
 def test_the_source_check_catches_a_table_without_a_source(tmp_path):
+    git = os.path.isdir(os.path.join(ROOT, ".git"))
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()[:9] if git else "0123456"
     page = tmp_path / "page.md"
     page.write_text("text\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n<!-- not-output: a format -->\n| x |\n|---|\n| y |\n\n"
                     "```\n$ verify-construction icqa\nVERIFIED\n```\n\n<!-- ran: 2026-01-02 -->\n```\n$ x\ny\n```\n\n"
-                    "<!-- ran: 2026-01-02 -->\n| n | m |\n|---|---|\n| 1 | 2 |\n\n<!-- test: tests/test_docs.py::nope -->\n"
+                    f"<!-- ran: 2026-01-02 at {head} -->\n| n | m |\n|---|---|\n| 1 | 2 |\n\n<!-- test: tests/test_docs.py::nope -->\n"
                     "| p |\n|---|\n| 1 |\n\n```python\nprint(1)\n```\n\n"
                     "<!-- ran: 2026-01-02 at 0123456789abcdef: python benchmarks/x.py -->\n| q |\n|---|\n| 1 |\n")
     problems = source_problems([str(page)])
-    want = ["3", "12", "24", "29"] + (["38"] if os.path.isdir(os.path.join(ROOT, ".git")) else [])
+    want = ["3", "12", "18", "24", "29"] + (["38"] if git else [])
     assert [p.split(": ")[0].rsplit(":", 1)[1] for p in problems] == want, problems
-    assert "command" in problems[2] and "no test nope" in problems[3]
-    assert len(want) == 4 or "no commit 0123456789abcdef" in problems[4]
-    page.write_text("<!-- ran: 2026-01-02 at " + subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                    text=True).stdout.strip()[:9] + ": python benchmarks/x.py -->\n| q |\n|---|\n| 1 |\n")
-    assert source_problems([str(page)]) == [] or not os.path.isdir(os.path.join(ROOT, ".git"))
+    assert "names the commit" in problems[2] and "command" in problems[3] and "no test nope" in problems[4]
+    assert not git or "no commit 0123456789abcdef" in problems[5]
+    page.write_text(f"<!-- ran: 2026-01-02 at {head}: python benchmarks/x.py -->\n| q |\n|---|\n| 1 |\n")
+    assert source_problems([str(page)]) == []
+
+
+def test_a_plain_ran_marker_is_refused():
+    """`<!-- ran: DATE: COMMAND -->` without the commit is refused, on a block and on a table; the
+    same output with `at COMMIT` passes."""
+    plain = ["<!-- ran: 2026-01-02: find-depth --task icqa -->"]
+    body = ["$ find-depth --task icqa", "minimal depth 2"]
+    assert "names the commit" in _source_problem("block", plain, "", body)
+    assert "names the commit" in _source_problem("table", plain, "| a |", [])
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()[:9]
+    assert _source_problem("block", [f"<!-- ran: 2026-01-02 at {head or '0123456'}: find-depth --task icqa -->"], "",
+                           body) is None
 
 
 def _regenerate_module():
