@@ -426,7 +426,10 @@ def test_an_error_during_a_progress_bar_starts_on_a_fresh_line(exc, code, line, 
 def test_ctrl_c_exits_130_with_one_line_through_the_os():
     """A real SIGINT in a running command: exit status 130 (128 + SIGINT, what a shell reports),
     one line on stderr, no traceback (the process signals itself: no timing involved)."""
+    # a process started in the background by a non-interactive shell inherits SIGINT ignored (and
+    # Python then installs no handler): the script restores Python's own, as an interactive run has it
     script = ("import os, signal, sys\n"
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
               "from depthcert.cli.errors import run_main\n"
               "def body(argv):\n"
               "    os.kill(os.getpid(), signal.SIGINT)\n"
