@@ -544,7 +544,12 @@ def test_verify_model_names_the_limit_an_undecided_point_reached(tmp_path, capsy
     from depthcert.checkers import softmax_ties
     from depthcert.cli.verify_model import verify_model_main
 
+    from fake_clock import step_clock
+
     monkeypatch.setattr(softmax_ties, "SECONDS_LIMIT", 0.5)
+    # the exact decision's clock advances 1 s per reading: its 0.5 s limit passes at its first check,
+    # on any machine (with the real clock an idle machine decided the tie within 0.5 s: exit 1)
+    step_clock(monkeypatch, 1.0, "monotonic")
     w, d = _cli_files(tmp_path, relu_after_softmax(), [["a", "b", "a", "b"]], ["p"])
     why = "precision cap (512 bits); exact tie decision stopped at its time limit (0.5 s per point)"
     assert verify_model_main([w, "--dataset", d, "--max-precision", "512", "--json"]) == 3

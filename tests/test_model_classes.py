@@ -257,8 +257,14 @@ def check_softmax(spec: Spec):
     assert not problems, problems
     # the rational layers before the first softmax layer: float64 and big-integer prefixes agree
     w = verify(model, task, progress=False, balls=BALLS, force_exact=True, batch_size=3)
-    assert (w.verdict, w.counterexample, w.undecided, w.undecided_count, w.margin_enclosure) == \
-        (v.verdict, v.counterexample, v.undecided, v.undecided_count, v.margin_enclosure)
+    assert (w.verdict, w.counterexample, w.undecided, w.undecided_count) == \
+        (v.verdict, v.counterexample, v.undecided, v.undecided_count)
+    # the two paths' balls may differ in their last bits (2^-52 here: a hypothesis example, seed
+    # b'AXicRYqJCQAwDAK1KXQu918qj5ASUO+IQpeCjiiiAmis83geMcbhn/gwq83CmmpuAAlpnwrW'): both enclose the
+    # true margin, so they must overlap
+    if v.margin_enclosure is not None or w.margin_enclosure is not None:
+        (a, b), (c, d) = v.margin_enclosure, w.margin_enclosure
+        assert max(a, c) <= min(b, d), (v.margin_enclosure, w.margin_enclosure)
 
 
 # ---- rational classes
