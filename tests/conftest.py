@@ -58,6 +58,15 @@ SLOW_CASES = {  # node ids: large sizes and extra seeds of tests whose small cas
     "tests/test_shards.py::test_dask_local_cluster_gives_the_same_verdict[tampered]",
     "tests/test_overflow_deep.py::test_checked_path_gives_the_exact_verdict[margin-changed]",
     "tests/test_trained_checkpoints.py::test_grokking_slice_decided[before]",
+    # the default run measured 394.65 s idle at 36564e6, over the README's 6 minutes: five of its
+    # slowest cases move here (other mod-count rows and ictm re-checks stay in the default run; the
+    # grokking checkpoint keeps its other tests there; train's progress and the Hugging Face reader
+    # keep their other tests there)
+    "tests/test_logdepth_table.py::test_small_rows_match_the_docs[mod-count p=3 n=8 tree-mlp]",
+    "tests/test_all_sizes.py::test_rechecker_rederives_ictm_certificates[2-2-74-m >= 2, n_a >= 2]",
+    "tests/test_trained_checkpoints.py::test_grokking_slice_decided[after]",
+    "tests/test_newcomer.py::test_train_shows_no_progress_when_stderr_is_not_a_terminal",
+    "tests/test_huggingface_gpt2.py::test_documented_example",
 }
 
 
