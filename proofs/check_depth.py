@@ -295,6 +295,10 @@ class Facts:
         for b in keys:
             if b not in maxset:
                 new.add((top, b, True))
+        return self._with(key, new)
+
+    def _with(self, key, new):
+        """These facts with preorder `key`'s edges replaced by `new` (the other closures kept)."""
         edges = dict(self.edges)
         edges[key] = frozenset(new)
         out = Facts(edges)
@@ -313,13 +317,7 @@ class Facts:
         else:
             new.add((a, b, False))
             new.add((b, a, False))
-        edges = dict(self.edges)
-        edges[key] = frozenset(new)
-        out = Facts(edges)
-        for k, v in self._closure.items():
-            if k != key:
-                out._closure[k] = v
-        return out
+        return self._with(key, new)
 
     def maximal(self, key, keys):
         """The maximal set of `keys` if the facts determine it (the same under every total
