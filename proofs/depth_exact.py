@@ -214,13 +214,7 @@ class ExactSearch:
         return "refuted", tree
 
     def _tick(self):
-        if self.work.nodes >= self.max_nodes:
-            raise WorkLimit(f"the search used its budget of {self.max_nodes:,} nodes")
-        if self.max_seconds is not None and self.clock() - self.t0 > self.max_seconds:
-            raise TimeStop("the safety stop (--max-seconds) was reached: a machine-dependent stop")
-        self.work.nodes += 1
-        if self.progress is not None:
-            self.progress.update(1)
+        ds.tick(self.work, self.max_nodes, self.max_seconds, self.t0, self.clock, self.progress)
 
     def _dfs(self, facts, prov, done):
         self._tick()

@@ -279,6 +279,18 @@ def scan(ev, order, points, facts, done, window, separable=None) -> Scan:
     return out
 
 
+def tick(counter, max_nodes, max_seconds, t0, clock, progress) -> None:
+    """Count one search node on `counter` (.nodes): WorkLimit past the node budget (the same on
+    every machine), TimeStop past the safety stop in seconds (`clock` from `t0`; None: no stop)."""
+    if counter.nodes >= max_nodes:
+        raise WorkLimit(f"the search used its budget of {max_nodes:,} nodes")
+    if max_seconds is not None and clock() - t0 > max_seconds:
+        raise TimeStop("the safety stop (--max-seconds) was reached: a machine-dependent stop")
+    counter.nodes += 1
+    if progress is not None:
+        progress.update(1)
+
+
 class DepthSearch:
     """Decide R(layers, heads) on the given points by the case split of proofs/check_depth.py."""
 
@@ -313,13 +325,7 @@ class DepthSearch:
         return "refuted", tree
 
     def _tick(self):
-        if self.stats.nodes >= self.max_nodes:
-            raise WorkLimit(f"the search used its budget of {self.max_nodes:,} nodes")
-        if self.max_seconds is not None and time.perf_counter() - self.t0 > self.max_seconds:
-            raise TimeStop("the safety stop (--max-seconds) was reached: a machine-dependent stop")
-        self.stats.nodes += 1
-        if self.progress is not None:
-            self.progress.update(1)
+        tick(self.stats, self.max_nodes, self.max_seconds, self.t0, time.perf_counter, self.progress)
 
     def _dfs(self, facts, done, k):
         """The refutation subtree (dict) below these facts, or None when a candidate was accepted
