@@ -21,6 +21,8 @@ every .py file of this folder is listed here; checked by tests/test_kernel_bound
                              (the float stage of softmax_intervals; erfc from scipy, ERFC_REL above)
     norm_activation_balls.py  LayerNorm/RMSNorm and gelu/silu in arb balls (the per-point stage of
                              softmax_balls)
+    rotary.py                rotary positions (cos/sin of the real angles in arb) and gated MLPs, in
+                             certified intervals and balls (the softmax_intervals / softmax_balls stages)
     attention_tables.py      certified float64 tables of one-layer attention-only softmax models
     weight_balls.py          ball forward passes over weight intervals and float-format rounding (the
                              certified linf radius and float16/bfloat16/float32 verdicts of --robustness)

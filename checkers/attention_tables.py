@@ -59,6 +59,8 @@ def reason_not_applicable(model: Model) -> str | None:
         return "no attention heads"
     if any(h.attention != "softmax" for h in layer):
         return "non-softmax heads"
+    if model.has_rotary:
+        return "rotary heads (scores depend on both positions through cos/sin)"
     if model.outputs != "last":
         return "outputs at every position"
     return None

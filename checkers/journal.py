@@ -112,11 +112,16 @@ def model_fingerprint(model) -> str:
         for h in layer:
             parts += [h.attention, str(h.scale), str(h.scale_sqrt_divisor), [str(v) for v in h.W_QK.flat],
                       [str(v) for v in h.W_V.flat]]
+            if getattr(h, "rotary", None) is not None:
+                R = h.rotary
+                parts.append(("rotary", R.dim, str(R.theta), [str(v) for v in R.W_Q.flat], [str(v) for v in R.W_K.flat]))
         if layer.mlp is not None:
             m = layer.mlp
             parts += [[str(v) for v in M.flat] for M in (m.W1, m.b1, m.W2, m.b2)]
             if m.activation != "relu":
                 parts.append(("activation", m.activation))
+            if getattr(m, "W_gate", None) is not None:
+                parts.append(("gate", [str(v) for v in m.W_gate.flat], [str(v) for v in m.b_gate.flat]))
         for key in ("norm_attn", "norm_mlp"):
             if getattr(layer, key) is not None:
                 parts.append(_norm_parts(key, getattr(layer, key)))

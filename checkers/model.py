@@ -29,6 +29,19 @@ layer may normalize the stream its heads read (`norm_attn`) and the stream its M
     H <- H + (1/m) sum_i W_Vi G A_i(G)   (scores g_j^T W_QK g_k),   H <- H + W2 act(W1 G + b1) + b2,   o = W_O G
 with act relu, gelu (erf), gelu_new / gelu_fast (tanh forms, constants as written) or silu.
 Such models are not rational: checkers.accuracy decides them in certified intervals and arb.
+
+Gated MLPs (SwiGLU, GeGLU; `MLP.W_gate`):  H <- H + W2 (act(W_gate G + b_gate) * (W1 G + b1)) + b2,
+the product entry by entry, act one of gelu, gelu_new, gelu_fast, silu (a relu gate is refused).
+
+Rotary heads (`Head.rotary`, softmax heads only): with q_k = W_Q g_k and k_j = W_K g_j (d_head
+rows each; biases on the constant row), the score of key j for query k is
+    s_jk = (R_k q_k) . (R_j k_j),
+R_p rotating, for i < r/2 (r = rotary.dim, even, <= d_head), the pair of coordinates (i, i + r/2)
+by the real angle p theta^(-2i/r):  x_i <- x_i cos a - x_{i+r/2} sin a,  x_{i+r/2} <- x_{i+r/2} cos a
++ x_i sin a  (transformers' rotate_half convention, positions p = 0, 1, ...); coordinates r.. are
+not rotated.  theta is an exact positive rational, the angles and their cos/sin real numbers
+(certified balls, checkers/rotary.py).  W_QK must equal W_K^T W_Q (the form at equal positions),
+so a path that reads W_QK alone computes the same scores wherever R_k^T R_j = I.
 """
 from __future__ import annotations
 
@@ -147,6 +160,36 @@ class Norm(_ExactEq):
 
 
 @dataclass(frozen=True, eq=False)
+class Rotary(_ExactEq):
+    """A head's rotary position embedding (module docstring): queries W_Q g, keys W_K g, the first
+    `dim` coordinates rotated pairwise (i, i + dim/2) by the angle p theta^(-2i/dim) at position p."""
+
+    W_Q: np.ndarray  # (d_head, d') Fractions
+    W_K: np.ndarray  # (d_head, d') Fractions
+    dim: int  # rotated coordinates: even, 2 .. d_head
+    theta: Fraction  # the base, exact, > 0
+
+    def __post_init__(self):
+        for key in ("W_Q", "W_K"):
+            object.__setattr__(self, key, _exact_array(getattr(self, key), f"rotary {key}"))
+        theta = _exact(self.theta, "rotary theta")
+        if theta <= 0:
+            raise BadInput(f"rotary theta must be a positive rational, got {theta}")
+        object.__setattr__(self, "theta", theta)
+        dh = self.W_Q.shape[0] if self.W_Q.ndim == 2 else 0
+        if self.W_Q.ndim != 2 or self.W_K.shape != self.W_Q.shape or dh < 1:
+            raise BadInput(f"rotary W_Q and W_K must be two (d_head, d') matrices of one shape, got "
+                           f"{self.W_Q.shape} and {self.W_K.shape}")
+        if isinstance(self.dim, bool) or not isinstance(self.dim, int) or self.dim < 2 or self.dim % 2 \
+                or self.dim > dh:
+            raise BadInput(f"rotary dim must be an even integer in 2 .. d_head = {dh}, got {self.dim!r}")
+
+    @property
+    def d_head(self) -> int:
+        return self.W_Q.shape[0]
+
+
+@dataclass(frozen=True, eq=False)
 class Head(_ExactEq):
     """One attention head: scores h_j^T W_QK h_k, values W_V h_j, and how scores become weights."""
 
@@ -155,6 +198,7 @@ class Head(_ExactEq):
     attention: str = "relu"  # relu | hardmax | softmax
     scale: Fraction = Fraction(1)  # softmax only: weights exp(c * score), normalised, with
     scale_sqrt_divisor: Fraction = Fraction(1)  # c = scale / sqrt(scale_sqrt_divisor) (1/sqrt(key_size))
+    rotary: Rotary | None = None  # softmax only: scores (R_k W_Q g_k) . (R_j W_K g_j) (module docstring)
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KINDS:
@@ -171,23 +215,65 @@ class Head(_ExactEq):
         object.__setattr__(self, "scale_sqrt_divisor", root)
         for key in ("W_QK", "W_V"):
             object.__setattr__(self, key, _exact_array(getattr(self, key), f"head {key}"))
+        if self.rotary is not None:
+            if not isinstance(self.rotary, Rotary):
+                raise BadInput(f"head rotary must be a Rotary, got {type(self.rotary).__name__}")
+            if self.attention != "softmax":
+                raise BadInput(f"rotary positions apply to softmax heads only (this head is {self.attention})")
+            R = self.rotary
+            if R.W_Q.shape[1] != self.W_QK.shape[1] or not _same(_product_T(R.W_K, R.W_Q), self.W_QK):
+                raise BadInput("a rotary head's W_QK must equal W_K^T W_Q exactly (the scores at equal positions)")
+
+
+def _product_T(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """A^T B exactly (python-flint fmpq_mat), as an object array of Fractions."""
+    import flint
+
+    def q(M):
+        return flint.fmpq_mat([[flint.fmpq(v.numerator, v.denominator) for v in row] for row in M])
+
+    P = q(A).transpose() * q(B)
+    out = np.empty((P.nrows(), P.ncols()), dtype=object)
+    for i in range(P.nrows()):
+        for j in range(P.ncols()):
+            out[i, j] = Fraction(int(P[i, j].p), int(P[i, j].q))
+    return out
+
+
+GATED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "silu")  # SwiGLU (silu), GeGLU (the gelus)
 
 
 @dataclass(frozen=True, eq=False)
 class MLP(_ExactEq):
-    """h <- h + W2 relu(W1 h + b1) + b2, applied to every column after the attention sublayer."""
+    """h <- h + W2 act(W1 h + b1) + b2, applied to every column after the attention sublayer; gated
+    (W_gate set): h <- h + W2 (act(W_gate h + b_gate) * (W1 h + b1)) + b2, the product entry by entry."""
 
-    W1: np.ndarray  # (d_ff, d') Fractions
+    W1: np.ndarray  # (d_ff, d') Fractions (gated: the up projection)
     b1: np.ndarray  # (d_ff,)
     W2: np.ndarray  # (d', d_ff)
     b2: np.ndarray  # (d',)
-    activation: str = "relu"  # one of ACTIVATIONS
+    activation: str = "relu"  # one of ACTIVATIONS (gated: GATED_ACTIVATIONS)
+    W_gate: np.ndarray | None = None  # (d_ff, d') Fractions: a gated MLP's gate projection
+    b_gate: np.ndarray | None = None  # (d_ff,) (zeros when W_gate is set without it)
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
             raise BadInput(f"mlp activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
         for key in ("W1", "b1", "W2", "b2"):
             object.__setattr__(self, key, _exact_array(getattr(self, key), f"mlp {key}"))
+        if self.W_gate is None and self.b_gate is not None:
+            raise BadInput("mlp b_gate without W_gate")
+        if self.W_gate is not None:
+            if self.activation not in GATED_ACTIVATIONS:
+                raise BadInput(f"a gated mlp's activation must be one of {', '.join(GATED_ACTIVATIONS)}, got "
+                               f"{self.activation!r}")
+            object.__setattr__(self, "W_gate", _exact_array(self.W_gate, "mlp W_gate"))
+            b = np.full(self.W_gate.shape[:1], Fraction(0), dtype=object) if self.b_gate is None else self.b_gate
+            object.__setattr__(self, "b_gate", _exact_array(b, "mlp b_gate"))
+
+    @property
+    def gated(self) -> bool:
+        return self.W_gate is not None
 
     @property
     def width(self) -> int:
@@ -195,7 +281,8 @@ class MLP(_ExactEq):
 
     def check(self, d: int, where: str) -> None:
         f = self.W1.shape[0] if self.W1.ndim == 2 else -1
-        for key, shape in (("W1", (f, d)), ("b1", (f,)), ("W2", (d, f)), ("b2", (d,))):
+        gate = (("W_gate", (f, d)), ("b_gate", (f,))) if self.W_gate is not None else ()
+        for key, shape in (("W1", (f, d)), ("b1", (f,)), ("W2", (d, f)), ("b2", (d,))) + gate:
             m = getattr(self, key)
             if not isinstance(m, np.ndarray) or m.shape != shape or f < 1:
                 got = getattr(m, "shape", type(m).__name__)
@@ -300,6 +387,9 @@ class Model(_ExactEq):
                     m = getattr(head, key)
                     if m.shape != (d, d):
                         raise BadInput(f"layers[{li}][{hi}].{key} has shape {m.shape}, expected ({d}, {d})")
+                if head.rotary is not None and head.rotary.W_Q.shape[1] != d:
+                    raise BadInput(f"layers[{li}][{hi}].rotary.W_Q has shape {head.rotary.W_Q.shape}, expected "
+                                   f"(d_head, {d})")
             if layer.mlp is not None:
                 layer.mlp.check(d, f"layers[{li}]")
             for key in ("norm_attn", "norm_mlp"):
@@ -364,10 +454,19 @@ class Model(_ExactEq):
 
     @property
     def has_norm_or_smooth(self) -> bool:
-        """Some LayerNorm/RMSNorm or a gelu/silu MLP (never decided by exact rationals alone)."""
+        """Some LayerNorm/RMSNorm, a gelu/silu MLP (gated MLPs are), or a rotary head (never decided
+        by exact rationals alone)."""
         return self.norm_final is not None or any(
             L.norm_attn is not None or L.norm_mlp is not None or (L.mlp is not None and L.mlp.activation != "relu")
-            for L in self.layers)
+            or any(h.rotary is not None for h in L.heads) for L in self.layers)
+
+    @property
+    def has_rotary(self) -> bool:
+        return any(h.rotary is not None for L in self.layers for h in L.heads)
+
+    @property
+    def has_gated_mlp(self) -> bool:
+        return any(L.mlp is not None and L.mlp.gated for L in self.layers)
 
     @property
     def is_rational(self) -> bool:
@@ -388,6 +487,10 @@ class Model(_ExactEq):
             parts.append("mlp")
         acts = sorted({L.mlp.activation for L in self.layers if L.mlp is not None} - {"relu"})
         parts += acts
+        if self.has_gated_mlp:
+            parts.append("gated")
+        if self.has_rotary:
+            parts.append("rotary")
         norms = sorted({N.kind for L in self.layers for N in (L.norm_attn, L.norm_mlp) if N is not None}
                        | ({self.norm_final.kind} if self.norm_final is not None else set()))
         parts += norms

@@ -175,11 +175,13 @@ class _Weights:
             for layer in model.layers[first:]:
                 heads = [(mat(h.W_QK), mat(h.W_V), h.attention,
                           arb(fmpq(h.scale.numerator, h.scale.denominator))
-                          / arb(fmpq(h.scale_sqrt_divisor.numerator, h.scale_sqrt_divisor.denominator)).sqrt())
+                          / arb(fmpq(h.scale_sqrt_divisor.numerator, h.scale_sqrt_divisor.denominator)).sqrt(),
+                          None if h.rotary is None else (mat(h.rotary.W_Q), mat(h.rotary.W_K), h.rotary))
                          for h in layer]
                 mlp = None
                 if layer.mlp is not None:
-                    mlp = (mat(layer.mlp.W1), col(layer.mlp.b1), mat(layer.mlp.W2), col(layer.mlp.b2))
+                    mlp = (mat(layer.mlp.W1), col(layer.mlp.b1), mat(layer.mlp.W2), col(layer.mlp.b2),
+                           None if not layer.mlp.gated else (mat(layer.mlp.W_gate), col(layer.mlp.b_gate)))
                 inv_m = arb(fmpq(1, len(layer))) if len(layer) else None
                 self.layers.append((heads, layer.causal, mlp, inv_m))
                 # LayerNorm/RMSNorm and the MLP activation (checkers/norm_activation_balls.py)
@@ -309,9 +311,15 @@ class SoftmaxDecider:
                 GQ = G if len(queries) == n else arb_mat([[G[r, n - 1]] for r in range(dim)])
                 if heads:
                     upd = None
-                    for hi, (W_QK, W_V, kind, scale) in enumerate(heads):
+                    for hi, (W_QK, W_V, kind, scale, rot) in enumerate(heads):
                         exact = None
-                        if li == 0 and norm_attn is None:  # the first softmax layer reads the exact stream: exact scores
+                        if rot is not None:  # (R_k W_Q g_k) . (R_j W_K g_j), cos/sin balls (checkers/rotary.py)
+                            from depthcert.checkers.rotary import rotate_ball
+
+                            Qr = rotate_ball(rot[0] * GQ, rot[2], queries, prec)
+                            Kr = rotate_ball(rot[1] * G, rot[2], list(range(n)), prec)
+                            S = Kr.transpose() * Qr  # (n, q)
+                        elif li == 0 and norm_attn is None:  # the first softmax layer reads the exact stream: exact scores
                             Qq = Hq if len(queries) == n else flint.fmpq_mat([[Hq[r, n - 1]] for r in range(dim)])
                             exact = Hq.transpose() * (W.first_qk[hi] * Qq)
                             S = arb_mat(exact)
@@ -322,10 +330,16 @@ class SoftmaxDecider:
                         upd = term if upd is None else upd + term
                     Q = Q + upd * inv_m
                 if mlp is not None:
-                    W1, b1, W2, b2 = mlp
+                    W1, b1, W2, b2, gate = mlp
                     ones = arb_mat([[1] * len(queries)])
-                    P = W1 * (Q if norm_mlp is None else norm_mlp.ball(Q)) + b1 * ones
-                    Z = arb_mat([[act(P[i, k], zero) for k in range(len(queries))] for i in range(P.nrows())])
+                    N = Q if norm_mlp is None else norm_mlp.ball(Q)
+                    P = W1 * N + b1 * ones
+                    if gate is None:
+                        Z = arb_mat([[act(P[i, k], zero) for k in range(len(queries))] for i in range(P.nrows())])
+                    else:  # a gated MLP: act(W_gate N + b_gate) * (W1 N + b1), entry by entry
+                        Pg = gate[0] * N + gate[1] * ones
+                        Z = arb_mat([[act(Pg[i, k], zero) * P[i, k] for k in range(len(queries))]
+                                     for i in range(P.nrows())])
                     Q = Q + W2 * Z + b2 * ones
                 H = Q
             if W.norm_final is not None:  # the classifier reads N(H); exactly computed when no layer ran

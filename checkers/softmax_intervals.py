@@ -701,13 +701,24 @@ class IntervalForward:
                 if h.attention == "softmax":
                     c = _scale_interval(h.scale, h.scale_sqrt_divisor)
                     ok &= c is not None
-                heads.append((qk.right(), v.right(), h.attention, c))
+                rot = None
+                if h.rotary is not None:  # queries and keys apart, rotated (checkers/rotary.py)
+                    WQ, WK = ExactMatrix(h.rotary.W_Q), ExactMatrix(h.rotary.W_K)
+                    ok &= WQ.finite and WK.finite
+                    rot = (WQ.right(), WK.right(), h.rotary)
+                heads.append((qk.right(), v.right(), h.attention, c, rot))
             mlp = None
             if layer.mlp is not None:
                 W1, W2 = ExactMatrix(layer.mlp.W1), ExactMatrix(layer.mlp.W2)
                 b1, b2 = ExactMatrix(np.asarray(layer.mlp.b1).reshape(1, -1)), ExactMatrix(np.asarray(layer.mlp.b2).reshape(1, -1))
                 ok &= W1.finite and W2.finite and b1.finite and b2.finite
-                mlp = (W1.right(b1), None, W2.right(b2), None)  # the biases folded in (lin)
+                gate = None
+                if layer.mlp.gated:  # act(W_gate G + b_gate) * (W1 G + b1)
+                    Wg = ExactMatrix(layer.mlp.W_gate)
+                    bg = ExactMatrix(np.asarray(layer.mlp.b_gate).reshape(1, -1))
+                    ok &= Wg.finite and bg.finite
+                    gate = Wg.right(bg)
+                mlp = (W1.right(b1), gate, W2.right(b2), None)  # the biases folded in (lin)
             inv_m = _const_interval(Fraction(1, len(layer))) if len(layer) else None
             self.layers.append((heads, layer.causal, mlp, inv_m))
             extra = layer_extras(layer, model)  # LayerNorm/RMSNorm, MLP activation (norm_activation_intervals)
@@ -813,8 +824,16 @@ class IntervalForward:
                 GQ = Interval(G.m[:, q0:], G.r[:, q0:])
             if heads:
                 upd = None
-                for hi_, (qk, v, kind, c) in enumerate(heads):
-                    S = self._exact_scores(li, hi_, nums, den, Q.m.shape[1]) if li == 0 and norm_attn is None else None
+                for hi_, (qk, v, kind, c, rot) in enumerate(heads):
+                    S = None
+                    if rot is not None:  # (R_k W_Q g_k) . (R_j W_K g_j): the rotated queries and keys
+                        from depthcert.checkers.rotary import rotate_interval
+
+                        Wq_rot = rotate_interval(lin(GQ, rot[0], radius_product=rp), rot[2], np.arange(q0, n))
+                        K_rot = rotate_interval(lin(G, rot[1], radius_product=rp), rot[2], np.arange(n))
+                        S = mul(Wq_rot, _transpose(K_rot), radius_product=rp)  # (B, q, j)
+                    elif li == 0 and norm_attn is None:
+                        S = self._exact_scores(li, hi_, nums, den, Q.m.shape[1])
                     if S is None:
                         Wq = lin(GQ, qk, radius_product=rp)  # rows: queries k, (W_QK h_k)^T
                         S = mul(Wq, _transpose(G), radius_product=rp)  # (B, q, j): score of key j for query k
@@ -839,9 +858,15 @@ class IntervalForward:
                     upd = term if upd is None else add(upd, term)
                 Q = add(Q, scale(upd, inv_m))
             if mlp is not None:
-                W1, b1, W2, b2 = mlp
-                P = lin(Q if norm_mlp is None else normalize(Q, norm_mlp), W1, b1, radius_product=rp)
-                P = relu(P) if act == "relu" else activation(P, act)
+                W1, gate, W2, b2 = mlp
+                N = Q if norm_mlp is None else normalize(Q, norm_mlp)
+                P = lin(N, W1, radius_product=rp)
+                if gate is not None:  # a gated MLP: act(gate) * up (checkers/rotary.py)
+                    from depthcert.checkers.rotary import gated_interval
+
+                    P = gated_interval(lin(N, gate, radius_product=rp), P, act)
+                else:
+                    P = relu(P) if act == "relu" else activation(P, act)
                 Q = add(Q, lin(P, W2, b2, radius_product=rp))
             X = Q
             ok &= _finite_points(X.m) & (X.r is None or _finite_points(X.r))

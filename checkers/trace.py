@@ -71,6 +71,8 @@ def trace(model: Model, tokens: Sequence) -> Trace:
         raise BadInput(f"token id {bad[0]} is outside the model vocabulary (0 .. {len(model.vocab) - 1})")
     if model.has_softmax:
         raise BadInput("softmax attention is not rational: an exact trace does not exist (see docs/semantics.md)")
+    if model.has_norm_or_smooth:
+        raise BadInput("LayerNorm/RMSNorm, gelu/silu and gated MLPs are not rational: an exact trace does not exist")
     H = np.array(embed_exact(model, ids), dtype=object)
     n = len(ids)
     Hs = [H]
