@@ -350,6 +350,13 @@ def _main(argv) -> int:
                            "Face folders")
         if task.outputs != "last":
             raise BadInput("--compare-float reads the last position only; this dataset labels every position")
+        if hf_folder:
+            from depthcert.interop.huggingface_llama import NAMES, folder_family
+
+            fam = folder_family(args.checkpoint)
+            if fam is not None:
+                raise BadInput(f"--compare-float: no float forward of {NAMES[fam]}-family folders yet (rotary, gated "
+                               "MLP); drop --compare-float")
     seen: list = []
     model = load_any_model(args.checkpoint, args.config, task, seen)
     unknown = []

@@ -105,7 +105,12 @@ def unknown_config_keys(cfg) -> list[str]:
 
 
 def config_warning(cfg) -> tuple[list[str], str]:
-    """(unknown keys, the sentence verify-model prints about them)."""
+    """(unknown keys, the sentence verify-model prints about them); a Llama-family config.json is
+    judged by huggingface_llama's fields."""
+    from depthcert.interop import huggingface_llama as llama
+
+    if llama.family(cfg) is not None:
+        return llama.config_warning(cfg)
     keys = unknown_config_keys(cfg)
     many = len(keys) != 1
     return keys, (f"Hugging Face GPT-2 config key{'s' if many else ''} that {'are' if many else 'is'} not "
@@ -311,6 +316,11 @@ def read_tl(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     per weight: a float forward, as transformers' own float scaling is); the exact model keeps the
     weights as stored and the scale 1/(L+1) exact (model_from_config_and_state_dict)."""
     cfg, sd = read_folder(path)
+    from depthcert.interop.huggingface_llama import NAMES, family
+
+    if family(cfg) is not None:
+        raise BadInput(f"--compare-float: no float forward of {NAMES[family(cfg)]}-family folders yet (rotary, "
+                       "gated MLP); drop --compare-float")
     c = config_from_dict(cfg)
     tl = tl_state_dict(c, sd)
     if c.inverse_layer:
@@ -340,11 +350,16 @@ def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=No
 
 
 def load_model(path: str, vocab=None, classes=None, config_seen: list | None = None, every_position: bool = False):
-    """The exact Model of a save_pretrained GPT-2 folder; config_seen: a list config.json's dict is
+    """The exact Model of a save_pretrained GPT-2 folder (a Llama, Qwen2 or Mistral one: by
+    huggingface_llama, dispatched on config.json's model_type / architectures); config_seen: a list config.json's dict is
     appended to; every_position: classify every position (GPT-2 computes logits at each)."""
     cfg, sd = read_folder(path)
     if config_seen is not None:
         config_seen.append(cfg)
+    from depthcert.interop import huggingface_llama as llama
+
+    if llama.family(cfg) is not None:  # LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM
+        return llama.load_model(path, cfg, sd, vocab, classes, every_position)
     return model_from_config_and_state_dict(cfg, sd, vocab, classes, name=os.path.basename(os.path.normpath(path)),
                                             outputs="all" if every_position else "last")
 
