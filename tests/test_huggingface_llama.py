@@ -442,3 +442,41 @@ def test_the_exact_model_refuses_inconsistent_rotary_and_gated_heads():
     z = np.zeros((2, 2), dtype=int)
     with pytest.raises(BadInput, match="gated mlp's activation"):
         MLP(z, [0, 0], z, [0, 0], activation="relu", W_gate=z)
+
+
+def _doc_section() -> str:
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "trained-models.md"),
+              encoding="utf-8") as fh:
+        return fh.read().split("## Llama (Hugging Face) in")[1].split("\n## ")[0]
+
+
+def test_documented_example(tmp_path):
+    """docs/trained-models.md's Llama example: the Python block run as written (in a temporary folder),
+    then each `$ verify-model` line of the output block below it prints what the block says (times
+    masked), with the exit code a trailing "(exit N)" line names."""
+    import re
+    import shlex
+    import subprocess
+
+    _transformers()
+    section = _doc_section()
+    code = section.split("```python\n")[1].split("```")[0]
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    block = section.split("<!-- test: tests/test_huggingface_llama.py::test_documented_example -->\n```\n")[1]
+    block = block.split("```")[0].splitlines()
+    cmds = [(i, line[2:]) for i, line in enumerate(block) if line.startswith("$ ")]
+    from cli_in_process import run_command
+
+    assert len(cmds) == 2
+    for n, (i, cmd) in enumerate(cmds):
+        end = cmds[n + 1][0] if n + 1 < len(cmds) else len(block)
+        expected = block[i + 1:end]
+        want_code = 0
+        if expected and re.fullmatch(r"\(exit \d+\)", expected[-1]):
+            want_code, expected = int(expected[-1][6:-1]), expected[:-1]
+        got_code, out, err = run_command(shlex.split(cmd), cwd=str(tmp_path))
+        mask = lambda t: re.sub(r"\d+\.\d+ s", "<t> s", t)  # noqa: E731
+        assert got_code == want_code, (cmd, got_code, err)
+        shown = out if want_code == 0 else err
+        assert mask(shown.rstrip("\n")) == mask("\n".join(expected)), f"`{cmd}` prints\n{shown}"
