@@ -16,6 +16,17 @@ count of t).  Layer 2 scores key position j by 2 j c - j^2 = c^2 - (j - c)^2, wh
 min(c, n - 1) strictly on top (no ties at integers c).  The read-out reads that position (a large
 logit for the label of c = j) and c itself, which separates c = n from c = n - 1 (both select
 position n - 1).
+
+a count over some positions picks what to read (count_lookup): two layers of one head, for a
+dataset of one length n when, for a token t and a set P of positions, every point's label is
+decided by c = #{i in P: x_i = t} in one of two ways per value of c: the same class for every point
+with that c, or the token at one position sigma(c) (a class of the same name).  Layer 1: the last
+position attends uniformly to P (c/|P| at t's row), and one "carrier" position per value of c
+attends to sigma(c) (or to itself), copying that token.  Layer 2 puts the carrier of c strictly on
+top with the score 2 c' c - c'^2 of the carrier of c' (every other key is below all carriers), and
+the read-out reads the carrier's copied token (or its position, for a constant class).  Parity of
+the tokens at P, and ICTM with k = 2 templates of length 2 over two tokens (whether the query
+matches the first template is the parity of four tokens), are of this form.
 """
 from __future__ import annotations
 
@@ -89,6 +100,95 @@ def count_two_layers(vocab, classes, token, n: int, table: dict, name: str = "co
             "W_O": wo, "outputs": "all"}
 
 
+MAX_LOOKUP_WORK = 50_000_000  # (token, position set, point) triples the count_lookup search may test
+
+
+def count_lookup(points, vocab, classes):
+    """(token, positions P, {count: ("class", label) or ("copy", position)}) for the first token and
+    set P (fewest positions first, then in order) of the module docstring's form, with at most
+    n - 1 values of the count (one carrier each, the last position excluded), else None.  The
+    search tests at most MAX_LOOKUP_WORK (token, P, point) triples: the same answer on every machine."""
+    import numpy as np
+
+    lengths = {len(tokens) for tokens, _ in points}
+    if len(lengths) != 1 or not points:
+        return None
+    n = lengths.pop()
+    if len(vocab) * (2 ** n) * len(points) > MAX_LOOKUP_WORK:
+        return None
+    tok = {t: i for i, t in enumerate(vocab)}
+    X = np.array([[tok[t] for t in tokens] for tokens, _ in points], dtype=np.int64)  # (points, n)
+    names = sorted(set(classes) & set(vocab))
+    labels = [y for _, y in points]
+    # copyable[q, i]: point q's label is the token at position i
+    copyable = np.array([[tokens[i] == y and y in names for i in range(n)] for tokens, y in points])
+    lab = np.array([sorted(set(labels)).index(y) for y in labels])
+    from itertools import combinations
+
+    for t in vocab:
+        hit = (X == tok[t])
+        for size in range(1, n + 1):
+            for P in combinations(range(n), size):
+                c = hit[:, list(P)].sum(axis=1)
+                values = np.unique(c)
+                if len(values) > n - 1:
+                    continue
+                table = {}
+                for v in values:
+                    sel = c == v
+                    if (lab[sel] == lab[sel][0]).all():
+                        table[int(v)] = ("class", labels[int(np.argmax(sel))])
+                        continue
+                    where = np.flatnonzero(copyable[sel].all(axis=0))
+                    if len(where) == 0:
+                        break
+                    table[int(v)] = ("copy", int(where[0]))
+                else:
+                    return t, P, table
+    return None
+
+
+def count_lookup_two_layers(vocab, classes, token, P, table: dict, n: int, name: str = "count-lookup") -> dict:
+    """The two-layer, one-head model of count_lookup's form (module docstring)."""
+    layout = Layout(vocab, n, 2, 1)
+    d = layout.d[-1]
+    last = layout.row(("p", n - 1))
+    qk1 = [[0] * d for _ in range(d)]
+    for i in P:  # the last position: uniform over P
+        qk1[layout.row(("p", i))][last] = 1
+    carriers = dict(zip(sorted(table), range(n - 1)))  # count value -> carrier position
+    for v, j in carriers.items():
+        kind, what = table[v]
+        qk1[layout.row(("p", what if kind == "copy" else j))][layout.row(("p", j))] = 1
+    qk2 = [[0] * d for _ in range(d)]
+    count_row = layout.row((1, 0, ("t", token)))  # c / |P| at the last position
+    below = len(P) ** 2 + 1  # every carrier scores at least -|P|^2
+    for j in range(n):
+        qk2[layout.row(("p", j))][last] = -below
+    for v, j in carriers.items():
+        qk2[layout.row(("p", j))][count_row] = 2 * v * len(P)
+        qk2[layout.row(("p", j))][last] = -v * v
+    wv1 = [[0] * d for _ in range(d)]
+    for r in range(layout.d[0]):
+        wv1[layout.offset(1, 0) + r][r] = 1
+    wv2 = [[0] * d for _ in range(d)]
+    for r in range(layout.d[1]):
+        wv2[layout.offset(2, 0) + r][r] = 1
+    wo = [[0] * d for _ in classes]
+    cls = {c: i for i, c in enumerate(classes)}
+    for c in classes:  # the copied token of the selected carrier: +1 for the class of that name
+        if c in layout.tok:
+            wo[cls[c]][layout.row((2, 0, (1, 0, ("t", c))))] = 1
+    for v, j in carriers.items():
+        kind, what = table[v]
+        if kind == "class":  # +2 for the constant class: above any copied token's +1
+            wo[cls[what]][layout.row((2, 0, ("p", j)))] = 2
+    layers = [{"heads": [{"W_QK": qk1, "W_V": wv1, "attention": "hardmax"}], "causal": False},
+              {"heads": [{"W_QK": qk2, "W_V": wv2, "attention": "hardmax"}], "causal": False}]
+    return {"format": "depthcert.weights", "version": 2, "name": name, "vocab": list(vocab), "max_length": n,
+            "classes": list(classes), "layers": layers, "W_O": wo, "outputs": "all"}
+
+
 def known_models(problem, layers: int):
     """(description, weights with one head per layer) of the known models with `layers` layers."""
     if problem.name == "copy" and layers == 1:
@@ -101,3 +201,10 @@ def known_models(problem, layers: int):
             yield (f"the label is a function of the count of token {token!r}: layer 1 uniform, layer 2 selects "
                    "position min(count, n - 1) (one head, any length)",
                    count_two_layers(problem.vocab, problem.classes, token, n, table))
+        found = count_lookup(problem.points, problem.vocab, problem.classes)
+        if found is not None:
+            token, P, table = found
+            n = len(problem.points[0][0])
+            yield (f"the count of token {token!r} at positions {list(P)} picks a class or the position to read: "
+                   "layer 1 counts and copies, layer 2 selects (one head)",
+                   count_lookup_two_layers(problem.vocab, problem.classes, token, P, table, n))

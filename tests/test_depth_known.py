@@ -57,3 +57,41 @@ def test_no_count_function_no_proposal():
     mixed = [(("a", "b"), "x"), (("b", "a"), "y")]  # equal counts, different labels
     assert count_function(mixed, ("a", "b")) is None
     assert count_function([(("a",), "x"), (("a", "b"), "y")], ("a", "b")) is None  # two lengths
+
+
+def test_count_lookup_decides_ictm_over_two_tokens_in_two_layers():
+    # ICTM, k = 2 templates of length 2 over two tokens: the query matches the first context question's
+    # template iff the four tokens at positions 0, 1, 8, 9 hold an even number of x0
+    from depthcert.proofs.depth_known import count_lookup, count_lookup_two_layers
+
+    task = make_task("ictm", k=2, l=2, alphabet=2, n_answers=2)
+    pts = _points(task)
+    token, P, table = count_lookup(pts, task.vocab, task.classes)
+    assert (token, P) == ("x0", (0, 1, 8, 9))
+    assert {v: w for v, w in table.items()} == {0: ("copy", 3), 1: ("copy", 7), 2: ("copy", 3), 3: ("copy", 7),
+                                                4: ("copy", 3)}
+    assert _verified(count_lookup_two_layers(task.vocab, task.classes, token, P, table, task.length), task)
+    wrong = {**table, 1: ("copy", 3)}  # odd counts read the first answer: wrong on half the points
+    assert not _verified(count_lookup_two_layers(task.vocab, task.classes, token, P, wrong, task.length), task)
+
+
+def test_count_lookup_finds_a_sparse_parity_and_refuses_what_no_count_decides():
+    from depthcert.proofs.depth_known import count_lookup, count_lookup_two_layers
+
+    seqs = [list(s) for s in itertools.product("01", repeat=5)]
+    labels = ["odd" if (s[1] + s[3]).count("1") % 2 else "even" for s in seqs]
+    task = DatasetTask(seqs, labels, name="sparse-parity")
+    pts = [(tuple(s), y) for s, y in zip(seqs, labels)]
+    token, P, table = count_lookup(pts, task.vocab, task.classes)
+    assert P == (1, 3) and all(kind == "class" for kind, _ in table.values())
+    assert _verified(count_lookup_two_layers(task.vocab, task.classes, token, P, table, 5), task)
+    # the AND of the bits at positions 0 and 1, xor the bit at 2: a count of zeros at 0..2 decides it
+    # (3 zeros: 0, 2: copy position 2, ...), so this family reaches further than parity
+    labels2 = [str((int(s[0]) & int(s[1])) ^ int(s[2])) for s in seqs]
+    pts2 = [(tuple(s), y) for s, y in zip(seqs, labels2)]
+    token, P, table = count_lookup(pts2, ("0", "1"), ("0", "1"))
+    task2 = DatasetTask(seqs, labels2, name="and-xor")
+    assert _verified(count_lookup_two_layers(task2.vocab, task2.classes, token, P, table, 5), task2)
+    # equality of two tokens over three: no count of one token decides it (two tokens, none equal)
+    tm = make_task("tm", l=2, alphabet=3)
+    assert count_lookup(_points(tm), tm.vocab, tm.classes) is None
