@@ -14,14 +14,16 @@ that reason (norm_activation_balls.tie_reason).
 """
 from __future__ import annotations
 
+import threading
 from fractions import Fraction
 
 import numpy as np
 
 from depthcert.checkers.model import Rotary
 
-_FLOATS: dict = {}  # (theta, dim, n) -> (cos lo, cos hi, sin lo, sin hi), each (n, dim/2)
+_FLOATS: dict = {}  # (theta, dim) -> (cos lo, cos hi, sin lo, sin hi), each (n, dim/2) for the largest n asked
 _BALLS: dict = {}  # (theta, dim, n, prec) -> (cos rows, sin rows): lists of lists of arb
+_LOCK = threading.Lock()  # angle_balls sets flint's (process-wide) precision: one table at a time
 
 
 def _fmpq(v: Fraction):
@@ -36,7 +38,11 @@ def angle_balls(rot: Rotary, n: int, prec: int):
     import flint
 
     key = (rot.theta, rot.dim, n, prec)
-    if key not in _BALLS:
+    if key in _BALLS:
+        return _BALLS[key]
+    with _LOCK:
+        if key in _BALLS:
+            return _BALLS[key]
         old = flint.ctx.prec
         flint.ctx.prec = prec + 32
         try:
@@ -77,9 +83,12 @@ def _ends(ball) -> tuple[float, float]:
 
 def angle_floats(rot: Rotary, n: int):
     """(cos_lo, cos_hi, sin_lo, sin_hi), float arrays (n, dim/2) enclosing cos and sin of the real
-    angles (from angle_balls at 128 bits, each end rounded outward; |ends| clipped to 1)."""
-    key = (rot.theta, rot.dim, n)
-    if key not in _FLOATS:
+    angles (from angle_balls at 128 bits, each end rounded outward; |ends| clipped to 1).  A table
+    for more positions serves fewer (its first n rows); IntervalForward builds the model's table
+    before its worker threads start."""
+    key = (rot.theta, rot.dim)
+    got = _FLOATS.get(key)
+    if got is None or got[0].shape[0] < n:
         C, S = angle_balls(rot, n, 128)
         half = rot.dim // 2
         out = [np.empty((n, half)) for _ in range(4)]
@@ -90,8 +99,8 @@ def angle_floats(rot: Rotary, n: int):
         out = [np.clip(a, -1.0, 1.0) for a in out]
         for a in out:
             a.flags.writeable = False
-        _FLOATS[key] = tuple(out)
-    return _FLOATS[key]
+        _FLOATS[key] = got = tuple(out)
+    return tuple(a[:n] for a in got)
 
 
 def rotate_interval(X, rot: Rotary, positions: np.ndarray):

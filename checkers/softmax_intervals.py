@@ -703,6 +703,9 @@ class IntervalForward:
                     ok &= c is not None
                 rot = None
                 if h.rotary is not None:  # queries and keys apart, rotated (checkers/rotary.py)
+                    from depthcert.checkers.rotary import angle_floats
+
+                    angle_floats(h.rotary, model.max_length)  # the cos/sin table, before any worker thread
                     WQ, WK = ExactMatrix(h.rotary.W_Q), ExactMatrix(h.rotary.W_K)
                     ok &= WQ.finite and WK.finite
                     rot = (WQ.right(), WK.right(), h.rotary)

@@ -406,7 +406,10 @@ def test_unknown_keys_are_named_in_one_warning_line_and_strict_config_refuses_th
     assert code == 2 and out == "" and "rope_thetta" in err and len(err.strip().splitlines()) == 1
 
 
-def test_compare_float_is_refused_before_any_work(tmp_path, capsys):
+def test_compare_float_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    from depthcert.cli import verify_model
+
+    monkeypatch.setattr(verify_model, "run", lambda *a, **k: pytest.fail("the decision ran before the refusal"))
     write_folder(tmp_path / "c", _config(), np.random.default_rng(4))
     code, out, err = _run([str(tmp_path / "c"), "--task", "max-of-k", "--vocab", "2", "--k", "2", "--compare-float"],
                           capsys)
