@@ -350,13 +350,6 @@ def _main(argv) -> int:
                            "Face folders")
         if task.outputs != "last":
             raise BadInput("--compare-float reads the last position only; this dataset labels every position")
-        if hf_folder:
-            from depthcert.interop.huggingface_llama import NAMES, folder_family
-
-            fam = folder_family(args.checkpoint)
-            if fam is not None:
-                raise BadInput(f"--compare-float: no float forward of {NAMES[fam]}-family folders yet (rotary, gated "
-                               "MLP); drop --compare-float")
     seen: list = []
     model = load_any_model(args.checkpoint, args.config, task, seen)
     unknown = []
@@ -391,9 +384,14 @@ def _main(argv) -> int:
         from depthcert.interop.transformerlens import read_checkpoint
 
         if hf_folder:
+            from depthcert.interop import huggingface_llama as llama
             from depthcert.interop.huggingface import read_tl
 
-            floats = compare_with_verdict(*read_tl(args.checkpoint), task, v, model)
+            if llama.folder_family(args.checkpoint) is not None:  # a true float64 forward (and float32)
+                floats = compare_with_verdict(*llama.read_float(args.checkpoint), task, v, model,
+                                              forward=llama.llama_forward)
+            else:
+                floats = compare_with_verdict(*read_tl(args.checkpoint), task, v, model)
         else:
             floats = compare_with_verdict(*read_checkpoint(args.checkpoint, args.config), task, v, model)
     robust, t_robust = None, time.perf_counter()

@@ -121,11 +121,12 @@ MAX_BATCH_ENTRIES = 1 << 25  # activations per batch of the float forward (about
 
 
 def compare_with_verdict(cfg: dict, sd: dict, task, verdict, model=None, dtypes=("float32", "float64"),
-                         batch_size: int = 4096) -> dict:
+                         batch_size: int = 4096, forward=None) -> dict:
     """For each dtype: the float brute force over every point of `task` and where it disagrees with
     the certified decision `verdict` (an AccuracyVerdict) of the exact `model` (whose names map the
     task's tokens and classes to embedding rows and logits, as the certified run maps them; None:
-    task id k is row k).  A point the certificate left undecided
+    task id k is row k; forward: the float forward's class, FloatForward by default, called as
+    forward(cfg, sd, dtype)).  A point the certificate left undecided
     is not a disagreement; it is counted apart.  Returns {dtype: {"correct", "wrong", "seconds",
     "disagreements", "float_correct_certified_wrong", "float_wrong_certified_correct",
     "undecided", "first_disagreements": [{"point", "certified", "float"}]}}."""
@@ -149,7 +150,7 @@ def compare_with_verdict(cfg: dict, sd: dict, task, verdict, model=None, dtypes=
     batch_size = max(1, min(batch_size, MAX_BATCH_ENTRIES // max(per_point, 1)))  # bounded memory per batch
     out = {}
     for name in dtypes:
-        fwd = FloatForward(cfg, sd, np.dtype(name))
+        fwd = (forward or FloatForward)(cfg, sd, np.dtype(name))
         t0 = time.perf_counter()
         ok = np.zeros(task.size, dtype=bool)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):

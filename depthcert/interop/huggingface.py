@@ -319,8 +319,8 @@ def read_tl(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     from depthcert.interop.huggingface_llama import NAMES, family
 
     if family(cfg) is not None:
-        raise BadInput(f"--compare-float: no float forward of {NAMES[family(cfg)]}-family folders yet (rotary, "
-                       "gated MLP); drop --compare-float")
+        raise BadInput(f"{path}: a {NAMES[family(cfg)]}-family folder has no TransformerLens form (its float forward: "
+                       "huggingface_llama.read_float)")
     c = config_from_dict(cfg)
     tl = tl_state_dict(c, sd)
     if c.inverse_layer:

@@ -472,6 +472,82 @@ def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=No
                  outputs=outputs, norm_final=norm_final)
 
 
+class LlamaFloatForward:
+    """A plain numpy float forward (float32 or a true float64) of a Llama-family folder, what a user
+    runs without depthcert, written as modeling_llama.py computes (module docstring) with every
+    operation in the one dtype: inv_freq = 1 / theta^(arange(0, head_dim, 2) / head_dim), the angles
+    and their cos / sin, RMSNorm and softmax too (transformers keeps the first three and softmax in
+    float32 even after model.double(); here float64 means float64 throughout).  It certifies nothing
+    (verify-model --compare-float sets it beside the certified decision)."""
+
+    def __init__(self, cfg: dict, sd: dict, dtype):
+        c = config_from_dict(cfg)
+        self.c, self.dt = c, np.dtype(dtype).type
+        self.p = {k: np.asarray(v, dtype=self.dt) for k, v in check_state_dict(c, sd).items()}
+        rope = cfg.get("rope_parameters") or {}
+        self.theta = float(rope.get("rope_theta", cfg.get("rope_theta")))
+
+    def _rms(self, x, w):
+        dt = self.dt
+        return w * (x / np.sqrt((x * x).mean(-1, keepdims=True) + dt(float(self.c.eps))))
+
+    def _lin(self, x, key):
+        y = x @ self.p[key + ".weight"].T
+        return y + self.p[key + ".bias"] if key + ".bias" in self.p else y
+
+    def last_logits(self, ids: np.ndarray) -> np.ndarray:
+        """(B, n) token ids -> (B, vocab_size) logits at the last position."""
+        from depthcert.interop.float_forward import _act
+
+        c, p, dt = self.c, self.p, self.dt
+        B, n = ids.shape
+        H, G, dh = c.num_heads, c.num_kv_heads, c.head_dim
+        inv = dt(1) / (dt(self.theta) ** (np.arange(0, dh, 2, dtype=dt) / dt(dh)))
+        emb = np.concatenate([np.arange(n, dtype=dt)[:, None] * inv] * 2, axis=-1)  # (n, dh)
+        cos, sin = np.cos(emb), np.sin(emb)
+
+        def rope(t):  # (B, heads, n, dh)
+            half = np.concatenate([-t[..., dh // 2:], t[..., :dh // 2]], axis=-1)
+            return t * cos + half * sin
+
+        mask = np.triu(np.ones((n, n), dtype=bool), 1)
+        x = p["model.embed_tokens.weight"][ids]
+        for li in range(c.num_layers):
+            pre = f"model.layers.{li}."
+            y = self._rms(x, p[pre + "input_layernorm.weight"])
+            q = rope(self._lin(y, pre + "self_attn.q_proj").reshape(B, n, H, dh).transpose(0, 2, 1, 3))
+            k = rope(self._lin(y, pre + "self_attn.k_proj").reshape(B, n, G, dh).transpose(0, 2, 1, 3))
+            v = self._lin(y, pre + "self_attn.v_proj").reshape(B, n, G, dh).transpose(0, 2, 1, 3)
+            k, v = np.repeat(k, H // G, axis=1), np.repeat(v, H // G, axis=1)  # repeat_kv
+            s = np.matmul(q, k.transpose(0, 1, 3, 2)) * dt(dh ** -0.5)
+            s = np.where(mask, dt(-np.inf), s)
+            s = np.exp(s - s.max(-1, keepdims=True))
+            z = np.matmul(s / s.sum(-1, keepdims=True), v).transpose(0, 2, 1, 3).reshape(B, n, H * dh)
+            x = x + self._lin(z, pre + "self_attn.o_proj")
+            y = self._rms(x, p[pre + "post_attention_layernorm.weight"])
+            hid = _act(self._lin(y, pre + "mlp.gate_proj"), c.activation, dt) * self._lin(y, pre + "mlp.up_proj")
+            x = x + self._lin(hid, pre + "mlp.down_proj")
+        last = self._rms(x[:, -1], p["model.norm.weight"])
+        return last @ (p["model.embed_tokens.weight"] if c.tied else p["lm_head.weight"]).T
+
+
+def read_float(path: str) -> tuple[dict, dict]:
+    """(sizes for compare_with_verdict's batches, TransformerLens names, and the config itself under
+    "llama_config"; the state dict) of a folder: float_forward.compare_with_verdict(*read_float(path),
+    ..., forward=llama_forward)."""
+    from depthcert.interop.huggingface import read_folder
+
+    cfg, sd = read_folder(path)
+    c = config_from_dict(cfg)
+    return ({"d_model": c.hidden_size, "n_heads": c.num_heads, "d_head": c.head_dim,
+             "d_mlp": 2 * c.intermediate_size, "llama_config": cfg}, sd)
+
+
+def llama_forward(sizes: dict, sd: dict, dtype) -> LlamaFloatForward:
+    """The forward compare_with_verdict builds per dtype, from read_float's pair."""
+    return LlamaFloatForward(sizes["llama_config"], sd, dtype)
+
+
 def folder_family(path: str) -> str | None:
     """family() of a folder's config.json (None when it is absent, unreadable or another model)."""
     try:
@@ -500,4 +576,4 @@ def load_model(path: str, cfg: dict, sd: dict, vocab=None, classes=None, every_p
 
 
 __all__ = ["LlamaConfig", "config_from_dict", "unknown_config_keys", "config_warning", "family",
-           "model_from_config_and_state_dict", "load_model"]
+           "model_from_config_and_state_dict", "load_model", "LlamaFloatForward", "read_float"]
