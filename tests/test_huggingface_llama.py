@@ -6,7 +6,7 @@ checked three ways:
     transformers' modeling_llama.py, importing nothing of depthcert, reading config.json and the
     safetensors under transformers' names): every verdict and the minimum-margin enclosure of 330
     random tiny float64 checkpoints agree (30 in the default suite, 300 more marked slow; one in five
-    is a Qwen2ForCausalLM), among them planted near-ties of 1e-12 down to 1e-30, exact ties (never
+    is a Qwen2ForCausalLM, one in ten a MistralForCausalLM without a sliding window), among them planted near-ties of 1e-12 down to 1e-30, exact ties (never
     certified correct) and exact ties the balls cannot see (undecided, with the rotary reason);
   * against transformers itself: the certified enclosures (float64 intervals of every input's margin,
     arb balls of every logit on a spread of inputs) contain the live model's float64 logits, (a) to
@@ -88,12 +88,16 @@ def random_llama(rng, vocab: int = 2, n_pos: int = 2, kind: str = "plain", famil
                rope_parameters={"rope_theta": float(rng.choice([10000.0, 500000.0, 3.7, 1.5, 123.25])),
                                 "rope_type": "default"},
                attn_implementation="eager", bos_token_id=0, eos_token_id=0)
-    if family == "llama":
+    if family in ("llama", "mistral"):
         cfg["head_dim"] = int(rng.choice([2, 4, 6])) if heads > 1 else 8
+    if family == "llama":
         cfg["attention_bias"] = bool(rng.integers(3) == 0)
         cfg["mlp_bias"] = bool(rng.integers(3) == 0)
     cfg.update(change)
-    C = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config}[family]
+    if family == "mistral":
+        cfg["sliding_window"] = None
+    C = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
+         "mistral": transformers.MistralConfig}[family]
     model = transformers.AutoModelForCausalLM.from_config(C(**cfg)).double().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -143,6 +147,7 @@ def _patched_float64(monkeypatch, torch):
     """transformers' float32 parts (rotary inv_freq / cos / sin, RMSNorm, the eager attention's softmax) in
     float64, the same code."""
     from transformers.models.llama import modeling_llama as ml
+    from transformers.models.mistral import modeling_mistral as mm
     from transformers.models.qwen2 import modeling_qwen2 as mq
 
     def rope(self, x, position_ids):
@@ -164,7 +169,7 @@ def _patched_float64(monkeypatch, torch):
         w = torch.nn.functional.softmax(w, dim=-1, dtype=query.dtype)
         return torch.matmul(w, v).transpose(1, 2).contiguous(), w
 
-    for mod, prefix in ((ml, "Llama"), (mq, "Qwen2")):
+    for mod, prefix in ((ml, "Llama"), (mq, "Qwen2"), (mm, "Mistral")):
         monkeypatch.setattr(getattr(mod, prefix + "RotaryEmbedding"), "forward", rope)
         monkeypatch.setattr(getattr(mod, prefix + "RMSNorm"), "forward", rms)
         monkeypatch.setattr(mod, "eager_attention_forward", eager)
@@ -210,7 +215,7 @@ def _many(n: int, seed: int, tmp_path) -> np.ndarray:
     totals = np.zeros(3, dtype=int)
     for i in range(n):
         vocab, n_pos = (3, 3) if i % 10 == 9 else (2, 2)
-        family = "qwen2" if i % 5 == 4 else "llama"
+        family = "qwen2" if i % 5 == 4 else "mistral" if i % 10 == 7 else "llama"
         kind = KINDS[i % len(KINDS)]
         model = random_llama(rng, vocab, n_pos, kind, family, **({"tie_word_embeddings": False} if kind == "hidden"
                                                                  else {}))
@@ -272,7 +277,7 @@ def test_partial_rotary_agrees_with_the_independent_evaluator(tmp_path, rotary_d
 
 # ------------------------------------------------------------------ transformers' own float64 logits
 
-LIVE = [dict(), dict(family="qwen2"), dict(hidden_act="gelu", num_key_value_heads=1),
+LIVE = [dict(), dict(family="qwen2"), dict(family="mistral"), dict(hidden_act="gelu", num_key_value_heads=1),
         dict(num_hidden_layers=3, attention_bias=True, mlp_bias=True),
         dict(hidden_act="gelu_pytorch_tanh", rope_parameters={"rope_theta": 2.5, "rope_type": "default"})]
 

@@ -173,8 +173,8 @@ def config_from_dict(cfg) -> GPT2Config:
         raise BadInput("GPT-2 config: config.json is not a JSON object")
     mt = cfg.get("model_type")
     if mt != "gpt2":
-        raise BadInput(f"Hugging Face config: model_type {_short(mt)} is not supported (only \"gpt2\": "
-                       "GPT2LMHeadModel)")
+        raise BadInput(f"Hugging Face config: model_type {_short(mt)} is not supported (\"gpt2\": GPT2LMHeadModel; "
+                       "\"llama\", \"qwen2\", \"mistral\": their ForCausalLM)")
     arch = cfg.get("architectures")
     if arch is not None and arch != [ARCHITECTURE]:
         raise BadInput(f"GPT-2 config: architectures {_short(arch)} is not supported (only [\"{ARCHITECTURE}\"], "
