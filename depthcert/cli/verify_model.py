@@ -50,10 +50,16 @@ def load_any_model(path: str, config: str | None, task, config_seen: list | None
         else:
             cfg_model = load_model(path, config, None, None, config_seen, every_position=every)
         # name tokens and classes as the task does when the sizes agree ("0", "1", ... otherwise)
-        if vocab is not None and len(vocab) == len(cfg_model.vocab) and len(classes) == len(cfg_model.classes):
-            from dataclasses import replace
+        from dataclasses import replace
 
+        if vocab is not None and len(vocab) == len(cfg_model.vocab) and len(classes) == len(cfg_model.classes):
             return replace(cfg_model, vocab=vocab, classes=classes)
+        # a Hugging Face causal LM's logits are next-token logits over its own vocabulary: when the task's
+        # tokens are the model's and its classes are some of them (modular addition: "0" .. "p-1" of the
+        # tokens "0" .. "p-1", "="), each logit is named as its token, and a label must beat every token's
+        if (os.path.isdir(path) and vocab is not None and len(vocab) == len(cfg_model.vocab) == len(cfg_model.classes)
+                and set(classes) <= set(vocab)):
+            return replace(cfg_model, vocab=vocab, classes=vocab)
         return cfg_model
     if config is not None:
         raise BadInput("--config applies to TransformerLens checkpoints (.safetensors, .pt) only")
