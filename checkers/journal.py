@@ -122,6 +122,8 @@ def model_fingerprint(model) -> str:
                 parts.append(("activation", m.activation))
             if getattr(m, "W_gate", None) is not None:
                 parts.append(("gate", [str(v) for v in m.W_gate.flat], [str(v) for v in m.b_gate.flat]))
+        if getattr(layer, "parallel", False):
+            parts.append("parallel")
         for key in ("norm_attn", "norm_mlp"):
             if getattr(layer, key) is not None:
                 parts.append(_norm_parts(key, getattr(layer, key)))

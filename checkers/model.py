@@ -42,6 +42,12 @@ by the real angle p theta^(-2i/r):  x_i <- x_i cos a - x_{i+r/2} sin a,  x_{i+r/
 not rotated.  theta is an exact positive rational, the angles and their cos/sin real numbers
 (certified balls, checkers/rotary.py).  W_QK must equal W_K^T W_Q (the form at equal positions),
 so a path that reads W_QK alone computes the same scores wherever R_k^T R_j = I.
+
+Parallel layers (`Layer.parallel`, GPT-NeoX's use_parallel_residual): the MLP reads the stream the
+heads read, not the stream after them:
+    H <- H + (1/m) sum_i W_Vi G A_i(G) + W2 act(W1 N_mlp(H) + b1) + b2     (G = N_attn(H), both of the old H)
+Only the certified interval and ball stages evaluate such a layer (it is never `is_rational`); the
+exact tie decision, the tables, the symmetry proof, traces, weight balls and the weights file refuse it.
 """
 from __future__ import annotations
 
@@ -300,9 +306,14 @@ class Layer(_ExactEq):
     mlp: MLP | None = None
     norm_attn: Norm | None = None  # the heads read N(H) (scores and values)
     norm_mlp: Norm | None = None  # the MLP reads N(H)
+    parallel: bool = False  # the MLP reads the stream before the attention update (module docstring)
 
     def __post_init__(self):
         object.__setattr__(self, "heads", tuple(self.heads))
+        if not isinstance(self.parallel, bool):
+            raise BadInput(f"parallel must be true or false, got {self.parallel!r}")
+        if self.parallel and (self.mlp is None or not self.heads):
+            raise BadInput("a parallel layer needs attention heads and an MLP (it adds both to the same stream)")
         for key in ("norm_attn", "norm_mlp"):
             if getattr(self, key) is not None and not isinstance(getattr(self, key), Norm):
                 raise BadInput(f"layer {key} must be a Norm, got {type(getattr(self, key)).__name__}")
@@ -328,8 +339,9 @@ class Layer(_ExactEq):
 
     @property
     def is_rational(self) -> bool:
-        """No softmax head, no normalization, relu MLP (if any): rational in, rational out."""
-        return (self.norm_attn is None and self.norm_mlp is None and (self.mlp is None or self.mlp.activation == "relu")
+        """No softmax head, no normalization, relu MLP (if any), not parallel: rational in, rational out
+        (a parallel layer is left to the certified stages, which alone evaluate it)."""
+        return (not self.parallel and self.norm_attn is None and self.norm_mlp is None and (self.mlp is None or self.mlp.activation == "relu")
                 and all(h.attention != "softmax" for h in self.heads))
 
 
@@ -454,15 +466,19 @@ class Model(_ExactEq):
 
     @property
     def has_norm_or_smooth(self) -> bool:
-        """Some LayerNorm/RMSNorm, a gelu/silu MLP (gated MLPs are), or a rotary head (never decided
-        by exact rationals alone)."""
+        """Some LayerNorm/RMSNorm, a gelu/silu MLP (gated MLPs are), a rotary head or a parallel layer
+        (never decided by exact rationals alone)."""
         return self.norm_final is not None or any(
-            L.norm_attn is not None or L.norm_mlp is not None or (L.mlp is not None and L.mlp.activation != "relu")
+            L.parallel or L.norm_attn is not None or L.norm_mlp is not None or (L.mlp is not None and L.mlp.activation != "relu")
             or any(h.rotary is not None for h in L.heads) for L in self.layers)
 
     @property
     def has_rotary(self) -> bool:
         return any(h.rotary is not None for L in self.layers for h in L.heads)
+
+    @property
+    def has_parallel(self) -> bool:
+        return any(L.parallel for L in self.layers)
 
     @property
     def has_gated_mlp(self) -> bool:
@@ -491,6 +507,8 @@ class Model(_ExactEq):
             parts.append("gated")
         if self.has_rotary:
             parts.append("rotary")
+        if self.has_parallel:
+            parts.append("parallel")
         norms = sorted({N.kind for L in self.layers for N in (L.norm_attn, L.norm_mlp) if N is not None}
                        | ({self.norm_final.kind} if self.norm_final is not None else set()))
         parts += norms

@@ -26,6 +26,9 @@ def tie_reason(model: Model) -> str | None:
     """Why the exact tie decision does not apply to `model` (None: it may)."""
     norms = model.norm_final is not None or any(L.norm_attn is not None or L.norm_mlp is not None for L in model.layers)
     acts = sorted({L.mlp.activation for L in model.layers if L.mlp is not None} - {"relu"})
+    if model.has_parallel:
+        return ("exact tie decision not applicable: a parallel layer (attention and MLP reading one stream) "
+                "is evaluated only in certified intervals and balls")
     if model.has_rotary:
         return ("exact tie decision not applicable: rotary positions multiply queries and keys by cos and sin of "
                 "real angles (transcendental scores inside exp; the decision needs rational scores)")

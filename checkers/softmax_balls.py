@@ -172,6 +172,7 @@ class _Weights:
 
             self.extras = []
             self.layers = []
+            self.parallel = []
             for layer in model.layers[first:]:
                 heads = [(mat(h.W_QK), mat(h.W_V), h.attention,
                           arb(fmpq(h.scale.numerator, h.scale.denominator))
@@ -184,6 +185,7 @@ class _Weights:
                            None if not layer.mlp.gated else (mat(layer.mlp.W_gate), col(layer.mlp.b_gate)))
                 inv_m = arb(fmpq(1, len(layer))) if len(layer) else None
                 self.layers.append((heads, layer.causal, mlp, inv_m))
+                self.parallel.append(layer.parallel)  # the MLP reads the stream before the heads' update
                 # LayerNorm/RMSNorm and the MLP activation (checkers/norm_activation_balls.py)
                 self.extras.append((norm(layer.norm_attn), norm(layer.norm_mlp),
                                     Activation(layer.mlp.activation if layer.mlp is not None else "relu", prec)))
@@ -309,6 +311,7 @@ class SoftmaxDecider:
                 norm_attn, norm_mlp, act = W.extras[li]
                 G = H if norm_attn is None else norm_attn.exact(Hq) if li == 0 else norm_attn.ball(H)  # what the heads read
                 GQ = G if len(queries) == n else arb_mat([[G[r, n - 1]] for r in range(dim)])
+                Q_in = Q  # a parallel layer's MLP reads it (Layer.parallel)
                 if heads:
                     upd = None
                     for hi, (W_QK, W_V, kind, scale, rot) in enumerate(heads):
@@ -332,7 +335,8 @@ class SoftmaxDecider:
                 if mlp is not None:
                     W1, b1, W2, b2, gate = mlp
                     ones = arb_mat([[1] * len(queries)])
-                    N = Q if norm_mlp is None else norm_mlp.ball(Q)
+                    M_in = Q_in if W.parallel[li] else Q
+                    N = M_in if norm_mlp is None else norm_mlp.ball(M_in)
                     P = W1 * N + b1 * ones
                     if gate is None:
                         Z = arb_mat([[act(P[i, k], zero) for k in range(len(queries))] for i in range(P.nrows())])

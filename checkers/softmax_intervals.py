@@ -690,7 +690,7 @@ class IntervalForward:
         from depthcert.checkers.norm_activation_intervals import NormMatrices, layer_extras
 
         self.model, self.first = model, first
-        self.layers, self.extras = [], []
+        self.layers, self.extras, self.parallel = [], [], []
         ok = True
         for layer in model.layers[first:]:
             heads = []
@@ -724,6 +724,7 @@ class IntervalForward:
                 mlp = (W1.right(b1), gate, W2.right(b2), None)  # the biases folded in (lin)
             inv_m = _const_interval(Fraction(1, len(layer))) if len(layer) else None
             self.layers.append((heads, layer.causal, mlp, inv_m))
+            self.parallel.append(layer.parallel)  # the MLP reads the stream before the heads' update
             extra = layer_extras(layer, model)  # LayerNorm/RMSNorm, MLP activation (norm_activation_intervals)
             ok &= all(nm is None or nm.finite for nm in extra[:2])
             self.extras.append(extra)
@@ -825,6 +826,7 @@ class IntervalForward:
                 if G is None:
                     G = normalize(X, norm_attn)
                 GQ = Interval(G.m[:, q0:], G.r[:, q0:])
+            Q_in = Q  # a parallel layer's MLP reads it (Layer.parallel)
             if heads:
                 upd = None
                 for hi_, (qk, v, kind, c, rot) in enumerate(heads):
@@ -862,7 +864,8 @@ class IntervalForward:
                 Q = add(Q, scale(upd, inv_m))
             if mlp is not None:
                 W1, gate, W2, b2 = mlp
-                N = Q if norm_mlp is None else normalize(Q, norm_mlp)
+                M_in = Q_in if self.parallel[li] else Q
+                N = M_in if norm_mlp is None else normalize(M_in, norm_mlp)
                 P = lin(N, W1, radius_product=rp)
                 if gate is not None:  # a gated MLP: act(gate) * up (checkers/rotary.py)
                     from depthcert.checkers.rotary import gated_interval

@@ -371,8 +371,8 @@ class TieDecider:
         self.model, self.first, self.cap = model, first, cap
         self.seconds, self.terms = seconds, terms  # None: SECONDS_LIMIT, TERM_LIMIT (read per point)
         self.run_deadline = run_deadline  # the run's --max-seconds (perf_counter time), read inside the arithmetic
-        if model.has_rotary or model.has_gated_mlp:  # tie_reason keeps them away; never silently dropped
-            raise ValueError("the exact tie decision does not cover rotary heads or gated MLPs")
+        if model.has_rotary or model.has_gated_mlp or model.has_parallel:  # tie_reason keeps them away
+            raise ValueError("the exact tie decision does not cover rotary heads, gated MLPs or parallel layers")
         self.basis = Basis()
         self.layers = []
         for layer in model.layers[first:]:

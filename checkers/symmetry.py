@@ -401,8 +401,9 @@ def check_equivariance(model: Model, groups: tuple[tuple[str, ...], ...]) -> Equ
     exactly; the MLPs' hidden units are matched by value codes)."""
     class_index = {c: i for i, c in enumerate(model.classes)}
     seen: dict = {}
-    if model.has_rotary or model.has_gated_mlp:  # W_QK alone does not give a rotary head's scores
-        return EquivarianceReport(False, groups, "rotary heads and gated MLPs: equivariance is not checked for them")
+    if model.has_rotary or model.has_gated_mlp or model.has_parallel:  # W_QK alone: not a rotary head's scores
+        return EquivarianceReport(False, groups, "rotary heads, gated MLPs and parallel layers: equivariance is not "
+                                  "checked for them")
     def read(W, how):  # computed once per matrix: every generator compares the same matrices
         got = seen.get((id(W), how))
         if got is None:

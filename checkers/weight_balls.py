@@ -87,8 +87,8 @@ FORMATS = {
 def _check_supported(model: Model) -> None:
     if model.outputs != "last":
         raise ValueError("ball forward passes cover models read at the last position")
-    if model.has_gated_mlp:
-        raise ValueError("ball forward passes do not cover gated MLPs")
+    if model.has_gated_mlp or model.has_parallel:
+        raise ValueError("ball forward passes do not cover gated MLPs or parallel layers")
     for layer in model.layers:
         for head in layer:
             if head.attention != "relu":
@@ -424,8 +424,8 @@ class WeightBallForward:
         from flint import arb
 
         self.model, self.eps, self.precision = model, Fraction(eps), precision
-        if model.has_rotary or model.has_gated_mlp:
-            raise ValueError("weight balls do not cover rotary heads or gated MLPs")
+        if model.has_rotary or model.has_gated_mlp or model.has_parallel:
+            raise ValueError("weight balls do not cover rotary heads, gated MLPs or parallel layers")
         prev = flint.ctx.prec
         flint.ctx.prec = precision
         try:

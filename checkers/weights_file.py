@@ -69,8 +69,8 @@ def _layer_to_json(layer: Layer, v2: bool):
 
 def model_to_json(model: Model) -> dict:
     if model.has_norm_or_smooth:
-        raise BadInput("a weights file holds no LayerNorm/RMSNorm or gelu/silu MLP, no gated MLP and no rotary head: "
-                       "keep such a model as its TransformerLens checkpoint or Hugging Face folder")
+        raise BadInput("a weights file holds no LayerNorm/RMSNorm or gelu/silu MLP, no gated MLP, no rotary head and "
+                       "no parallel layer: keep such a model as its TransformerLens checkpoint or Hugging Face folder")
     v2 = not model.is_plain
     out = {
         "format": FORMAT,
