@@ -373,7 +373,7 @@ def test_every_gpt2config_field_is_read_refused_or_without_effect():
     ({"pruned_heads": {"0": [1]}}, "pruned_heads={\"0\": [1]} is refused"),
     ({"is_encoder_decoder": True}, "is_encoder_decoder=true is refused"),
     ({"activation_function": "quick_gelu"}, "activation_function \"quick_gelu\" is not supported"),
-    ({"model_type": "gpt_neox"}, "model_type \"gpt_neox\" is not supported"),
+    ({"model_type": "falcon"}, "model_type \"falcon\" is not supported"),
     ({"architectures": ["GPT2ForSequenceClassification"]}, "architectures [\"GPT2ForSequenceClassification\"]"),
     ({"layer_norm_epsilon": 0}, "layer_norm_epsilon must be a positive finite number, got 0"),
     ({"n_head": 3}, "n_embd 4 is not a multiple of n_head 3"),

@@ -393,9 +393,14 @@ def _main(argv) -> int:
             from depthcert.interop import huggingface_llama as llama
             from depthcert.interop.huggingface import read_tl
 
+            from depthcert.interop import huggingface_neox as neox
+
             if llama.folder_family(args.checkpoint) is not None:  # a true float64 forward (and float32)
                 floats = compare_with_verdict(*llama.read_float(args.checkpoint), task, v, model,
                                               forward=llama.llama_forward)
+            elif neox.folder_is_neox(args.checkpoint):  # likewise
+                floats = compare_with_verdict(*neox.read_float(args.checkpoint), task, v, model,
+                                              forward=neox.neox_forward)
             else:
                 floats = compare_with_verdict(*read_tl(args.checkpoint), task, v, model)
         else:

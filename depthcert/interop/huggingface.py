@@ -108,9 +108,12 @@ def config_warning(cfg) -> tuple[list[str], str]:
     """(unknown keys, the sentence verify-model prints about them); a Llama-family config.json is
     judged by huggingface_llama's fields."""
     from depthcert.interop import huggingface_llama as llama
+    from depthcert.interop import huggingface_neox as neox
 
     if llama.family(cfg) is not None:
         return llama.config_warning(cfg)
+    if neox.is_neox(cfg):
+        return neox.config_warning(cfg)
     keys = unknown_config_keys(cfg)
     many = len(keys) != 1
     return keys, (f"Hugging Face GPT-2 config key{'s' if many else ''} that {'are' if many else 'is'} not "
@@ -174,7 +177,7 @@ def config_from_dict(cfg) -> GPT2Config:
     mt = cfg.get("model_type")
     if mt != "gpt2":
         raise BadInput(f"Hugging Face config: model_type {_short(mt)} is not supported (\"gpt2\": GPT2LMHeadModel; "
-                       "\"llama\", \"qwen2\", \"mistral\": their ForCausalLM)")
+                       "\"gpt_neox\": GPTNeoXForCausalLM; \"llama\", \"qwen2\", \"mistral\": their ForCausalLM)")
     arch = cfg.get("architectures")
     if arch is not None and arch != [ARCHITECTURE]:
         raise BadInput(f"GPT-2 config: architectures {_short(arch)} is not supported (only [\"{ARCHITECTURE}\"], "
@@ -321,6 +324,11 @@ def read_tl(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     if family(cfg) is not None:
         raise BadInput(f"{path}: a {NAMES[family(cfg)]}-family folder has no TransformerLens form (its float forward: "
                        "huggingface_llama.read_float)")
+    from depthcert.interop.huggingface_neox import is_neox
+
+    if is_neox(cfg):
+        raise BadInput(f"{path}: a GPT-NeoX folder has no TransformerLens form here (its float forward: "
+                       "huggingface_neox.read_float)")
     c = config_from_dict(cfg)
     tl = tl_state_dict(c, sd)
     if c.inverse_layer:
@@ -351,8 +359,9 @@ def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=No
 
 def load_model(path: str, vocab=None, classes=None, config_seen: list | None = None, every_position: bool = False):
     """The exact Model of a save_pretrained GPT-2 folder (a Llama, Qwen2 or Mistral one: by
-    huggingface_llama, dispatched on config.json's model_type / architectures); config_seen: a list config.json's dict is
-    appended to; every_position: classify every position (GPT-2 computes logits at each)."""
+    huggingface_llama; a GPT-NeoX one: by huggingface_neox; dispatched on config.json's model_type /
+    architectures); config_seen: a list config.json's dict is appended to; every_position: classify
+    every position (GPT-2 computes logits at each)."""
     cfg, sd = read_folder(path)
     if config_seen is not None:
         config_seen.append(cfg)
@@ -360,6 +369,10 @@ def load_model(path: str, vocab=None, classes=None, config_seen: list | None = N
 
     if llama.family(cfg) is not None:  # LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM
         return llama.load_model(path, cfg, sd, vocab, classes, every_position)
+    from depthcert.interop import huggingface_neox as neox
+
+    if neox.is_neox(cfg):  # GPTNeoXForCausalLM
+        return neox.load_model(path, cfg, sd, vocab, classes, every_position)
     return model_from_config_and_state_dict(cfg, sd, vocab, classes, name=os.path.basename(os.path.normpath(path)),
                                             outputs="all" if every_position else "last")
 
@@ -369,6 +382,54 @@ def model_from_gpt2(hf_model, vocab=None, classes=None):
     cfg = hf_model.config.to_dict()
     return model_from_config_and_state_dict(cfg, hf_model.state_dict(), vocab, classes,
                                             name=str(cfg.get("_name_or_path") or "gpt2"))
+
+
+def model_from_pretrained(hf_model, task=None, vocab=None, classes=None, strict_config: bool = False,
+                          every_position: bool | None = None):
+    """The exact Model verify-model decides for a live transformers PreTrainedModel (GPT2LMHeadModel,
+    LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM, GPTNeoXForCausalLM): obj.config and
+    obj.state_dict() (tensors read as numpy float64) through the same mapping as the folder its
+    save_pretrained writes, so both give the same Model.  config.json holds the config's numbers as
+    JSON text; here the dict's floats are read as that text too (rope_theta 0.1 is 1/10 in both).
+    task: names tokens and classes as the task does (as verify-model does) and reads every position
+    when it labels every position; unknown config keys: a warning (UserWarning) naming them, BadInput
+    with strict_config (--strict-config)."""
+    import warnings
+    from dataclasses import replace
+    from decimal import Decimal
+
+    from depthcert.interop import huggingface_llama as llama
+    from depthcert.interop import huggingface_neox as neox
+    from depthcert.interop.transformerlens import _numpy
+
+    config = getattr(hf_model, "config", None)
+    if config is None or not callable(getattr(config, "to_dict", None)) or not callable(
+            getattr(hf_model, "state_dict", None)):
+        raise BadInput(f"model_from_pretrained takes a transformers PreTrainedModel, got {type(hf_model).__name__}")
+    cfg = config.to_dict()
+    try:
+        exact = json.loads(json.dumps(cfg, default=str), parse_float=Decimal)  # the text save_pretrained writes
+    except (TypeError, ValueError):
+        exact = None
+    unknown, what = config_warning(cfg)
+    if unknown and strict_config:
+        raise BadInput(f"strict_config: {what}; rename or remove {'them' if len(unknown) != 1 else 'it'}")
+    if unknown:
+        warnings.warn(f"ignored {what} (docs/trained-models.md)", UserWarning, stacklevel=2)
+    every = (task is not None and getattr(task, "outputs", "last") == "all") if every_position is None else every_position
+    outputs = "all" if every else "last"
+    sd = {k: _numpy(v) for k, v in hf_model.state_dict().items()}  # float tensors as float64, exactly
+    name = str(cfg.get("_name_or_path") or cfg.get("model_type") or "model")
+    if llama.family(cfg) is not None:
+        model = llama.model_from_config_and_state_dict(cfg, sd, vocab, classes, name=name, outputs=outputs, exact=exact)
+    elif neox.is_neox(cfg):
+        model = neox.model_from_config_and_state_dict(cfg, sd, vocab, classes, name=name, outputs=outputs, exact=exact)
+    else:
+        model = model_from_config_and_state_dict(cfg, sd, vocab, classes, name=name, outputs=outputs)
+    if task is not None and vocab is None and classes is None and len(task.vocab) == len(model.vocab) \
+            and len(task.classes) == len(model.classes):  # as verify-model names them
+        model = replace(model, vocab=tuple(task.vocab), classes=tuple(task.classes))
+    return model
 
 
 def write_folder(path: str, cfg: dict, state: dict[str, np.ndarray], dtype=np.float32) -> None:
@@ -385,4 +446,4 @@ def write_folder(path: str, cfg: dict, state: dict[str, np.ndarray], dtype=np.fl
 
 
 __all__ = ["GPT2Config", "config_from_dict", "unknown_config_keys", "read_folder", "read_tl", "load_model",
-           "model_from_gpt2", "model_from_config_and_state_dict", "write_folder"]
+           "model_from_gpt2", "model_from_pretrained", "model_from_config_and_state_dict", "write_folder"]
