@@ -3,7 +3,8 @@ training/checkpoints/llama_modadd_p13/: RMSNorm, rotary, SwiGLU, grouped key/val
 save_pretrained): its folder is what the script writes, `verify-model FOLDER --task modular-addition
 --p 13 --compare-float` decides every input, an independent evaluator (tests/llama_oracle.py) and
 transformers itself agree, and the "=" logit competes with the labels (a CausalLM's logits are over
-its whole vocabulary)."""
+its whole vocabulary).  The GPT-2 the same script trains (`--arch gpt2`, gpt2_modadd_p13/, shipped
+for benchmarks/bench_trained_models.py) is decided the same way."""
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ from depthcert.interop.checkpoint_files import read_safetensors, write_safetenso
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDER = os.path.join(ROOT, "training", "checkpoints", "llama_modadd_p13")
+GPT2_FOLDER = os.path.join(ROOT, "training", "checkpoints", "gpt2_modadd_p13")
 P = 13
-COMMAND = ["verify-model", FOLDER, "--task", "modular-addition", "--p", str(P)]
 
 
 def _verify(folder=FOLDER, *extra):
@@ -165,19 +166,38 @@ def test_transformers_float64_logits_lie_near_the_certified_minimum():
     assert float(low) * (1 - 1e-5) <= least <= float(high) * (1 + 1e-5), (least, float(low), float(high))
 
 
+def test_the_gpt2_folder_is_decided_on_every_input():
+    """gpt2_modadd_p13 (the script's --arch gpt2: GPT2LMHeadModel, LayerNorm, learned positions,
+    gelu_new, tied lm_head, no dropout): its config is the script's, and verify-model --compare-float
+    decides all 169 inputs correct, the float forwards agreeing."""
+    from depthcert.training.llama_modadd import GPT2_ARCHITECTURE
+
+    with open(os.path.join(GPT2_FOLDER, "config.json"), encoding="utf-8") as fh:
+        cfg = json.load(fh)
+    assert cfg["architectures"] == ["GPT2LMHeadModel"] and cfg["vocab_size"] == P + 1
+    assert {k: cfg[k] for k in GPT2_ARCHITECTURE} == GPT2_ARCHITECTURE
+    code, d = _verify(GPT2_FOLDER, "--compare-float")
+    assert code == 0 and d["correct"] == 169 and d["undecided_points"] == 0
+    low, high = _enclosure(d)
+    assert 7 < low <= high < low + Fraction(1, 10**6)
+    for name in ("float32", "float64"):
+        assert d["float_comparison"][name]["disagreements"] == 0, name
+
+
 @pytest.mark.slow
-def test_the_script_trains_a_model_that_is_verified(tmp_path):
-    """python -m depthcert.training.llama_modadd (about 10 s): the same config.json as the shipped
-    folder, and the model it trains is decided correct on every input (bit-identical weights are
-    expected on this machine, not required elsewhere: float sums differ across CPUs)."""
+@pytest.mark.parametrize("arch,folder", [("llama", FOLDER), ("gpt2", GPT2_FOLDER)])
+def test_the_script_trains_a_model_that_is_verified(tmp_path, arch, folder):
+    """python -m depthcert.training.llama_modadd [--arch gpt2] (10-20 s): the same config.json as the
+    shipped folder, and the model it trains is decided correct on every input (bit-identical weights
+    are expected on this machine, not required elsewhere: float sums differ across CPUs)."""
     out = tmp_path / "retrained"
-    r = subprocess.run([sys.executable, "-m", "depthcert.training.llama_modadd", "--out-dir", str(out)],
+    r = subprocess.run([sys.executable, "-m", "depthcert.training.llama_modadd", "--arch", arch, "--out-dir", str(out)],
                        capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "float32 accuracy 1.0000 on all 169 inputs" in r.stdout
     with open(out / "config.json", encoding="utf-8") as fh:
         got = json.load(fh)
-    with open(os.path.join(FOLDER, "config.json"), encoding="utf-8") as fh:
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as fh:
         shipped = json.load(fh)
     got.pop("transformers_version"), shipped.pop("transformers_version")
     assert got == shipped
