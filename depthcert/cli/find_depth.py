@@ -354,7 +354,8 @@ def _human(prob, args, outcomes, report):
     else:
         up = report["upper_bound"]
         lines.append(f"minimal depth with {h} per layer: not decided: at least {report['lower_bound']}"
-                     + (f", at most {up}" if up else f", more than {args.max_layers} not excluded"))
+                     + (f", at most {up}" if up else f", no model with at most {args.max_layers} "
+                                                  f"layer{'s' if args.max_layers > 1 else ''} found"))
     lo = report["lower_bound"] - 1
     if lo >= 1:
         lines.append("rules out: " + RULES_OUT.format(h=h + (" or fewer" if args.heads > 1 else ""), l=plural(lo, "layer"),
