@@ -557,6 +557,22 @@ def test_a_live_model_and_its_save_pretrained_folder_give_the_same_exact_model(t
     assert (a.correct, list(a.wrong), a.margin) == (b.correct, list(b.wrong), b.margin)
 
 
+def test_a_live_model_whose_task_classes_are_some_of_its_tokens_is_named_as_verify_model_names_it():
+    """The trained Llama (training/checkpoints/llama_modadd_p13: tokens "0" .. "12" and "=", classes the
+    residues): from_pretrained's live object, with the task, gives verify-model's model of the folder (every
+    logit named as its token, so "=" competes)."""
+    from depthcert.cli.verify_model import load_any_model
+
+    _, transformers = _transformers()
+    folder = os.path.join(ROOT, "training", "checkpoints", "llama_modadd_p13")
+    if not os.path.isdir(folder):
+        pytest.skip("the trained Llama folder is not in this checkout")
+    task = make_task("modular-addition", modulus=13)
+    live = hf.model_from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(folder), task)
+    ours = load_any_model(folder, None, task)
+    assert live.classes == ours.classes == tuple(task.vocab) and replace(live, name="x") == replace(ours, name="x")
+
+
 def test_model_from_pretrained_refuses_other_objects_and_warns_of_unknown_keys():
     with pytest.raises(BadInput, match="takes a transformers PreTrainedModel, got dict"):
         hf.model_from_pretrained({})

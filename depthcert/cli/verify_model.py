@@ -391,9 +391,8 @@ def _main(argv) -> int:
 
         if hf_folder:
             from depthcert.interop import huggingface_llama as llama
-            from depthcert.interop.huggingface import read_tl
-
             from depthcert.interop import huggingface_neox as neox
+            from depthcert.interop.huggingface import read_tl
 
             if llama.folder_family(args.checkpoint) is not None:  # a true float64 forward (and float32)
                 floats = compare_with_verdict(*llama.read_float(args.checkpoint), task, v, model,

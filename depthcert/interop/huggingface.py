@@ -391,8 +391,9 @@ def model_from_pretrained(hf_model, task=None, vocab=None, classes=None, strict_
     obj.state_dict() (tensors read as numpy float64) through the same mapping as the folder its
     save_pretrained writes, so both give the same Model.  config.json holds the config's numbers as
     JSON text; here the dict's floats are read as that text too (rope_theta 0.1 is 1/10 in both).
-    task: names tokens and classes as the task does (as verify-model does) and reads every position
-    when it labels every position; unknown config keys: a warning (UserWarning) naming them, BadInput
+    task: names tokens and classes as verify-model does (the task's names when the sizes agree; the
+    logits by the task's tokens when its classes are some of them) and reads every position when it
+    labels every position; unknown config keys: a warning (UserWarning) naming them, BadInput
     with strict_config (--strict-config)."""
     import warnings
     from dataclasses import replace
@@ -426,9 +427,12 @@ def model_from_pretrained(hf_model, task=None, vocab=None, classes=None, strict_
         model = neox.model_from_config_and_state_dict(cfg, sd, vocab, classes, name=name, outputs=outputs, exact=exact)
     else:
         model = model_from_config_and_state_dict(cfg, sd, vocab, classes, name=name, outputs=outputs)
-    if task is not None and vocab is None and classes is None and len(task.vocab) == len(model.vocab) \
-            and len(task.classes) == len(model.classes):  # as verify-model names them
-        model = replace(model, vocab=tuple(task.vocab), classes=tuple(task.classes))
+    if task is not None and vocab is None and classes is None:  # as verify-model names them (load_any_model)
+        tv, tc = tuple(task.vocab), tuple(task.classes)
+        if len(tv) == len(model.vocab) and len(tc) == len(model.classes):
+            model = replace(model, vocab=tv, classes=tc)
+        elif len(tv) == len(model.vocab) == len(model.classes) and set(tc) <= set(tv):  # logits named as tokens
+            model = replace(model, vocab=tv, classes=tv)
     return model
 
 
