@@ -203,3 +203,23 @@ def test_the_script_trains_a_model_that_is_verified(tmp_path, arch, folder):
     assert got == shipped
     code, d = _verify(str(out))
     assert code == 0 and d["correct"] == 169
+
+
+@pytest.mark.parametrize("argv,needle", [(["--p", "1"], "--p must be at least 2"),
+                                         (["--steps", "-1"], "--steps at least 0"),
+                                         (["--out-dir-is-a-file"], "exists and is not a folder"),
+                                         (["--out-dir-unwritable"], "cannot write")])
+def test_the_script_refuses_bad_input_in_one_line(tmp_path, argv, needle):
+    """Exit 2, one line on stderr, nothing trained or written (each case returns before training)."""
+    out = str(tmp_path / "out")
+    if argv == ["--out-dir-is-a-file"]:
+        (tmp_path / "out").write_text("")
+        argv = []
+    elif argv == ["--out-dir-unwritable"]:
+        (tmp_path / "file").write_text("")
+        out, argv = str(tmp_path / "file" / "sub"), []
+    r = subprocess.run([sys.executable, "-m", "depthcert.training.llama_modadd", "--out-dir", out, *argv],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout)
+    assert r.stderr.strip().count("\n") == 0 and needle in r.stderr, r.stderr
+    assert not os.path.isdir(out) or os.listdir(out) == []

@@ -31,6 +31,7 @@ and `... --arch gpt2 --out-dir training/checkpoints/gpt2_modadd_p13` the GPT-2 (
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 P = 13
@@ -105,9 +106,31 @@ def main(argv=None) -> int:
     if args.p < 2 or args.steps < 0:
         print("error: --p must be at least 2 and --steps at least 0", file=sys.stderr)
         return 2
+    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        print(f"error: --out-dir {args.out_dir} exists and is not a folder", file=sys.stderr)
+        return 2
+    made = not os.path.exists(args.out_dir)
+    try:  # before training: a folder that cannot be written is found in a second, not after it
+        os.makedirs(args.out_dir, exist_ok=True)
+    except OSError as exc:
+        print(f"error: cannot write {args.out_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        if made:
+            os.rmdir(args.out_dir)
+        print(f"error: training needs torch and transformers ({exc}); pip install -e \".[train,interop]\"",
+              file=sys.stderr)
+        return 2
     model, (step, loss, acc) = train(args.p, args.steps, args.seed, log=lambda s: print(s, file=sys.stderr),
                                      arch=args.arch)
-    model.save_pretrained(args.out_dir)
+    try:
+        model.save_pretrained(args.out_dir)
+    except OSError as exc:
+        print(f"error: cannot write {args.out_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"wrote {args.out_dir}: {type(model).__name__} p={args.p}, {step} steps, loss {loss:.4g}, "
           f"float32 accuracy {acc:.4f} on all {args.p ** 2} inputs")
     return 0
