@@ -591,11 +591,36 @@ def _doc_section() -> str:
         return fh.read().split("## GPT-NeoX (Hugging Face) in")[1].split("\n## ")[0]
 
 
-def test_the_docs_table_names_every_config_field():
+def test_the_docs_table_names_every_read_field_once_and_no_field_the_reader_does_not_know():
     section = _doc_section()
     table = section.split("### GPT-NeoX config.json: every field")[1].split("\n\n")[2]
     named = []
-    for line in table.splitlines()[2:]:
+    for line in table.splitlines()[3:]:
         named += re.findall(r"`(\w+)`", line.split(" | ")[0])
-    assert len(named) == len(set(named)) and set(named) == hn.READ_FIELDS, (sorted(hn.READ_FIELDS - set(named)),
-                                                                            sorted(set(named) - hn.READ_FIELDS))
+    assert len(named) == len(set(named)) and hn.READ_FIELDS <= set(named) <= hn.READ_FIELDS | hn.NO_EFFECT, (
+        sorted(hn.READ_FIELDS - set(named)), sorted(set(named) - hn.READ_FIELDS - hn.NO_EFFECT))
+
+
+def test_documented_example(tmp_path):
+    """docs/trained-models.md's GPT-NeoX example: the training block run as written (in a temporary
+    folder), the `$ verify-model` line of the block below it prints what the block says (times masked),
+    then the live-object block prints what its output block says."""
+    import shlex
+    import subprocess
+
+    from cli_in_process import run_command
+
+    _transformers()
+    section = _doc_section()
+    train, api = (part.split("```")[0] for part in section.split("```python\n")[1:3])
+    marker = "<!-- test: tests/test_huggingface_neox.py::test_documented_example -->\n```\n"
+    shown_cli, shown_api = (part.split("```")[0].rstrip("\n") for part in section.split(marker)[1:3])
+    r = subprocess.run([sys.executable, "-c", train], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = shown_cli.splitlines()
+    assert lines[0].startswith("$ verify-model ")
+    code, out, err = run_command(shlex.split(lines[0][2:]), cwd=str(tmp_path))
+    mask = lambda t: re.sub(r"\d+\.\d+ s", "<t> s", t)  # noqa: E731
+    assert code == 0 and mask(out.rstrip("\n")) == mask("\n".join(lines[1:])), f"{lines[0]} prints\n{out}{err}"
+    r = subprocess.run([sys.executable, "-c", api], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.rstrip("\n") == shown_api, (r.stdout, r.stderr)
