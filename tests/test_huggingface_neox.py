@@ -417,6 +417,7 @@ def _config(**change) -> dict:
     (dict(use_parallel_residual=1), "use_parallel_residual must be true or false, got 1"),
     (dict(add_cross_attention=True), "add_cross_attention=true is refused"),
     (dict(vocab_size=None), "vocab_size must be an integer"),
+    (dict(model_type="gpt2"), "model_type \"gpt2\" is not \"gpt_neox\""),
 ])
 def test_a_field_that_changes_the_model_is_refused_in_one_line(tmp_path, capsys, change, needle):
     folder = tmp_path / "f"
@@ -461,6 +462,11 @@ def test_an_older_config_and_embed_out_give_the_same_model(tmp_path):
     a, b = hf.load_model(str(tmp_path / "new")), hf.load_model(str(tmp_path / "old"))
     assert a.notes["rope_theta"] == "1/10" and a.layers[0].heads[0].rotary.dim == 2
     assert replace(a, name="x") == replace(b, name="x")
+
+
+def test_architectures_alone_name_the_model():
+    """A config.json without model_type is read by its architectures, as the Llama reader reads one."""
+    assert hn.config_from_dict(_config(model_type=None)) == hn.config_from_dict(_config())
 
 
 def test_unknown_keys_are_named_in_one_warning_line_and_strict_config_refuses_them(tmp_path, capsys):

@@ -178,7 +178,7 @@ def config_from_dict(cfg, exact: dict | None = None) -> NeoXConfig:
     `exact`: the same config.json read with its decimals as Decimals (theta and the factor taken from it)."""
     if not isinstance(cfg, dict):
         raise BadInput(f"{NAME} config: config.json is not a JSON object")
-    if cfg.get("model_type") != MODEL_TYPE:
+    if not is_neox(cfg) or cfg.get("model_type") not in (None, MODEL_TYPE):
         raise BadInput(f"{NAME} config: model_type {_short(cfg.get('model_type'))} is not \"{MODEL_TYPE}\"")
     arch = cfg.get("architectures")
     if arch is not None and arch != [ARCHITECTURE]:
