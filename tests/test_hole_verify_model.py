@@ -75,7 +75,15 @@ def test_strict_config_refuses_it(typo_checkpoint, capsys):
 def test_the_repositorys_own_checkpoints_get_no_warning(name):
     from depthcert.interop.transformerlens import read_checkpoint, unknown_config_keys
 
-    cfg, _ = read_checkpoint(os.path.join(ROOT, "training", "checkpoints", name))
+    path = os.path.join(ROOT, "training", "checkpoints", name)
+    if os.path.isdir(path):  # a Hugging Face save_pretrained folder (training/llama_modadd.py): its config.json
+        from depthcert.interop.huggingface import config_warning, read_folder
+
+        cfg, _ = read_folder(path)
+        assert config_warning(cfg)[0] == []
+        assert config_warning(dict(cfg, layer_norm_eps=1e-5))[0] == ["layer_norm_eps"]
+        return
+    cfg, _ = read_checkpoint(path)
     assert unknown_config_keys(cfg) == []
     assert unknown_config_keys(dict(cfg, normalisation_type="LN")) == ["normalisation_type"]
 
