@@ -109,7 +109,8 @@ def _depth_at(layers: int):
             if x["outcome"] == "model":
                 m = x["model"]
                 k = m.get("padded_from_heads")
-                how = " (known)" if "source" in m else f" ({k} head{'s' if k > 1 else ''}, padded)" if k else ""
+                parts = (["known"] if "source" in m else []) + ([f"{k} head{'s' if k > 1 else ''}, padded"] if k else [])
+                how = f" ({', '.join(parts)})" if parts else ""
                 return f"model, d'={m['d_model']}{how}"
             return f"open after {x['work_nodes']:,} nodes"
         return "-"
