@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from neox_oracle import TIE, NeoXOracle  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HALF = {"rope_theta": 10000.0, "partial_rotary_factor": 0.5, "rope_type": "default"}  # r = s / 2
 KINDS = ("plain", "near", "tiny", "tie", "eps", "plain", "hidden")
 ACTS = ("gelu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu")
 FACTORS = {8: (0.25, 0.5, 0.75, 1.0), 4: (0.5, 1.0), 2: (1.0,)}  # head_size -> factors giving an even r >= 2
@@ -205,7 +206,7 @@ def test_parallel_and_sequential_residuals_agree_with_the_evaluator_on_larger_mo
     for i in range(3):
         model = random_neox(rng, 3, 3, "plain", num_attention_heads=2, num_hidden_layers=2,
                             use_parallel_residual=parallel,
-                            rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": 0.5, "rope_type": "default"})
+                            rope_parameters=dict(HALF))
         totals += check_against_oracle(model, tmp_path / f"p{i}", task)
         assert hf.load_model(str(tmp_path / f"p{i}")).layers[0].parallel is parallel
     assert totals[0] > 5 and totals[1] > 5
@@ -277,7 +278,7 @@ def _live_check(change, tmp_path, rel):
 
     base = dict(num_hidden_layers=2, num_attention_heads=2, hidden_act="gelu", layer_norm_eps=1e-5,
                 tie_word_embeddings=False, use_parallel_residual=True, attention_bias=True,
-                rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": 0.5, "rope_type": "default"})
+                rope_parameters=dict(HALF))
     model = random_neox(np.random.default_rng(11), 4, 3, "plain", **{**base, **change})
     model.save_pretrained(tmp_path / "live")
     task = make_task("max-of-k", vocab=4, k=3)
@@ -334,7 +335,7 @@ def test_compare_float_is_a_true_float64_forward(tmp_path, capsys, monkeypatch):
     for parallel in (True, False):
         model = random_neox(np.random.default_rng(12), 4, 3, "plain", num_hidden_layers=2, tie_word_embeddings=False,
                             num_attention_heads=2, use_parallel_residual=parallel,
-                            rope_parameters={"rope_theta": 10000.0, "partial_rotary_factor": 0.5, "rope_type": "default"})
+                            rope_parameters=dict(HALF))
         folder = tmp_path / f"f{parallel}"
         model.save_pretrained(folder)
         task = make_task("max-of-k", vocab=4, k=3)
@@ -453,8 +454,8 @@ def test_an_older_config_and_embed_out_give_the_same_model(tmp_path):
     """transformers 4.x wrote rotary_pct and rotary_emb_base at the top level and named the head
     embed_out; transformers 5.x reads them (rope_parameters lacking the keys) and renames embed_out to
     lm_head on load: the same exact model as the 5.x form."""
-    new = _config(tie_word_embeddings=False, num_attention_heads=1, rope_parameters={"rope_theta": 0.1, "partial_rotary_factor": 0.5,
-                                                              "rope_type": "default"})
+    new = _config(tie_word_embeddings=False, num_attention_heads=1,
+                  rope_parameters={"rope_theta": 0.1, "partial_rotary_factor": 0.5, "rope_type": "default"})
     old = {k: v for k, v in new.items() if k != "rope_parameters"}
     old.update(rotary_pct=0.5, rotary_emb_base=0.1, rope_scaling=None)
     write_folder(tmp_path / "new", new, np.random.default_rng(7))

@@ -155,7 +155,7 @@ def _rope(cfg: dict, exact: dict, head_size: int) -> tuple[Fraction, int]:
             return new, ex_params.get(key_new, new), f"rope_parameters.{key_new}"
         return old, exact.get(key_old, old), key_old
 
-    theta_v, theta_x, theta_at = one("rope_theta", "rotary_emb_base", "rotary base")
+    _, theta_x, theta_at = one("rope_theta", "rotary_emb_base", "rotary base")
     theta = _exact_number(theta_x, theta_at, NAME)
     factor, factor_x, factor_at = one("partial_rotary_factor", "rotary_pct", "partial rotary factor")
     f_exact = _exact_number(factor_x, factor_at, NAME)
@@ -303,7 +303,8 @@ def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=No
     vocab = tuple(str(i) for i in range(V)) if vocab is None else tuple(vocab)
     classes = tuple(str(i) for i in range(V)) if classes is None else tuple(classes)
     if len(vocab) != V or len(classes) != V:
-        raise BadInput(f"{NAME} model has vocab_size {V}, given {len(vocab)} token names and {len(classes)} class names")
+        raise BadInput(f"{NAME} model has vocab_size {V}, given {len(vocab)} token names and {len(classes)} "
+                       "class names")
     layout = Layout.of(("token", V), ("position", n), ("one", 1), ("resid", dm))
     d = layout.dim
     one, r0 = V + n, V + n + 1
@@ -428,7 +429,8 @@ class NeoXFloatForward:
             att = self._lin(z, pre + "attention.dense")
 
             def mlp(u):
-                return self._lin(_act(self._lin(u, pre + "mlp.dense_h_to_4h"), c.activation, dt), pre + "mlp.dense_4h_to_h")
+                hid = _act(self._lin(u, pre + "mlp.dense_h_to_4h"), c.activation, dt)
+                return self._lin(hid, pre + "mlp.dense_4h_to_h")
 
             if c.parallel:
                 x = x + att + mlp(self._ln(x, pre + "post_attention_layernorm"))
