@@ -94,6 +94,16 @@ def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float | N
             return DepthOutcome(layers, "model", weights=padded, margin=margin, seconds=clock() - t0,
                                 padded_from=1 if heads > 1 else 0, notes=(f"known model: {what}",))
         reasons.append(f"the known model ({what}) failed verification")
+    from depthcert.proofs.depth_stored import lifted
+
+    got = lifted(problem, layers, heads)
+    if got is not None:
+        cert, msg, name = got
+        n_nodes, n_leaves = ds.tree_size(cert["tree"])
+        return DepthOutcome(layers, "impossible", certificate=cert, check_message=msg, subset=len(cert["points"]),
+                            tree_nodes=n_nodes, leaves=n_leaves, seconds=clock() - t0,
+                            notes=(f"lifted from the stored certificate proofs/certificates/depth/{name}: its points "
+                                   "are points of this dataset with the same labels",))
     if heads > 1:
         for fewer in range(1, heads):
             got = run(f"{fewer} head{'s' if fewer > 1 else ''}, padded",

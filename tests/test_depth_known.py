@@ -95,3 +95,49 @@ def test_count_lookup_finds_a_sparse_parity_and_refuses_what_no_count_decides():
     # equality of two tokens over three: no count of one token decides it (two tokens, none equal)
     tm = make_task("tm", l=2, alphabet=3)
     assert count_lookup(_points(tm), tm.vocab, tm.classes) is None
+
+
+def _icqa_problem(nq, na, task_ref=True):
+    from types import SimpleNamespace
+
+    task = make_task("icqa", k=2, n_questions=nq, n_answers=na)
+    ref = {"name": "icqa", "params": dict(task.params)} if task_ref else None
+    return SimpleNamespace(points=_points(task), causal=False, task_ref=ref)
+
+
+@pytest.fixture(scope="module")
+def icqa_lifted():
+    from depthcert.proofs.depth_stored import lifted
+
+    small = _icqa_problem(2, 2)  # the stored 4 x 4 certificate's 4 points use two questions and two answers
+    return small, lifted(small, 1, 1)
+
+
+def test_a_stored_certificate_of_another_instance_refutes_a_dataset_holding_its_points(icqa_lifted):
+    from depthcert.proofs import check_depth as cd
+    from depthcert.proofs.depth_stored import lifted
+
+    small, (cert, msg, name) = icqa_lifted
+    assert name == "icqa-k2-n_questions4-n_answers4-L1-H1.json" and msg.startswith("valid")
+    assert cert["task"] == small.task_ref
+    # a dataset file holding the points: the certificate keeps only its listed labelled points
+    cert2, _, _ = lifted(_icqa_problem(2, 2, task_ref=False), 1, 1)
+    assert "task" not in cert2 and cd.check(cert2)[0]
+    # not at another depth, head count or mask; not for the instance itself (its search finds it)
+    assert lifted(small, 2, 1) is None and lifted(small, 1, 2) is None
+    from types import SimpleNamespace
+
+    assert lifted(SimpleNamespace(**{**vars(small), "causal": True}), 1, 1) is None
+    assert lifted(_icqa_problem(4, 4), 1, 1) is None
+
+
+def test_a_stored_certificate_is_not_lifted_when_a_label_differs(icqa_lifted):
+    from types import SimpleNamespace
+
+    from depthcert.proofs.depth_stored import lifted
+
+    small, (cert, _, _) = icqa_lifted
+    first = tuple(cert["points"][0]["tokens"])
+    other = next(c for c in ("a0", "a1") if c != cert["points"][0]["label"])
+    flipped = [(t, other if t == first else y) for t, y in small.points]
+    assert lifted(SimpleNamespace(**{**vars(small), "points": flipped}), 1, 1) is None

@@ -306,6 +306,8 @@ def _report(prob, args, outcomes, seconds, wrote):
         if o.kind == "impossible":
             d["certificate"] = {"points": len(o.certificate["points"]), "version": o.certificate["version"],
                                 "nodes": o.tree_nodes, "leaves": o.leaves, "check": o.check_message}
+            if o.notes:
+                d["certificate"]["source"] = "; ".join(o.notes)
         elif o.kind == "model":
             d["model"] = {"d_model": len(o.weights["W_O"][0]), "verified": True, "min_margin": _margin(o.margin),
                           "points_checked": len(prob.points)}
@@ -334,6 +336,8 @@ def _human(prob, args, outcomes, report):
                          f"tree of {o.tree_nodes:,} nodes and {o.leaves:,} Farkas leaves; work {o.work or o.nodes:,} "
                          f"nodes, {o.seconds:.1f} s")
             lines.append(f"        re-checked by proofs/check_depth.py: {o.check_message}")
+            for note in o.notes:
+                lines.append(f"        {note} (not searched)")
         elif o.kind == "model":
             lines.append(f"  L={o.layers}  verified model: hardmax, d'={len(o.weights['W_O'][0])}, every point "
                          f"({len(prob.points)}) correct, min margin {_fmt_margin(o.margin)}; work {o.work or o.nodes:,} "
