@@ -103,30 +103,65 @@ def angle_floats(rot: Rotary, n: int):
     return tuple(a[:n] for a in got)
 
 
+_MR: dict = {}  # (theta, dim) -> (cm, cr, ca, sm, sr, sa), each (n, dim/2), from angle_floats
+
+
+def angle_midrad(rot: Rotary, n: int):
+    """(cm, cr, ca, sm, sr, sa), float arrays (n, dim/2): |cos - cm| <= cr and |sin - sm| <= sr for
+    the real angles (Interval.from_bounds of angle_floats' ends: cr, sr about 1 ulp), ca >= |cm| + cr
+    and sa >= |sm| + sr (rounded up, at most 1: |cos|, |sin| <= 1 themselves)."""
+    from depthcert.checkers.softmax_intervals import Interval, _hi
+
+    key = (rot.theta, rot.dim)
+    got = _MR.get(key)
+    if got is None or got[0].shape[0] < n:
+        c_lo, c_hi, s_lo, s_hi = angle_floats(rot, n)
+        C, S = Interval.from_bounds(c_lo, c_hi), Interval.from_bounds(s_lo, s_hi)
+        out = [C.m, C.r, np.minimum(_hi(np.abs(C.m) + C.r), 1.0), S.m, S.r, np.minimum(_hi(np.abs(S.m) + S.r), 1.0)]
+        for a in out:
+            a.flags.writeable = False
+        _MR[key] = got = tuple(out)
+    return tuple(a[:n] for a in got)
+
+
+_RAD_UP = 1.0 + 2.0 ** -47  # exactly representable
+
+
 def rotate_interval(X, rot: Rotary, positions: np.ndarray):
-    """R_p x for an Interval X of shape (B, q, d_head) whose row k sits at position positions[k]:
-    each rotated coordinate x_i c - x_j s (or x_j c + x_i s) enclosed from the ends of x and of the
-    cos/sin enclosures (mul_bounds: the extreme products rounded outward; the difference's ends
-    rounded outward again).  Coordinates dim.. are returned as they are."""
-    from depthcert.checkers.norm_activation_intervals import mul_bounds
-    from depthcert.checkers.softmax_intervals import Interval, _hi, _lo
+    """R_p x for an Interval X of shape (B, q, d_head) whose row k sits at position positions[k], in
+    midpoint-radius form: with x_i in <a, ra>, x_j = x_{i + dim/2} in <b, rb>, cos in <cm, cr>,
+    sin in <sm, sr> (angle_midrad), the coordinate x_i cos - x_j sin gets the midpoint
+    mid = fl(fl(a cm) - fl(b sm)) and the radius
+
+        ra ca + |a| cr + rb sa + |b| sr + u (|fl(a cm)| + |fl(b sm)| + |mid|) + eta
+
+    (|x_i cos - a cm| <= |x_i - a| |cos| + |a| |cos - cm|; each of the three roundings errs by at most
+    u times its result, the two products by eta/2 more when subnormal), the radius's own float
+    sum (16 operations on non-negative terms) scaled by 1 + 2^-47 and raised by 16 eta, each
+    rounded up; x_j cos + x_i sin likewise.  Coordinates dim.. are returned as they are.  A
+    non-finite midpoint or radius makes the entry's midpoint NaN (no decision from it)."""
+    from depthcert.checkers.softmax_intervals import ETA, U, Interval, _hi
 
     n = int(positions.max()) + 1 if len(positions) else 1
-    c_lo, c_hi, s_lo, s_hi = (a[positions][None] for a in angle_floats(rot, n))  # (1, q, half)
+    cm, cr, ca, sm, sr, sa = (t[positions][None] for t in angle_midrad(rot, n))  # (1, q, half)
     h = rot.dim // 2
-    lo, hi = X.bounds()
-    lo = np.broadcast_to(lo, X.m.shape)
-    hi = np.broadcast_to(hi, X.m.shape)
-    a_lo, a_hi = lo[..., :h], hi[..., :h]  # x_i
-    b_lo, b_hi = lo[..., h:2 * h], hi[..., h:2 * h]  # x_{i + h}
-    ac = mul_bounds(a_lo, a_hi, c_lo, c_hi)
-    bs = mul_bounds(b_lo, b_hi, s_lo, s_hi)
-    bc = mul_bounds(b_lo, b_hi, c_lo, c_hi)
-    as_ = mul_bounds(a_lo, a_hi, s_lo, s_hi)
-    new_lo = np.concatenate([_lo(ac[0] - bs[1]), _lo(bc[0] + as_[0]), lo[..., 2 * h:]], axis=-1)
-    new_hi = np.concatenate([_hi(ac[1] - bs[0]), _hi(bc[1] + as_[1]), hi[..., 2 * h:]], axis=-1)
-    out = Interval.from_bounds(new_lo, new_hi)
-    bad = ~(np.isfinite(new_lo) & np.isfinite(new_hi))
+    m = X.m
+    r = np.zeros(m.shape) if X.r is None else np.broadcast_to(X.r, m.shape)
+    a, b = m[..., :h], m[..., h:2 * h]  # x_i, x_{i + h}
+    ra, rb = r[..., :h], r[..., h:2 * h]
+    abs_a, abs_b = np.abs(a), np.abs(b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p1, p2 = a * cm, b * sm  # first coordinate: x_i cos - x_j sin
+        m1 = p1 - p2
+        r1 = ra * ca + abs_a * cr + rb * sa + abs_b * sr + U * (np.abs(p1) + np.abs(p2) + np.abs(m1))
+        p3, p4 = b * cm, a * sm  # second: x_j cos + x_i sin
+        m2 = p3 + p4
+        r2 = rb * ca + abs_b * cr + ra * sa + abs_a * sr + U * (np.abs(p3) + np.abs(p4) + np.abs(m2))
+        new_m = np.concatenate([m1, m2, m[..., 2 * h:]], axis=-1)
+        rad = _hi(_hi(np.concatenate([r1, r2], axis=-1) * _RAD_UP) + 16 * ETA)
+        new_r = np.concatenate([rad, r[..., 2 * h:]], axis=-1)
+    out = Interval(new_m, new_r)
+    bad = ~(np.isfinite(new_m) & np.isfinite(new_r))
     if np.any(bad):
         out.m = np.where(bad, np.nan, out.m)
     return out
@@ -165,4 +200,4 @@ def gated_interval(gate, up, act: str):
     return out
 
 
-__all__ = ["angle_balls", "angle_floats", "rotate_interval", "rotate_ball", "gated_interval"]
+__all__ = ["angle_balls", "angle_floats", "angle_midrad", "rotate_interval", "rotate_ball", "gated_interval"]
