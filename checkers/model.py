@@ -227,23 +227,21 @@ class Head(_ExactEq):
             if self.attention != "softmax":
                 raise BadInput(f"rotary positions apply to softmax heads only (this head is {self.attention})")
             R = self.rotary
-            if R.W_Q.shape[1] != self.W_QK.shape[1] or not _same(_product_T(R.W_K, R.W_Q), self.W_QK):
+            if R.W_Q.shape[1] != self.W_QK.shape[1] or not _product_T_equals(R.W_K, R.W_Q, self.W_QK):
                 raise BadInput("a rotary head's W_QK must equal W_K^T W_Q exactly (the scores at equal positions)")
 
 
-def _product_T(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """A^T B exactly (python-flint fmpq_mat), as an object array of Fractions."""
+def _product_T_equals(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> bool:
+    """A^T B == C exactly (Fraction arrays; the product and the comparison in python-flint fmpq_mat,
+    no Fraction per entry of the product)."""
     import flint
 
     def q(M):
-        return flint.fmpq_mat([[flint.fmpq(v.numerator, v.denominator) for v in row] for row in M])
+        return flint.fmpq_mat(M.shape[0], M.shape[1], [flint.fmpq(v.numerator, v.denominator) for v in M.ravel()])
 
-    P = q(A).transpose() * q(B)
-    out = np.empty((P.nrows(), P.ncols()), dtype=object)
-    for i in range(P.nrows()):
-        for j in range(P.ncols()):
-            out[i, j] = Fraction(int(P[i, j].p), int(P[i, j].q))
-    return out
+    if A.shape[0] != B.shape[0] or (A.shape[1], B.shape[1]) != C.shape:
+        return False
+    return q(A).transpose() * q(B) == q(C)
 
 
 GATED_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "silu")  # SwiGLU (silu), GeGLU (the gelus)

@@ -318,13 +318,42 @@ def _fmpq_mat(arr: np.ndarray):
     return flint.fmpq_mat([[flint.fmpq(*float(v).as_integer_ratio()) for v in row] for row in a])
 
 
+_ZERO = Fraction(0)  # one shared object for the (many) zero entries: Fractions are immutable
+
+
+def _from_coprime(p: int, q: int) -> Fraction:
+    """Fraction(p, q) for coprime p and q > 0, as fmpq keeps them, without Fraction's gcd (about
+    half of the conversion's time): the instance is made as Fraction makes a normalized one, its two
+    slots set.  _CANONICAL_OK checks at import that the result equals Fraction(p, q), including
+    hash and arithmetic; if this Python's Fraction differs, the plain constructor is used."""
+    f = object.__new__(Fraction)
+    f._numerator, f._denominator = p, q
+    return f
+
+
+def _canonical_ok() -> bool:
+    try:
+        for p, q in ((3, 4), (-7, 1), (2**80 + 1, 2**70), (0, 1)):
+            f, g = _from_coprime(p, q), Fraction(p, q)
+            if not (type(f) is Fraction and f == g and hash(f) == hash(g) and f + 1 == g + 1
+                    and (f.numerator, f.denominator) == (p, q) and str(f) == str(g)):
+                return False
+        return True
+    except (AttributeError, TypeError):
+        return False
+
+
+_CANONICAL_OK = _canonical_ok()
+
+
 def _fractions(M) -> np.ndarray:
-    """An fmpq_mat as a read-only numpy object array of Fractions."""
-    out = np.empty((M.nrows(), M.ncols()), dtype=object)
-    for i in range(M.nrows()):
-        for j in range(M.ncols()):
-            q = M[i, j]
-            out[i, j] = Fraction(int(q.p), int(q.q))
+    """An fmpq_mat as a read-only numpy object array of Fractions (flint keeps every entry in lowest
+    terms with a positive denominator, so each is built without a gcd; zeros share one object)."""
+    make = _from_coprime if _CANONICAL_OK else Fraction
+    vals = [_ZERO if q == 0 else make(int(q.p), int(q.q)) for q in M.entries()]
+    out = np.empty(len(vals), dtype=object)
+    out[:] = vals
+    out = out.reshape(M.nrows(), M.ncols())
     out.flags.writeable = False
     return out
 
