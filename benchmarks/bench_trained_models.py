@@ -12,9 +12,10 @@ The Hugging Face folders have only 169 inputs, so their whole run is mostly its 
 the weights into rationals, the exact RMSNorm/LayerNorm rows, the interval forward's set-up); the
 rows `..._all_inputs` run the same folder over every input it can take (vocab_size^3 = 2,744
 sequences of 3 tokens, labelled by the task max-of-k: timing only, most labels are not what the
-model was trained for), where the cost per input shows.  `neox_random_2l` is a GPT-NeoX folder
-generated in a temporary directory (neox_folder: seeded, the same weights every run; 2 layers,
-partial rotary, parallel attention and MLP) over all 32,768 inputs of max-of-k (vocab 8, k 5).  A run under 2 s (either side) is timed
+model was trained for), where the cost per input shows.  `neox_random_2l` and `llama_random_2l`
+are a GPT-NeoX and a Llama folder generated in a temporary directory (random_folder: seeded, the
+same weights every run; 2 layers; partial rotary and parallel attention and MLP, or RMSNorm, rotary,
+GQA and SwiGLU) over all 32,768 inputs of max-of-k (vocab 8, k 5).  A run under 2 s (either side) is timed
 three times and the fastest kept; the first of them pays the imports.  `--profile N` prints the N
 functions of the certified run with the most cumulative time (cProfile, one more run).
 
@@ -50,8 +51,10 @@ MODELS = {
     "gpt2_modadd_p13": ("gpt2_modadd_p13", "modular-addition", {"modulus": 13}),
     "llama_modadd_p13_all_inputs": ("llama_modadd_p13", "max-of-k", {"vocab": 14, "k": 3}),
     "gpt2_modadd_p13_all_inputs": ("gpt2_modadd_p13", "max-of-k", {"vocab": 14, "k": 3}),
-    "neox_random_2l": (None, "max-of-k", {"vocab": 8, "k": 5}),  # generated: neox_folder()
+    "neox_random_2l": ("neox", "max-of-k", {"vocab": 8, "k": 5}),  # generated: random_folder()
+    "llama_random_2l": ("llama", "max-of-k", {"vocab": 8, "k": 5}),  # generated: random_folder()
 }
+GENERATED = ("neox", "llama")
 REPEAT_UNDER = 2.0  # seconds: a run shorter than this is timed three times, the fastest kept
 
 
@@ -68,23 +71,34 @@ def _fastest(clocks: list) -> _Clock:
     return min(clocks, key=lambda c: c.wall)
 
 
-def neox_folder(path: str) -> str:
-    """A GPTNeoXForCausalLM folder written with numpy, the same bytes every time (seed 0): 2 layers,
-    hidden 32, 4 heads of 8, partial rotary (factor 0.25: the first 2 of 8 coordinates, theta
-    10000), parallel attention and MLP, gelu, biases, an untied lm_head, vocab 8, 5 positions;
-    weights N(0, 0.3^2) rounded to float32 (norm gains 1 + N(0, 0.1^2)).  Random, not trained: a
-    timing row."""
-    from depthcert.interop import huggingface_neox as hn
+def random_folder(path: str, family: str) -> str:
+    """A Hugging Face folder written with numpy, the same bytes every time (seed 0), vocab 8 and 5
+    positions, 2 layers, hidden 32, 4 heads of 8, weights N(0, 0.3^2) rounded to float32 (norm gains
+    1 + N(0, 0.1^2)).  neox: GPTNeoXForCausalLM, partial rotary (factor 0.25: the first 2 of 8
+    coordinates, theta 10000), parallel attention and MLP, gelu, biases, an untied lm_head, MLP 128.
+    llama: LlamaForCausalLM, RMSNorm, full rotary (theta 10000), 2 key-value heads (GQA), SwiGLU MLP
+    64, no biases, an untied lm_head.  Random, not trained: timing rows."""
     from depthcert.interop.huggingface import write_folder
 
-    cfg = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": 8, "hidden_size": 32,
-           "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 5,
-           "layer_norm_eps": 1e-5, "hidden_act": "gelu", "tie_word_embeddings": False,
-           "use_parallel_residual": True, "attention_bias": True,
-           "rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.25, "rope_type": "default"}}
+    rope = {"rope_theta": 10000.0, "rope_type": "default"}
+    if family == "neox":
+        from depthcert.interop import huggingface_neox as hf
+
+        cfg = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": 8,
+               "hidden_size": 32, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "max_position_embeddings": 5, "layer_norm_eps": 1e-5, "hidden_act": "gelu",
+               "tie_word_embeddings": False, "use_parallel_residual": True, "attention_bias": True,
+               "rope_parameters": dict(rope, partial_rotary_factor=0.25)}
+    else:
+        from depthcert.interop import huggingface_llama as hf
+
+        cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 8, "hidden_size": 32,
+               "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "head_dim": 8, "max_position_embeddings": 5, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+               "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "rope_parameters": rope}
     rng = np.random.default_rng(0)
     sd = {}
-    for k, shape in sorted(hn.expected_shapes(hn.config_from_dict(cfg)).items()):
+    for k, shape in sorted(hf.expected_shapes(hf.config_from_dict(cfg)).items()):
         a = rng.standard_normal(shape)
         sd[k] = 1.0 + 0.1 * a if k.endswith("norm.weight") else 0.3 * a
     write_folder(path, cfg, sd)
@@ -175,7 +189,8 @@ def main(argv=None) -> int:
     tmp = tempfile.TemporaryDirectory()
     for name in args.only or list(MODELS):
         fname, task_name, options = MODELS[name]
-        path = neox_folder(os.path.join(tmp.name, name)) if fname is None else os.path.join(CKPT, fname)
+        path = (random_folder(os.path.join(tmp.name, name), fname) if fname in GENERATED
+                else os.path.join(CKPT, fname))
         if not os.path.exists(path):
             print(f"\n{name}: {os.path.relpath(path, ROOT)} is missing")
             continue
