@@ -103,11 +103,12 @@ def angle_floats(rot: Rotary, n: int):
     return tuple(a[:n] for a in got)
 
 
-_MR: dict = {}  # (theta, dim) -> (cm, cr, ca, sm, sr, sa), each (n, dim/2), from angle_floats
+_MR: dict = {}  # (theta, dim) -> (cm, cr, ca, sm, sr, sa), each (n, dim), from angle_floats
 
 
 def angle_midrad(rot: Rotary, n: int):
-    """(cm, cr, ca, sm, sr, sa), float arrays (n, dim/2): |cos - cm| <= cr and |sin - sm| <= sr for
+    """(cm, cr, ca, sm, sr, sa), float arrays (n, dim), the half-width tables written twice ([t, t],
+    as coordinates i and i + dim/2 use the same angle): |cos - cm| <= cr and |sin - sm| <= sr for
     the real angles (Interval.from_bounds of angle_floats' ends: cr, sr about 1 ulp), ca >= |cm| + cr
     and sa >= |sm| + sr (rounded up, at most 1: |cos|, |sin| <= 1 themselves)."""
     from depthcert.checkers.softmax_intervals import Interval, _hi
@@ -118,53 +119,55 @@ def angle_midrad(rot: Rotary, n: int):
         c_lo, c_hi, s_lo, s_hi = angle_floats(rot, n)
         C, S = Interval.from_bounds(c_lo, c_hi), Interval.from_bounds(s_lo, s_hi)
         out = [C.m, C.r, np.minimum(_hi(np.abs(C.m) + C.r), 1.0), S.m, S.r, np.minimum(_hi(np.abs(S.m) + S.r), 1.0)]
+        out = [np.concatenate([a, a], axis=-1) for a in out]
         for a in out:
             a.flags.writeable = False
         _MR[key] = got = tuple(out)
     return tuple(a[:n] for a in got)
 
 
-_RAD_UP = 1.0 + 2.0 ** -47  # exactly representable
+_RAD_UP = 1.0 + 2.0 ** -46  # exactly representable
 
 
 def rotate_interval(X, rot: Rotary, positions: np.ndarray):
     """R_p x for an Interval X of shape (B, q, d_head) whose row k sits at position positions[k], in
-    midpoint-radius form: with x_i in <a, ra>, x_j = x_{i + dim/2} in <b, rb>, cos in <cm, cr>,
-    sin in <sm, sr> (angle_midrad), the coordinate x_i cos - x_j sin gets the midpoint
-    mid = fl(fl(a cm) - fl(b sm)) and the radius
+    midpoint-radius form, as R_p x = x cos + rot_half(x) sin with rot_half(x) = [-x_j, x_i] (x_i the
+    first dim/2 coordinates, x_j the next).  With x in <a, ra>, rot_half(x) in <b, rb> (the same
+    numbers, swapped, b's first half negated), cos in <cm, cr>, sin in <sm, sr> (angle_midrad), each
+    coordinate gets the midpoint mid = fl(fl(a cm) + fl(b sm)) and a radius at least
 
-        ra ca + |a| cr + rb sa + |b| sr + u (|fl(a cm)| + |fl(b sm)| + |mid|) + eta
+        T = ra ca + |a| cr + rb sa + |b| sr + u (|fl(a cm)| + |fl(b sm)| + |mid|) + eta
 
-    (|x_i cos - a cm| <= |x_i - a| |cos| + |a| |cos - cm|; each of the three roundings errs by at most
-    u times its result, the two products by eta/2 more when subnormal), the radius's own float
-    sum (16 operations on non-negative terms) scaled by 1 + 2^-47 and raised by 16 eta, each
-    rounded up; x_j cos + x_i sin likewise.  Coordinates dim.. are returned as they are.  A
-    non-finite midpoint or radius makes the entry's midpoint NaN (no decision from it)."""
-    from depthcert.checkers.softmax_intervals import ETA, U, Interval, _hi
+    (|x cos - a cm| <= |x - a| |cos| + |a| |cos - cm|; each of the three roundings errs by at most
+    u times its result, the two products by eta/2 more when subnormal).  T's own float sum f (11
+    operations on non-negative terms, each losing at most a factor 1 - u and eta/2) has
+    T <= (f + 6 eta)(1 + 2^-48) + eta; the radius fl(fl(f (1 + 2^-46)) + 32 eta) is above that.
+    Coordinates dim.. are returned as they are.  A non-finite midpoint or radius makes the entry's
+    midpoint NaN (no decision from it)."""
+    from depthcert.checkers.softmax_intervals import ETA, U, Interval
 
     n = int(positions.max()) + 1 if len(positions) else 1
-    cm, cr, ca, sm, sr, sa = (t[positions][None] for t in angle_midrad(rot, n))  # (1, q, half)
-    h = rot.dim // 2
+    cm, cr, ca, sm, sr, sa = (t[positions][None] for t in angle_midrad(rot, n))  # (1, q, dim)
+    h, d = rot.dim // 2, X.m.shape[-1]
     m = X.m
     r = np.zeros(m.shape) if X.r is None else np.broadcast_to(X.r, m.shape)
-    a, b = m[..., :h], m[..., h:2 * h]  # x_i, x_{i + h}
-    ra, rb = r[..., :h], r[..., h:2 * h]
-    abs_a, abs_b = np.abs(a), np.abs(b)
+    a, ra = m[..., :2 * h], r[..., :2 * h]
+    b = np.concatenate([-m[..., h:2 * h], m[..., :h]], axis=-1)  # rot_half
+    rb = np.concatenate([r[..., h:2 * h], r[..., :h]], axis=-1)
     with np.errstate(over="ignore", invalid="ignore"):
-        p1, p2 = a * cm, b * sm  # first coordinate: x_i cos - x_j sin
-        m1 = p1 - p2
-        r1 = ra * ca + abs_a * cr + rb * sa + abs_b * sr + U * (np.abs(p1) + np.abs(p2) + np.abs(m1))
-        p3, p4 = b * cm, a * sm  # second: x_j cos + x_i sin
-        m2 = p3 + p4
-        r2 = rb * ca + abs_b * cr + ra * sa + abs_a * sr + U * (np.abs(p3) + np.abs(p4) + np.abs(m2))
-        new_m = np.concatenate([m1, m2, m[..., 2 * h:]], axis=-1)
-        rad = _hi(_hi(np.concatenate([r1, r2], axis=-1) * _RAD_UP) + 16 * ETA)
-        new_r = np.concatenate([rad, r[..., 2 * h:]], axis=-1)
-    out = Interval(new_m, new_r)
-    bad = ~(np.isfinite(new_m) & np.isfinite(new_r))
+        p1 = a * cm
+        p2 = b * sm
+        mid = p1 + p2
+        f = ra * ca + np.abs(a) * cr + rb * sa + np.abs(b) * sr + U * (np.abs(p1) + np.abs(p2) + np.abs(mid))
+        f *= _RAD_UP
+        f += 32 * ETA
+    if 2 * h < d:  # partial rotary: the rest passes through
+        mid = np.concatenate([mid, m[..., 2 * h:]], axis=-1)
+        f = np.concatenate([f, r[..., 2 * h:]], axis=-1)
+    bad = ~(np.isfinite(mid) & np.isfinite(f))
     if np.any(bad):
-        out.m = np.where(bad, np.nan, out.m)
-    return out
+        mid = np.where(bad, np.nan, mid)
+    return Interval(mid, f)
 
 
 def rotate_ball(M, rot: Rotary, positions: list[int], prec: int):
