@@ -694,6 +694,7 @@ class IntervalForward:
         ok = True
         for layer in model.layers[first:]:
             heads = []
+            keys = []  # (Rotary, its W_K.right()) of this layer's rotary heads so far
             for h in layer:
                 qk, v = ExactMatrix(h.W_QK), ExactMatrix(h.W_V)
                 ok &= qk.finite and v.finite
@@ -706,9 +707,19 @@ class IntervalForward:
                     from depthcert.checkers.rotary import angle_floats
 
                     angle_floats(h.rotary, model.max_length)  # the cos/sin table, before any worker thread
-                    WQ, WK = ExactMatrix(h.rotary.W_Q), ExactMatrix(h.rotary.W_K)
-                    ok &= WQ.finite and WK.finite
-                    rot = (WQ.right(), WK.right(), h.rotary)
+                    # grouped-query heads share their keys: a head whose W_K, rotary dim and theta equal an
+                    # earlier head's (exactly) reads that head's rotated keys (share: its index in keys)
+                    share = next((i for i, (R, _) in enumerate(keys) if R.dim == h.rotary.dim
+                                  and R.theta == h.rotary.theta and R.W_K.shape == h.rotary.W_K.shape
+                                  and bool((R.W_K == h.rotary.W_K).all())), None)
+                    WQ = ExactMatrix(h.rotary.W_Q)
+                    ok &= WQ.finite
+                    if share is None:
+                        WK = ExactMatrix(h.rotary.W_K)
+                        ok &= WK.finite
+                        share = len(keys)
+                        keys.append((h.rotary, WK.right()))
+                    rot = (WQ.right(), keys[share][1], h.rotary, share)
                 heads.append((qk.right(), v.right(), h.attention, c, rot))
             mlp = None
             if layer.mlp is not None:
@@ -829,13 +840,17 @@ class IntervalForward:
             Q_in = Q  # a parallel layer's MLP reads it (Layer.parallel)
             if heads:
                 upd = None
+                rotated_keys = {}  # share index -> R_j W_K g_j (rot[3]: heads with equal keys compute them once)
                 for hi_, (qk, v, kind, c, rot) in enumerate(heads):
                     S = None
                     if rot is not None:  # (R_k W_Q g_k) . (R_j W_K g_j): the rotated queries and keys
                         from depthcert.checkers.rotary import rotate_interval
 
                         Wq_rot = rotate_interval(lin(GQ, rot[0], radius_product=rp), rot[2], np.arange(q0, n))
-                        K_rot = rotate_interval(lin(G, rot[1], radius_product=rp), rot[2], np.arange(n))
+                        K_rot = rotated_keys.get(rot[3])
+                        if K_rot is None:
+                            K_rot = rotated_keys[rot[3]] = rotate_interval(lin(G, rot[1], radius_product=rp), rot[2],
+                                                                           np.arange(n))
                         S = mul(Wq_rot, _transpose(K_rot), radius_product=rp)  # (B, q, j)
                     elif li == 0 and norm_attn is None:
                         S = self._exact_scores(li, hi_, nums, den, Q.m.shape[1])
