@@ -187,20 +187,29 @@ def rotate_ball(M, rot: Rotary, positions: list[int], prec: int):
 
 
 def gated_interval(gate, up, act: str):
-    """act(gate) * up entry by entry, both Intervals (norm_activation_intervals.activation, then the
-    interval product rounded outward)."""
-    from depthcert.checkers.norm_activation_intervals import activation, mul_bounds
-    from depthcert.checkers.softmax_intervals import Interval
+    """act(gate) * up entry by entry, both Intervals (norm_activation_intervals.activation gives
+    act(gate) in <am, ar>; up is <um, ur>), in midpoint-radius form: the midpoint fl(am um) and a
+    radius at least |am| ur + ar (|um| + ur) + u |fl(am um)| + eta/2 (|a u - am um| <= |am| |u - um|
+    + |a - am| |u|; the product's rounding), its float sum f (6 operations on non-negative terms)
+    raised to fl(fl(f (1 + 2^-46)) + 32 eta) as in rotate_interval.  A non-finite midpoint or
+    radius makes the entry's midpoint NaN."""
+    from depthcert.checkers.norm_activation_intervals import activation
+    from depthcert.checkers.softmax_intervals import ETA, U, Interval
 
     A = activation(gate, act)
-    a_lo, a_hi = A.bounds()
-    u_lo, u_hi = up.bounds()
-    lo, hi = mul_bounds(a_lo, a_hi, u_lo, u_hi)
-    out = Interval.from_bounds(lo, hi)
-    bad = ~(np.isfinite(lo) & np.isfinite(hi))
+    am, um = A.m, up.m
+    shape = np.broadcast_shapes(am.shape, um.shape)
+    ar = np.zeros(shape) if A.r is None else A.r
+    ur = np.zeros(shape) if up.r is None else up.r
+    with np.errstate(over="ignore", invalid="ignore"):
+        mid = am * um
+        f = np.abs(am) * ur + ar * (np.abs(um) + ur) + U * np.abs(mid)
+        f = np.broadcast_to(f, shape) * _RAD_UP
+        f += 32 * ETA
+    bad = ~(np.isfinite(mid) & np.isfinite(f))
     if np.any(bad):
-        out.m = np.where(bad, np.nan, out.m)
-    return out
+        mid = np.where(bad, np.nan, mid)
+    return Interval(mid, f)
 
 
 __all__ = ["angle_balls", "angle_floats", "angle_midrad", "rotate_interval", "rotate_ball", "gated_interval"]
