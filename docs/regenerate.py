@@ -112,7 +112,8 @@ def _depth_at(layers: int):
                 parts = (["known"] if "source" in m else []) + ([f"{k} head{'s' if k > 1 else ''}, padded"] if k else [])
                 how = f" ({', '.join(parts)})" if parts else ""
                 return f"model, d'={m['d_model']}{how}"
-            return f"open after {x['work_nodes']:,} nodes"
+            stop = " (safety stop: depends on the machine)" if x.get("machine_dependent") else ""
+            return f"open after {x['work_nodes']:,} nodes{stop}"
         return "-"
     return cell
 
