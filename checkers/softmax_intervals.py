@@ -696,8 +696,9 @@ class IntervalForward:
             heads = []
             keys = []  # (Rotary, its W_K.right()) of this layer's rotary heads so far
             for h in layer:
-                qk, v = ExactMatrix(h.W_QK), ExactMatrix(h.W_V)
-                ok &= qk.finite and v.finite
+                # a rotary head's scores come from its rotated queries and keys only: no W_QK floats
+                qk, v = None if h.rotary is not None else ExactMatrix(h.W_QK), ExactMatrix(h.W_V)
+                ok &= (qk is None or qk.finite) and v.finite
                 c = None
                 if h.attention == "softmax":
                     c = _scale_interval(h.scale, h.scale_sqrt_divisor)
@@ -720,7 +721,7 @@ class IntervalForward:
                         share = len(keys)
                         keys.append((h.rotary, WK.right()))
                     rot = (WQ.right(), keys[share][1], h.rotary, share)
-                heads.append((qk.right(), v.right(), h.attention, c, rot))
+                heads.append((None if qk is None else qk.right(), v.right(), h.attention, c, rot))
             mlp = None
             if layer.mlp is not None:
                 W1, W2 = ExactMatrix(layer.mlp.W1), ExactMatrix(layer.mlp.W2)
@@ -741,7 +742,8 @@ class IntervalForward:
             self.extras.append(extra)
         self.norm_final = None if model.norm_final is None else NormMatrices(model.norm_final, model.constant_index, model.dim)
         ok &= self.norm_final is None or self.norm_final.finite
-        self.first_int = [_integer_form(h.W_QK) for h in model.layers[first]] if first < len(model.layers) else []
+        self.first_int = ([None if h.rotary is not None else _integer_form(h.W_QK) for h in model.layers[first]]
+                          if first < len(model.layers) else [])
         WO = ExactMatrix(model.W_O)
         ok &= WO.finite
         self.W_O = WO.right()
