@@ -121,3 +121,35 @@ def read_torch(path: str):
         return x
 
     return conv(obj)
+
+
+def float_parameters(sd: dict, shapes: dict, name: str, *, tied: bool, embed: str, embed_short: str,
+                     is_buffer, unexpected) -> dict[str, np.ndarray]:
+    """The parameters `shapes` names, as float64 arrays of exactly those shapes with every value
+    finite, from a Hugging Face state dict `sd`; with `tied`, an lm_head.weight that is present must
+    equal the embedding `embed` (from_pretrained replaces it by the embedding); entries `is_buffer`
+    accepts are dropped, and any other entry is refused with `unexpected(key)`, the reason's tail.
+    `name` starts every message ("GPT-2 state dict: ...")."""
+    for key in sd:
+        if key not in shapes and not is_buffer(key) and not (key == "lm_head.weight" and tied):
+            raise BadInput(f"{name} state dict: unexpected entry {key!r} ({unexpected(key)})")
+    out = {}
+    for key, shape in shapes.items():
+        if key not in sd:
+            raise BadInput(f"{name} state dict lacks {key}" + (" (tie_word_embeddings is false)"
+                                                              if key == "lm_head.weight" else ""))
+        arr = np.asarray(sd[key])
+        if arr.dtype.kind != "f":
+            raise BadInput(f"{name} state dict: {key} is not a float tensor (dtype {arr.dtype})")
+        if tuple(arr.shape) != shape:
+            raise BadInput(f"{name} state dict: {key} has shape {tuple(arr.shape)}, expected {shape} from config.json")
+        arr = arr.astype(np.float64)
+        if not np.isfinite(arr).all():
+            raise BadInput(f"{name} state dict: {key} has a NaN or infinite entry")
+        out[key] = arr
+    if tied and "lm_head.weight" in sd:
+        lm = np.asarray(sd["lm_head.weight"])
+        if lm.shape != out[embed].shape or not np.array_equal(lm, out[embed]):
+            raise BadInput(f"{name} state dict: lm_head.weight differs from {embed}, but tie_word_embeddings is "
+                           f"true (from_pretrained would replace it by {embed_short})")
+    return out

@@ -235,30 +235,11 @@ def expected_shapes(c: GPT2Config) -> dict[str, tuple[int, ...]]:
 def check_state_dict(c: GPT2Config, sd: dict) -> dict[str, np.ndarray]:
     """The parameters as float64 arrays of the right shapes, every value finite; a tied lm_head.weight
     must equal wte (from_pretrained ties it); old mask buffers dropped; any other entry refused."""
-    shapes = expected_shapes(c)
-    out = {}
-    for key in sd:
-        if key not in shapes and not _buffer(key) and not (key == "lm_head.weight" and c.tied):
-            raise BadInput(f"GPT-2 state dict: unexpected entry {key!r} (not a GPT2LMHeadModel parameter of this config)")
-    for key, shape in shapes.items():
-        if key not in sd:
-            raise BadInput(f"GPT-2 state dict lacks {key}" + (" (tie_word_embeddings is false)" if key == "lm_head.weight"
-                                                              else ""))
-        arr = np.asarray(sd[key])
-        if arr.dtype.kind != "f":
-            raise BadInput(f"GPT-2 state dict: {key} is not a float tensor (dtype {arr.dtype})")
-        if tuple(arr.shape) != shape:
-            raise BadInput(f"GPT-2 state dict: {key} has shape {tuple(arr.shape)}, expected {shape} from config.json")
-        arr = arr.astype(np.float64)
-        if not np.isfinite(arr).all():
-            raise BadInput(f"GPT-2 state dict: {key} has a NaN or infinite entry")
-        out[key] = arr
-    if c.tied and "lm_head.weight" in sd:
-        lm = np.asarray(sd["lm_head.weight"])
-        if lm.shape != out["transformer.wte.weight"].shape or not np.array_equal(lm, out["transformer.wte.weight"]):
-            raise BadInput("GPT-2 state dict: lm_head.weight differs from transformer.wte.weight, but "
-                           "tie_word_embeddings is true (from_pretrained would replace it by wte)")
-    return out
+    from depthcert.interop.checkpoint_files import float_parameters
+
+    return float_parameters(sd, expected_shapes(c), "GPT-2", tied=c.tied, embed="transformer.wte.weight",
+                            embed_short="wte", is_buffer=_buffer,
+                            unexpected=lambda key: "not a GPT2LMHeadModel parameter of this config")
 
 
 def tl_state_dict(c: GPT2Config, sd: dict) -> dict[str, np.ndarray]:

@@ -338,32 +338,11 @@ def _buffer(name: str) -> bool:
 def check_state_dict(c: LlamaConfig, sd: dict) -> dict[str, np.ndarray]:
     """The parameters as float64 arrays of the right shapes, every value finite; a tied lm_head.weight
     must equal embed_tokens; inv_freq buffers dropped; any other entry refused."""
-    name = NAMES[c.family]
-    shapes = expected_shapes(c)
-    for key in sd:
-        if key not in shapes and not _buffer(key) and not (key == "lm_head.weight" and c.tied):
-            raise BadInput(f"{name} state dict: unexpected entry {key!r} (not a {ARCHITECTURES[c.family]} parameter of "
-                           "this config)")
-    out = {}
-    for key, shape in shapes.items():
-        if key not in sd:
-            raise BadInput(f"{name} state dict lacks {key}" + (" (tie_word_embeddings is false)"
-                                                                if key == "lm_head.weight" else ""))
-        arr = np.asarray(sd[key])
-        if arr.dtype.kind != "f":
-            raise BadInput(f"{name} state dict: {key} is not a float tensor (dtype {arr.dtype})")
-        if tuple(arr.shape) != shape:
-            raise BadInput(f"{name} state dict: {key} has shape {tuple(arr.shape)}, expected {shape} from config.json")
-        arr = arr.astype(np.float64)
-        if not np.isfinite(arr).all():
-            raise BadInput(f"{name} state dict: {key} has a NaN or infinite entry")
-        out[key] = arr
-    if c.tied and "lm_head.weight" in sd:
-        lm = np.asarray(sd["lm_head.weight"])
-        if lm.shape != out["model.embed_tokens.weight"].shape or not np.array_equal(lm, out["model.embed_tokens.weight"]):
-            raise BadInput(f"{name} state dict: lm_head.weight differs from model.embed_tokens.weight, but "
-                           "tie_word_embeddings is true (from_pretrained would replace it by embed_tokens)")
-    return out
+    from depthcert.interop.checkpoint_files import float_parameters
+
+    return float_parameters(sd, expected_shapes(c), NAMES[c.family], tied=c.tied, embed="model.embed_tokens.weight",
+                            embed_short="embed_tokens", is_buffer=_buffer,
+                            unexpected=lambda key: f"not a {ARCHITECTURES[c.family]} parameter of this config")
 
 
 def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=None, name: str = "llama",

@@ -251,32 +251,13 @@ def check_state_dict(c: NeoXConfig, sd: dict) -> dict[str, np.ndarray]:
         if "lm_head.weight" in sd:
             raise BadInput(f"{NAME} state dict holds both embed_out.weight and lm_head.weight")
         sd = {("lm_head.weight" if k == "embed_out.weight" else k): v for k, v in sd.items()}
-    shapes = expected_shapes(c)
-    for key in sd:
-        if key not in shapes and not _buffer(key) and not (key == "lm_head.weight" and c.tied):
-            raise BadInput(f"{NAME} state dict: unexpected entry {key!r} (not a {ARCHITECTURE} parameter of this "
-                           "config" + (": attention_bias is false" if key.endswith(("query_key_value.bias",
-                                                                                    "dense.bias")) else "") + ")")
-    out = {}
-    for key, shape in shapes.items():
-        if key not in sd:
-            raise BadInput(f"{NAME} state dict lacks {key}" + (" (tie_word_embeddings is false)"
-                                                                if key == "lm_head.weight" else ""))
-        arr = np.asarray(sd[key])
-        if arr.dtype.kind != "f":
-            raise BadInput(f"{NAME} state dict: {key} is not a float tensor (dtype {arr.dtype})")
-        if tuple(arr.shape) != shape:
-            raise BadInput(f"{NAME} state dict: {key} has shape {tuple(arr.shape)}, expected {shape} from config.json")
-        arr = arr.astype(np.float64)
-        if not np.isfinite(arr).all():
-            raise BadInput(f"{NAME} state dict: {key} has a NaN or infinite entry")
-        out[key] = arr
-    if c.tied and "lm_head.weight" in sd:
-        lm = np.asarray(sd["lm_head.weight"])
-        if lm.shape != out["gpt_neox.embed_in.weight"].shape or not np.array_equal(lm, out["gpt_neox.embed_in.weight"]):
-            raise BadInput(f"{NAME} state dict: lm_head.weight differs from gpt_neox.embed_in.weight, but "
-                           "tie_word_embeddings is true (from_pretrained would replace it by embed_in)")
-    return out
+    from depthcert.interop.checkpoint_files import float_parameters
+
+    bias = ("query_key_value.bias", "dense.bias")
+    return float_parameters(sd, expected_shapes(c), NAME, tied=c.tied, embed="gpt_neox.embed_in.weight",
+                            embed_short="embed_in", is_buffer=_buffer,
+                            unexpected=lambda key: f"not a {ARCHITECTURE} parameter of this config"
+                            + (": attention_bias is false" if key.endswith(bias) else ""))
 
 
 def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=None, name: str = "gpt_neox",
