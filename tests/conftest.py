@@ -35,6 +35,8 @@ settings.register_profile("deep", max_examples=1000, deadline=None, print_blob=T
 settings.load_profile(os.environ.get("DEPTHCERT_HYPOTHESIS_PROFILE", "ci"))
 
 SLOW_CASES = {  # node ids: large sizes and extra seeds of tests whose small cases run by default
+    "tests/test_logdepth_table.py::test_small_rows_match_the_docs[mod-count p=3 n=8 count]",
+    "tests/test_huggingface_neox.py::test_documented_example",  # the Llama section's example stays
     "tests/test_pair_table.py::test_constructions[multihop-sizes4-dnf-3]",
     "tests/test_pair_table.py::test_random_models_at_the_float_limit[0-1]",
     "tests/test_pair_table.py::test_random_models_at_the_float_limit[0-2]",
