@@ -37,6 +37,14 @@ settings.load_profile(os.environ.get("DEPTHCERT_HYPOTHESIS_PROFILE", "ci"))
 SLOW_CASES = {  # node ids: large sizes and extra seeds of tests whose small cases run by default
     "tests/test_logdepth_table.py::test_small_rows_match_the_docs[mod-count p=3 n=8 count]",
     "tests/test_huggingface_neox.py::test_documented_example",  # the Llama section's example stays
+    "tests/test_depth_known.py::test_a_stored_certificate_of_another_instance_refutes_a_dataset_holding_its_points",
+    "tests/test_tracr.py::test_import_facts",
+    "tests/test_guards.py::test_big_integer_weights_of_a_bounded_model_stop_at_max_seconds",
+    "tests/test_leftovers.py::test_one_point_stops_at_max_seconds",
+    "tests/test_model_classes.py::test_constant_row_agrees_with_oracle",
+    "tests/test_model_classes.py::test_mixed_relu_and_hardmax_heads_agree_with_oracle",
+    "tests/test_model_classes.py::test_relu_causal_agrees_with_oracle",
+    "tests/test_mutation.py::test_parallel_chunks_agree_with_oracle[multihop/paper/printed]",
     "tests/test_pair_table.py::test_constructions[multihop-sizes4-dnf-3]",
     "tests/test_pair_table.py::test_random_models_at_the_float_limit[0-1]",
     "tests/test_pair_table.py::test_random_models_at_the_float_limit[0-2]",
