@@ -123,6 +123,26 @@ def read_torch(path: str):
     return conv(obj)
 
 
+def float_arrays(sd: dict, shapes: dict, name: str, lacks=lambda key: "", shape_from: str = "") -> dict:
+    """sd's entries that `shapes` names, as float64 arrays of exactly those shapes with every value
+    finite; a missing entry (its message's tail: `lacks(key)`), a non-float one, a wrong shape or a
+    NaN/infinity is refused.  `name` starts every message ("GPT-2 state dict: ...")."""
+    out = {}
+    for key, shape in shapes.items():
+        if key not in sd:
+            raise BadInput(f"{name} state dict lacks {key}" + lacks(key))
+        arr = np.asarray(sd[key])
+        if arr.dtype.kind != "f":
+            raise BadInput(f"{name} state dict: {key} is not a float tensor (dtype {arr.dtype})")
+        if tuple(arr.shape) != shape:
+            raise BadInput(f"{name} state dict: {key} has shape {tuple(arr.shape)}, expected {shape}{shape_from}")
+        arr = arr.astype(np.float64)
+        if not np.isfinite(arr).all():
+            raise BadInput(f"{name} state dict: {key} has a NaN or infinite entry")
+        out[key] = arr
+    return out
+
+
 def float_parameters(sd: dict, shapes: dict, name: str, *, tied: bool, embed: str, embed_short: str,
                      is_buffer, unexpected) -> dict[str, np.ndarray]:
     """The parameters `shapes` names, as float64 arrays of exactly those shapes with every value
@@ -133,20 +153,8 @@ def float_parameters(sd: dict, shapes: dict, name: str, *, tied: bool, embed: st
     for key in sd:
         if key not in shapes and not is_buffer(key) and not (key == "lm_head.weight" and tied):
             raise BadInput(f"{name} state dict: unexpected entry {key!r} ({unexpected(key)})")
-    out = {}
-    for key, shape in shapes.items():
-        if key not in sd:
-            raise BadInput(f"{name} state dict lacks {key}" + (" (tie_word_embeddings is false)"
-                                                              if key == "lm_head.weight" else ""))
-        arr = np.asarray(sd[key])
-        if arr.dtype.kind != "f":
-            raise BadInput(f"{name} state dict: {key} is not a float tensor (dtype {arr.dtype})")
-        if tuple(arr.shape) != shape:
-            raise BadInput(f"{name} state dict: {key} has shape {tuple(arr.shape)}, expected {shape} from config.json")
-        arr = arr.astype(np.float64)
-        if not np.isfinite(arr).all():
-            raise BadInput(f"{name} state dict: {key} has a NaN or infinite entry")
-        out[key] = arr
+    out = float_arrays(sd, shapes, name, lacks=lambda key: " (tie_word_embeddings is false)"
+                       if key == "lm_head.weight" else "", shape_from=" from config.json")
     if tied and "lm_head.weight" in sd:
         lm = np.asarray(sd["lm_head.weight"])
         if lm.shape != out[embed].shape or not np.array_equal(lm, out[embed]):

@@ -295,18 +295,9 @@ def check_state_dict(c: TLConfig, sd: dict) -> dict[str, np.ndarray]:
             raise BadInput(f"TransformerLens state dict has normalization weights ({key}) that normalization_type "
                            f"{c.normalization!r} does not have")
         raise BadInput(f"TransformerLens state dict: unexpected entry {key!r} for this config")
-    for key, shape in shapes.items():
-        if key not in sd:
-            raise BadInput(f"TransformerLens state dict lacks {key}")
-        arr = np.asarray(sd[key])
-        if arr.dtype.kind != "f":
-            raise BadInput(f"TransformerLens state dict: {key} is not a float tensor (dtype {arr.dtype})")
-        if tuple(arr.shape) != shape:
-            raise BadInput(f"TransformerLens state dict: {key} has shape {tuple(arr.shape)}, expected {shape}")
-        arr = arr.astype(np.float64)
-        if not np.isfinite(arr).all():
-            raise BadInput(f"TransformerLens state dict: {key} has a NaN or infinite entry")
-        out[key] = arr
+    from depthcert.interop.checkpoint_files import float_arrays
+
+    out.update(float_arrays(sd, shapes, "TransformerLens"))
     return out
 
 
