@@ -33,6 +33,16 @@ from __future__ import annotations
 from depthcert.proofs.depth_realize import Layout
 
 
+def copy_into_block(layout, l: int) -> list:
+    """W_V of head 0 of layer l in the copying layout: the previous stream (d[l-1] rows) copied into
+    block (l, 0) (one head: no factor to undo)."""
+    d = layout.d[-1]
+    wv = [[0] * d for _ in range(d)]
+    for r in range(layout.d[l - 1]):
+        wv[layout.offset(l, 0) + r][r] = 1
+    return wv
+
+
 def copy_one_layer(vocab, classes, length: int, name: str = "copy-one-layer") -> dict:
     """The copy task's one-layer, one-head hardmax model (module docstring)."""
     n = length
@@ -41,9 +51,7 @@ def copy_one_layer(vocab, classes, length: int, name: str = "copy-one-layer") ->
     qk = [[0] * d for _ in range(d)]
     for i in range(n):
         qk[layout.row(("p", i))][layout.row(("p", n + i))] = 1
-    wv = [[0] * d for _ in range(d)]
-    for r in range(layout.d[0]):
-        wv[layout.offset(1, 0) + r][r] = 1
+    wv = copy_into_block(layout, 1)
     wo = [[0] * d for _ in classes]
     for c, t in enumerate(classes):
         wo[c][layout.row((1, 0, ("t", t)))] = 1
@@ -78,12 +86,7 @@ def count_two_layers(vocab, classes, token, n: int, table: dict, name: str = "co
     for j in range(n):
         qk2[layout.row(("p", j))][count_row] = 2 * j * n
         qk2[layout.row(("p", j))][layout.row(("p", n - 1))] = -j * j
-    wv1 = [[0] * d for _ in range(d)]
-    for r in range(layout.d[0]):
-        wv1[layout.offset(1, 0) + r][r] = 1
-    wv2 = [[0] * d for _ in range(d)]
-    for r in range(layout.d[1]):
-        wv2[layout.offset(2, 0) + r][r] = 1
+    wv1, wv2 = copy_into_block(layout, 1), copy_into_block(layout, 2)
     wo = [[0] * d for _ in classes]  # logits doubled, so every entry is an integer
     cls = {c: i for i, c in enumerate(classes)}
     for c, label in table.items():
@@ -168,12 +171,7 @@ def count_lookup_two_layers(vocab, classes, token, P, table: dict, n: int, name:
     for v, j in carriers.items():
         qk2[layout.row(("p", j))][count_row] = 2 * v * len(P)
         qk2[layout.row(("p", j))][last] = -v * v
-    wv1 = [[0] * d for _ in range(d)]
-    for r in range(layout.d[0]):
-        wv1[layout.offset(1, 0) + r][r] = 1
-    wv2 = [[0] * d for _ in range(d)]
-    for r in range(layout.d[1]):
-        wv2[layout.offset(2, 0) + r][r] = 1
+    wv1, wv2 = copy_into_block(layout, 1), copy_into_block(layout, 2)
     wo = [[0] * d for _ in classes]
     cls = {c: i for i, c in enumerate(classes)}
     for c in classes:  # the copied token of the selected carrier: +1 for the class of that name
