@@ -368,22 +368,27 @@ def model_from_gpt2(hf_model, vocab=None, classes=None):
 def model_from_pretrained(hf_model, task=None, vocab=None, classes=None, strict_config: bool = False,
                           every_position: bool | None = None):
     """The exact Model verify-model decides for a live transformers PreTrainedModel (GPT2LMHeadModel,
-    LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM, GPTNeoXForCausalLM): obj.config and
+    LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM, GPTNeoXForCausalLM) or a TransformerLens 4
+    TransformerBridge wrapping one: obj.config and
     obj.state_dict() (tensors read as numpy float64) through the same mapping as the folder its
     save_pretrained writes, so both give the same Model.  config.json holds the config's numbers as
     JSON text; here the dict's floats are read as that text too (rope_theta 0.1 is 1/10 in both).
     task: names tokens and classes as verify-model does (the task's names when the sizes agree; the
     logits by the task's tokens when its classes are some of them) and reads every position when it
     labels every position; unknown config keys: a warning (UserWarning) naming them, BadInput
-    with strict_config (--strict-config)."""
+    with strict_config (--strict-config).  A TransformerLens 4 TransformerBridge is read as the
+    Hugging Face model it wraps (transformerlens_bridge.unwrap: what it refuses, and why)."""
     import warnings
     from dataclasses import replace
     from decimal import Decimal
 
     from depthcert.interop import huggingface_llama as llama
     from depthcert.interop import huggingface_neox as neox
+    from depthcert.interop import transformerlens_bridge as bridge
     from depthcert.interop.transformerlens import _numpy
 
+    if bridge.is_bridge(hf_model):
+        hf_model = bridge.unwrap(hf_model)
     config = getattr(hf_model, "config", None)
     if config is None or not callable(getattr(config, "to_dict", None)) or not callable(
             getattr(hf_model, "state_dict", None)):
