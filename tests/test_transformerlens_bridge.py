@@ -267,3 +267,14 @@ def test_a_bridge_of_an_unsupported_kind_is_refused_in_one_line(tmp_path, capsys
                               "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, GPTNeoXForCausalLM")
     with pytest.raises(BadInput, match=r"^expected a TransformerLens 4 TransformerBridge, got dict$"):
         tlb.model_from_bridge({})
+
+
+def test_a_bridge_of_another_transformerlens_major_version_is_refused(tmp_path, monkeypatch):
+    """TransformerLens 3.9's TransformerBridge gives the unembedding a bias Parameter (4.x: a zero buffer)
+    and is not tested against its forward: refused by version, in one line."""
+    bridge = _boot(_folder(tmp_path, "gpt2", 9))
+    assert hf.model_from_pretrained(bridge, TASK) is not None
+    monkeypatch.setattr(tlb, "_version", lambda: "3.9.0")
+    with pytest.raises(BadInput, match=r"^a TransformerBridge of transformer-lens 3\.9\.0 is not supported: .*"
+                                       r"model_from_hooked_transformer\)$"):
+        hf.model_from_pretrained(bridge, TASK)

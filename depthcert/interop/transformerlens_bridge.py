@@ -40,8 +40,10 @@ and weights do not say:
   * GPT-2 with scale_attn_weights false: TransformerLens 4.3's GPT-2 attention
     (JointQKVAttentionBridge._reconstruct_attention) scales the scores by 1/sqrt(d_head) whatever the
     config says, so the bridge does not compute the Hugging Face model;
-  * any wrapped class other than the five above, and bridges without a local torch module (vLLM,
-    Inspect drivers).
+  * any wrapped class other than the five above, bridges without a local torch module (vLLM,
+    Inspect drivers), and bridges of a TransformerLens other than 4.x (3.9's TransformerBridge lays
+    out the unembedding bias differently and is not tested here; its HookedTransformer is read by
+    transformerlens.model_from_hooked_transformer).
 
 Like a live PreTrainedModel, the model is the eval-mode function (dropout is without effect).
 """
@@ -61,8 +63,23 @@ def is_bridge(obj) -> bool:
     return _named(obj, "TransformerBridge") or _named(obj, "BridgeCore")
 
 
+def _version() -> str:
+    """The installed transformer-lens release ("" when the package has no metadata)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("transformer-lens")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 def _wrapped(bridge):
     """The wrapped Hugging Face model of a torch-backed bridge; BadInput for the rest."""
+    version = _version()
+    if not version.split(".")[0].isdigit() or int(version.split(".")[0]) != 4:
+        raise BadInput(f"a TransformerBridge of transformer-lens {version or '(version unknown)'} is not supported: "
+                       "bridges are read as TransformerLens 4.x builds them (for 3.9, a HookedTransformer: "
+                       "transformerlens.model_from_hooked_transformer)")
     try:
         model = bridge.original_model
     except AttributeError:
@@ -207,7 +224,7 @@ def unwrap(bridge) -> _Unwrapped:
     if getattr(bridge, "_weights_processed", False):
         raise BadInput("a TransformerBridge with processed weights (enable_compatibility_mode / process_weights: "
                        "fold_ln, center_writing_weights, center_unembed, fold_value_biases) is refused: they rewrite the "
-                       "weights in float32 and shift the logits; boot it again, or use "
+                       "weights, rounded to floats, and shift the logits; boot it again, or use "
                        "enable_compatibility_mode(no_processing=True)")
     hooked = _hooks(bridge, model)
     if hooked:
