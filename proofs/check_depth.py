@@ -41,8 +41,8 @@ from fractions import Fraction
 from itertools import combinations
 
 FORMAT = "depthcert.depth-certificate"
-VERSION = 2  # written by the search; version 1 (the relaxed class R(L, H)) is still read
-VERSIONS = (1, 2)
+VERSION = 2  # written by the case-split search; version 1 (the relaxed class R(L, H)) is still read
+VERSIONS = (1, 2, 3)  # version 3: a clausal proof of B(L, H) (proofs/check_clausal.py)
 MAX_KEYS = 16  # a split over more keys would make the checker enumerate 2^keys sets
 
 
@@ -481,7 +481,8 @@ def parse(obj):
     if isinstance(version, bool) or version not in VERSIONS:
         raise Malformed("version: expected one of " + str(list(VERSIONS)) + ", got " + repr(version))
     # no free-text "claims": the claim printed is the one the checker derives from the fields
-    unknown = sorted(set(obj) - {"format", "version", "task", "layers", "heads", "causal", "points", "tree"})
+    body = "proof" if version == 3 else "tree"
+    unknown = sorted(set(obj) - {"format", "version", "task", "layers", "heads", "causal", "points", body})
     if unknown:
         raise Malformed("unknown field " + repr(unknown[0]))
     layers = _int(obj, "layers", 1, 8)
@@ -528,9 +529,9 @@ def parse(obj):
             if want != p["label"]:
                 raise Invalid(where + ": label " + repr(p["label"]) + ", but the task's rule gives " + repr(want))
         points.append((toks, p["label"]))
-    if "tree" not in obj:
-        raise Malformed("tree: missing")
-    return version, layers, heads, causal, points, obj["tree"]
+    if body not in obj:
+        raise Malformed(body + ": missing")
+    return version, layers, heads, causal, points, obj[body]
 
 
 # ------------------------------------------------------------------ the check
@@ -776,8 +777,15 @@ def classify(obj):
     """("valid" | "invalid" | "malformed", message)."""
     try:
         version, layers, heads, causal, points, tree = parse(obj)
-        ev = Evaluator(points, layers, heads, causal, exact=version >= 2)
-        nodes, leaves = check_tree(ev, tree)
+        if version == 3:
+            try:
+                from . import check_clausal
+            except ImportError:  # run as a script beside check_clausal.py
+                import check_clausal
+            atoms, lemmas, steps = check_clausal.check_proof(points, layers, heads, causal, tree)
+        else:
+            ev = Evaluator(points, layers, heads, causal, exact=version >= 2)
+            nodes, leaves = check_tree(ev, tree)
     except Malformed as exc:
         return "malformed", "malformed: " + str(exc)
     except Invalid as exc:
@@ -786,6 +794,11 @@ def classify(obj):
         return "malformed", "malformed: nested too deeply"
     shape = (str(layers) + " layer" + ("s" if layers > 1 else "") + " of " + str(heads) + " average-hard head"
              + ("s" if heads > 1 else "") + (", causal" if causal else ""))
+    if version == 3:
+        claim = ("no hardmax attention-only transformer with " + shape + " (one-hot token and position inputs, "
+                 "bilinear scores, linear values and read-out, any width and weights) classifies all of them correctly")
+        return "valid", ("valid: version 3, " + str(len(points)) + " points, a clausal proof of " + str(atoms)
+                         + " atoms, " + str(lemmas) + " Farkas lemmas, " + str(steps) + " steps; " + claim)
     if ev.exact:
         claim = ("no hardmax attention-only transformer with " + shape + " (one-hot token and position inputs, "
                  "bilinear scores, linear values and read-out, any width and weights) classifies all of them correctly")

@@ -41,6 +41,8 @@ class DepthOutcome:
     nodes: int = 0  # search nodes spent (work units: the budget counts these)
     tree_nodes: int = 0  # nodes of the certificate's tree
     leaves: int = 0
+    rounds: int = 0  # rounds of the clausal search (work units of its own budget)
+    proof_size: tuple = ()  # a version-3 certificate: (atoms, Farkas lemmas, steps)
     lps: int = 0
     work: int = 0  # nodes spent at this depth by every phase
     machine: bool = False  # ended by the safety stop in seconds: the outcome depends on the machine
@@ -57,12 +59,14 @@ def initial_subset(points, size: int) -> list[int]:
 
 
 def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float | None = None, progress=None,
-           verify_model=None, clock=time.perf_counter) -> DepthOutcome:
+           verify_model=None, clock=time.perf_counter, max_rounds: int = 0) -> DepthOutcome:
     """One depth of the exact class B(L, H).  The node budget `max_nodes` is shared by the phases
     in fixed shares, so the outcome is the same on every machine; `deadline` (a clock value) is
     only a safety stop, and an outcome it ends says so.  Phases: (with H > 1) models with fewer
     heads, padded; the equivariant upper-bound search (bilinear, on one point per orbit); the
-    exact search on 4-point squares; the exact search on a growing subset."""
+    exact search on 4-point squares; the exact search on a growing subset; then, with `max_rounds`,
+    the clausal search of proofs/depth_clausal.py (version-3 certificates; its own budget in
+    rounds)."""
     t0 = clock()
     spent = 0
     reasons = []
@@ -123,8 +127,44 @@ def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float | N
                                                 verify_model=verify_model, clock=clock), max_nodes - spent)
     if got is not None:
         return _done(got, spent, t0, clock)
+    rounds = 0
+    if max_rounds > 0:
+        got = _clausal(problem, layers, heads, max_rounds, deadline, clock)
+        rounds = got.rounds
+        if got.kind == "impossible":
+            return replace(got, nodes=spent, work=spent, seconds=clock() - t0)
+        reasons.append(f"clausal search: {got.reason}")
+        if got.machine:
+            stopped.append("clausal search")
     return DepthOutcome(layers, "open", reason="; ".join(reasons), nodes=spent, seconds=clock() - t0,
-                        machine=bool(stopped))
+                        machine=bool(stopped), rounds=rounds)
+
+
+def _clausal(problem, layers, heads, max_rounds, deadline, clock) -> DepthOutcome:
+    """The clausal search (proofs/depth_clausal.py) on the dataset: a version-3 certificate, re-checked,
+    or an open outcome saying what the rounds covered."""
+    from depthcert.proofs import depth_clausal as dc
+
+    secs = None if deadline is None else deadline - clock()
+    if secs is not None and secs <= 0:
+        return DepthOutcome(layers, "open", reason="the safety stop (--max-seconds) was reached: a machine-dependent "
+                                                   "stop", machine=True)
+    got = dc.refute(problem.points, layers, heads, problem.causal, problem.task_ref, max_rounds, secs, clock=clock)
+    w = got.work
+    covered = (f"{w.rounds:,} rounds, {w.lemmas:,} Farkas lemmas, {w.lps:,} LPs, on {w.points} of "
+               f"{len(problem.points)} points")
+    if got.status == "refuted":
+        cert, msg = got.certificate, got.check_message  # re-checked by proofs/check_depth.py in refute
+        proof = cert["proof"]
+        return DepthOutcome(layers, "impossible", certificate=cert, check_message=msg, subset=len(cert["points"]),
+                            rounds=w.rounds, lps=w.lps,
+                            proof_size=(len(proof["atoms"]), len(proof["lemmas"]), len(proof["steps"])))
+    reason = {"budget": f"the search used its budget of {covered}",
+              "fits": f"every point's selections fit the LPs ({covered}): a floating-point fit, not realised",
+              "too large": f"the encoding reached its limit of {dc.MAX_CLAUSES:,} clauses ({covered})",
+              "safety stop": f"the safety stop (--max-seconds) was reached: a machine-dependent stop ({covered})"}
+    return DepthOutcome(layers, "open", reason=reason[got.status], rounds=w.rounds, lps=w.lps,
+                        machine=got.status == "safety stop")
 
 
 def _done(got, spent, t0, clock):

@@ -20,11 +20,12 @@ import time
 from types import SimpleNamespace
 
 from depthcert.checkers.errors import BadInput
-from depthcert.cli.common import _Parser, add_task_options, plural, positive_int, run_main, tasks_help
+from depthcert.cli.common import _Parser, add_task_options, nonnegative_int, plural, positive_int, run_main, tasks_help
 from depthcert.cli.errors import EXIT_OK, EXIT_UNDECIDED
 
 DEFAULT_MAX_CLAUSES = 200_000_000
 DEFAULT_MAX_NODES = 60_000
+DEFAULT_MAX_ROUNDS = 2_000
 DEFAULT_MAX_SECONDS = 3600
 DEFAULT_MAX_LAYERS = 3
 MAX_HEADS = 4
@@ -58,6 +59,10 @@ def _build_parser() -> _Parser:
     p.add_argument("--max-nodes", type=positive_int, default=DEFAULT_MAX_NODES,
                    help="the work budget of each depth in search nodes, shared by its phases in fixed shares: the "
                         f"outcome is the same on every machine (default {DEFAULT_MAX_NODES:,})")
+    p.add_argument("--max-rounds", type=nonnegative_int, default=DEFAULT_MAX_ROUNDS,
+                   help="the budget of the clausal search, which runs at a depth the other phases leave open: rounds "
+                        "of a SAT solver call and its LPs, each adding Farkas lemmas; 0 skips it "
+                        f"(default {DEFAULT_MAX_ROUNDS:,}; docs/depth.md, section 3)")
     p.add_argument("--max-seconds", type=positive_int, default=DEFAULT_MAX_SECONDS,
                    help="a safety stop for the whole run; an outcome it ends is marked machine-dependent "
                         f"(default {DEFAULT_MAX_SECONDS} s)")
@@ -248,7 +253,7 @@ def _find_depth(argv) -> int:
             bar = tqdm(desc=f"find-depth L={L}", unit=" nodes", leave=False, file=sys.stderr, delay=3)
         try:
             out = decide(prob, L, args.heads, args.max_nodes, deadline, progress=bar,
-                         verify_model=lambda w: _verify_model(prob, w))
+                         verify_model=lambda w: _verify_model(prob, w), max_rounds=args.max_rounds)
         finally:
             if bar is not None:
                 bar.close()
@@ -301,9 +306,15 @@ def _report(prob, args, outcomes, seconds, wrote):
     depths = []
     for o in outcomes:
         d = {"layers": o.layers, "outcome": o.kind, "work_nodes": o.work or o.nodes, "seconds": round(o.seconds, 2)}
+        if o.rounds:
+            d["work_rounds"] = o.rounds
         if o.machine:
             d["machine_dependent"] = True
-        if o.kind == "impossible":
+        if o.kind == "impossible" and o.proof_size:
+            d["certificate"] = {"points": len(o.certificate["points"]), "version": o.certificate["version"],
+                                "atoms": o.proof_size[0], "lemmas": o.proof_size[1], "steps": o.proof_size[2],
+                                "check": o.check_message}
+        elif o.kind == "impossible":
             d["certificate"] = {"points": len(o.certificate["points"]), "version": o.certificate["version"],
                                 "nodes": o.tree_nodes, "leaves": o.leaves, "check": o.check_message}
             if o.notes:
@@ -322,7 +333,7 @@ def _report(prob, args, outcomes, seconds, wrote):
             "task": prob.name, "params": prob.params, "points": len(prob.points), "heads": args.heads,
             "causal": prob.causal, "depths": depths, "minimal_depth": model.layers if exact else None,
             "exact": exact, "lower_bound": refuted + 1, "upper_bound": model.layers if model else None,
-            "max_nodes": args.max_nodes, "machine_dependent": any(o.machine for o in outcomes),
+            "max_nodes": args.max_nodes, "max_rounds": args.max_rounds, "machine_dependent": any(o.machine for o in outcomes),
             "wrote": wrote, "seconds": round(seconds, 2)}
 
 
@@ -331,7 +342,13 @@ def _human(prob, args, outcomes, report):
     lines = [f"find-depth {prob.describe}: {plural(len(prob.points), 'point')}, {h} per layer"
              + (", causal" if prob.causal else "")]
     for o in outcomes:
-        if o.kind == "impossible":
+        if o.kind == "impossible" and o.proof_size:
+            a, m, st = o.proof_size
+            lines.append(f"  L={o.layers}  impossible (certificate): {plural(len(o.certificate['points']), 'point')}, "
+                         f"clausal proof of {a:,} atoms, {m:,} Farkas lemmas and {st:,} steps; work {o.work or o.nodes:,} "
+                         f"nodes and {o.rounds:,} rounds, {o.seconds:.1f} s")
+            lines.append(f"        re-checked by proofs/check_depth.py: {o.check_message}")
+        elif o.kind == "impossible":
             lines.append(f"  L={o.layers}  impossible (certificate): {plural(len(o.certificate['points']), 'point')}, "
                          f"tree of {o.tree_nodes:,} nodes and {o.leaves:,} Farkas leaves; work {o.work or o.nodes:,} "
                          f"nodes, {o.seconds:.1f} s")
@@ -348,7 +365,8 @@ def _human(prob, args, outcomes, report):
                 lines.append(f"        found with {plural(o.padded_from, 'head')} per layer and padded with zero-value "
                              f"heads to {h} (a model with fewer heads is one with more); verified with {h}")
         else:
-            lines.append(f"  L={o.layers}  open after {o.work or o.nodes:,} of {args.max_nodes:,} nodes: {o.reason}")
+            rounds = f" and {o.rounds:,} of {args.max_rounds:,} rounds" if o.rounds else ""
+            lines.append(f"  L={o.layers}  open after {o.work or o.nodes:,} of {args.max_nodes:,} nodes{rounds}: {o.reason}")
             if o.machine:
                 lines.append("        (ended by the safety stop in seconds: this outcome depends on the machine)")
     if report["exact"]:
