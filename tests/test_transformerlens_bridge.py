@@ -278,3 +278,26 @@ def test_a_bridge_of_another_transformerlens_major_version_is_refused(tmp_path, 
     with pytest.raises(BadInput, match=r"^a TransformerBridge of transformer-lens 3\.9\.0 is not supported: .*"
                                        r"model_from_hooked_transformer\)$"):
         hf.model_from_pretrained(bridge, TASK)
+
+
+def test_documented_example(tmp_path):
+    """docs/trained-models.md's bridge example: the GPT-NeoX section's training block writes the folder
+    (in a temporary folder), then the bridge block prints what its output block says."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "docs", "trained-models.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    neox = page.split("## GPT-NeoX (Hugging Face) in")[1].split("\n## ")[0]
+    ours = page.split("## TransformerLens 4 bridges (Python)")[1].split("\n## ")[0]
+    train = neox.split("```python\n")[1].split("```")[0]
+    api = ours.split("```python\n")[1].split("```")[0]
+    marker = "<!-- test: tests/test_transformerlens_bridge.py::test_documented_example -->\n```\n"
+    shown = ours.split(marker)[1].split("```")[0].rstrip("\n")
+    for code in (train, api):
+        r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip("\n") == shown, (r.stdout, r.stderr)
+    assert len(shown.splitlines()) == 2 and shown.splitlines()[0].startswith("64 0 0 ")
