@@ -105,6 +105,9 @@ def _depth_at(layers: int):
                 continue
             if x["outcome"] == "impossible":
                 c = x["certificate"]
+                if c["version"] == 3:
+                    return (f"impossible: {c['points']} pts, clausal: {c['lemmas']:,} lemmas, {c['steps']:,} steps, "
+                            f"{x['work_rounds']:,} rounds")
                 return f"impossible: {c['points']} pts, tree of {c['nodes']:,}"
             if x["outcome"] == "model":
                 m = x["model"]
@@ -113,7 +116,8 @@ def _depth_at(layers: int):
                 how = f" ({', '.join(parts)})" if parts else ""
                 return f"model, d'={m['d_model']}{how}"
             stop = " (safety stop: depends on the machine)" if x.get("machine_dependent") else ""
-            return f"open after {x['work_nodes']:,} nodes{stop}"
+            rounds = f" and {x['work_rounds']:,} rounds" if x.get("work_rounds") else ""
+            return f"open after {x['work_nodes']:,} nodes{rounds}{stop}"
         return "-"
     return cell
 

@@ -170,7 +170,7 @@ class _Theory:
                 a, b = b, a
             vq, va, vb = self.vector(l - 1, p, i), self.vector(l - 1, p, a), self.vector(l - 1, p, b)
             row = {}
-            for c in set(va) | set(vb):
+            for c in sorted(set(va) | set(vb), key=repr):  # a fixed order: the LP's columns follow it
                 d = va.get(c, 0) - vb.get(c, 0)
                 if d:
                     for cq, xq in vq.items():
