@@ -1,9 +1,10 @@
 """TransformerLens 4 TransformerBridge objects through the live-object API
 (huggingface.model_from_pretrained, depthcert/interop/transformerlens_bridge.py).
 
-Every model here is a tiny random Hugging Face model (GPT-2, Llama with grouped-query heads, GPT-NeoX
-with partial rotary and parallel attention and MLP) written with save_pretrained beside a word-level
-tokenizer made here, so TransformerBridge.boot_transformers boots it offline.  What is checked:
+Every model here is a tiny random Hugging Face model (GPT-2, Llama with grouped-query heads, Qwen2,
+Mistral, GPT-NeoX with partial rotary and parallel attention and MLP) written with save_pretrained
+beside a word-level tokenizer made here, so TransformerBridge.boot_transformers boots it offline.
+What is checked:
 
   * the bridge decides as the model it wraps: the exact Model of the bridge equals the Model of the
     live PreTrainedModel and of its save_pretrained folder (what verify-model reads);
@@ -12,7 +13,7 @@ tokenizer made here, so TransformerBridge.boot_transformers boots it offline.  W
     in float32) lies inside the certified enclosures on every input of max-of-k (vocabulary 4, 3
     positions, 64 inputs): each input's float64-interval margin enclosure holds the bridge's
     best-minus-second logit and arb's enclosure of each logit holds the bridge's logit, up to 1e-12
-    relative for GPT-2 and 1e-5 for Llama and GPT-NeoX (transformers' float32 rotary table and Llama's
+    relative for GPT-2 and 1e-5 for the rest (transformers' float32 rotary table and the Llama family's
     float32 RMSNorm); and the bridge's argmax agrees with the certified verdict on every input;
   * what the bridge changes and cannot be accounted for is refused in one line (module docstring of
     transformerlens_bridge), each refusal next to a run showing that the bridge then computes
@@ -72,6 +73,13 @@ def _hf_model(family: str, seed: int, **change):
                                       num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                                       rms_norm_eps=1e-5, hidden_act="silu"), **change})
         model = T.LlamaForCausalLM(cfg)
+    elif family in ("qwen2", "mistral"):  # Llama's mathematics; Qwen2 with q/k/v biases
+        Config, Model = ((T.Qwen2Config, T.Qwen2ForCausalLM) if family == "qwen2" else
+                         (T.MistralConfig, T.MistralForCausalLM))
+        cfg = Config(**{**dict(vocab_size=VOCAB, max_position_embeddings=K, hidden_size=8, intermediate_size=16,
+                               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5,
+                               hidden_act="silu"), **change})
+        model = Model(cfg)
     elif family == "gpt_neox":
         cfg = T.GPTNeoXConfig(**{**dict(vocab_size=VOCAB, max_position_embeddings=K, hidden_size=8, intermediate_size=16,
                                         num_hidden_layers=2, num_attention_heads=2, hidden_act="gelu",
@@ -117,12 +125,14 @@ def _hf_logits(folder: str, **kw) -> np.ndarray:
 
 
 FAMILIES = [("gpt2", {}), ("llama", {}), ("gpt_neox", {}), ("gpt_neox", {"use_parallel_residual": False}),
-            ("gpt2", {"scale_attn_by_inverse_layer_idx": True, "tie_word_embeddings": True})]
-IDS = ["gpt2", "llama-gqa", "neox-parallel", "neox-sequential", "gpt2-inverse-layer-tied"]
+            ("gpt2", {"scale_attn_by_inverse_layer_idx": True, "tie_word_embeddings": True}), ("qwen2", {}),
+            ("mistral", {})]
+IDS = ["gpt2", "llama-gqa", "neox-parallel", "neox-sequential", "gpt2-inverse-layer-tied", "qwen2", "mistral"]
 # how far the float64 bridge may be from the real function: GPT-2's bridge computes everything in float64
-# (measured: 6e-16 relative); Llama's and GPT-NeoX's use transformers' rotary table, computed in float32
-# even in a float64 model, and Llama's RMSNorm in float32 (measured: 7e-7 and 5e-8 relative)
-REL = {"gpt2": 1e-12, "llama": 1e-5, "gpt_neox": 1e-5}
+# (measured: 6e-16 relative); the others use transformers' rotary table, computed in float32 even in a
+# float64 model, and the Llama family's RMSNorm in float32 (measured: at most 7e-7 for Llama, Qwen2 and
+# Mistral, 5e-8 for GPT-NeoX)
+REL = {"gpt2": 1e-12, "llama": 1e-5, "qwen2": 1e-5, "mistral": 1e-5, "gpt_neox": 1e-5}
 
 
 @pytest.mark.parametrize("family,change", FAMILIES, ids=IDS)
