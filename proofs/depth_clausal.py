@@ -19,6 +19,7 @@ rounds (one solver call and its LPs).  Seconds are only a safety stop.
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import combinations, permutations
@@ -233,6 +234,53 @@ class _Theory:
         return y
 
 
+def _weight(*key):
+    """A fixed pseudo-random weight in [-1, 1) for a matrix entry (the same in every process)."""
+    return zlib.crc32(repr(key).encode()) / 2 ** 31 - 1
+
+
+def _phases(enc):
+    """The atoms' values under one fixed generic model (pseudo-random score matrices): the
+    solver's preferred polarities, so that its first assignments are realisable ones.  Only a
+    search heuristic: nothing is claimed of this model."""
+    out = []
+    vec = {}
+
+    def vector(l, p, i):
+        got = vec.get((l, p, i))
+        if got is None:
+            if l == 0:
+                got = {("t", enc.points[p][0][i]): 1.0, ("p", i): 1.0}
+            else:
+                got = dict(vector(l - 1, p, i))
+                for h in range(enc.heads):
+                    S = sel(l, h, p, i)
+                    for j in S:
+                        for c, x in vector(l - 1, p, j).items():
+                            got[(l, h) + c] = got.get((l, h) + c, 0.0) + x / len(S)
+            vec[(l, p, i)] = got
+        return got
+
+    def score(l, h, p, i, j):
+        vq, vk = vector(l - 1, p, i), vector(l - 1, p, j)
+        return sum(xk * xq * _weight(l, h, ck, cq) for ck, xk in sorted(vk.items(), key=repr)
+                   for cq, xq in sorted(vq.items(), key=repr))
+
+    def sel(l, h, p, i):
+        sc = {j: score(l, h, p, i, j) for j in enc.keys(p, i)}
+        top = max(sc.values())
+        return [j for j in sorted(sc) if sc[j] == top]
+
+    for name, k in enc.ids.items():
+        if name[0] == "s":
+            _, l, h, p, i, j = name
+            out.append(k if j in sel(l, h, p, i) else -k)
+        else:
+            _, l, h, p, i, a, b = enc.json[k - 1]
+            out.append(k if score(l, h, p, i, a) >= score(l, h, p, i, b) else -k)
+    return out
+
+
 def _lemma_head(l, h, facts, y):
     lits = []
     for k in sorted(y):
@@ -301,6 +349,7 @@ def refute(points, layers, heads, causal, task, max_rounds, max_seconds=None, cl
         work.points = added
         for cl in enc.clauses[start:]:
             solver.add_clause(cl)
+        solver.set_phases(_phases(enc))
         return True
 
     try:
