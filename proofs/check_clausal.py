@@ -1,7 +1,8 @@
 """Independent checker for clausal depth certificates (version 3) of the exact class B(L, H).
 
-Standard library only; imports nothing from the project but the points' parsing and label rules
-of proofs/check_depth.py (docs/depth.md, section 2, has the argument).
+Standard library only; imports nothing (proofs/check_depth.py parses the certificate, re-derives
+the points' labels and calls `check_proof`; the exceptions and exact numbers of both are defined
+here).  docs/depth.md, section 2, has the argument.
 
 A version-2 certificate is a case split: its size is at least the number of feasible selection
 combinations of a point, exponential in the length.  A version-3 certificate is a propositional
@@ -42,12 +43,30 @@ over a point's positions.
 from fractions import Fraction
 from itertools import combinations, permutations
 
-try:  # as part of the package
-    from . import check_depth as _cd
-except ImportError:  # as a script beside check_depth.py
-    import check_depth as _cd
 
-Malformed, Invalid = _cd.Malformed, _cd.Invalid
+class Malformed(ValueError):
+    """The certificate is not well-formed; the message names the field."""
+
+
+class Invalid(ValueError):
+    """The certificate is well-formed but does not prove its claim; the message says where."""
+
+
+def frac(v, where):
+    """An exact number of a certificate: an int or a 'p/q' string (never a float)."""
+    if isinstance(v, bool):
+        raise Malformed(where + ": expected an int or a 'p/q' string")
+    if isinstance(v, int):
+        return Fraction(v)
+    if isinstance(v, str):
+        try:
+            num, _, den = v.partition("/")
+            out = Fraction(int(num), int(den)) if den else Fraction(int(num))
+        except (ValueError, ZeroDivisionError):
+            raise Malformed(where + ": not an exact number: " + repr(v)) from None
+        return out
+    raise Malformed(where + ": expected an int or a 'p/q' string")
+
 MAX_BASE_CLAUSES = 5_000_000  # a certificate whose base clauses would exceed this is refused
 
 
@@ -192,7 +211,7 @@ class Clausal:
 
 
 def _coeff(entry, where):
-    v = _cd._frac(entry, where)
+    v = frac(entry, where)
     if v < 0:
         raise Invalid(where + ": negative coefficient")
     return v

@@ -32,13 +32,27 @@ If a model of R(L, H) classified every listed point with a linear read-out W, it
 the facts of exactly one root-to-leaf path; at that leaf 0 < sum mu[p, c] (W_(label p) - W_c) . f_p
 = W . 0 = 0.  So no model of R(L, H) classifies all points of the certificate correctly.
 
+Version 3 is another proof of the same claim for B(L, H): a clausal refutation, checked by
+check_clausal.py beside this file (its docstring has the argument).
+
 Use: `check(obj) -> (ok, message)`, or `python check_depth.py FILE` (exit 0 valid, 1 invalid,
 2 malformed or unreadable, 4 internal error).
 """
 import json
+import os
 import sys
 from fractions import Fraction
 from itertools import combinations
+
+if __package__:
+    from . import check_clausal
+else:  # run as a script: the file beside this one, whatever sys.path holds (python -I included)
+    import importlib.util as _util
+
+    _spec = _util.spec_from_file_location("check_clausal", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                        "check_clausal.py"))
+    check_clausal = _util.module_from_spec(_spec)
+    _spec.loader.exec_module(check_clausal)
 
 FORMAT = "depthcert.depth-certificate"
 VERSION = 2  # written by the case-split search; version 1 (the relaxed class R(L, H)) is still read
@@ -46,12 +60,8 @@ VERSIONS = (1, 2, 3)  # version 3: a clausal proof of B(L, H) (proofs/check_clau
 MAX_KEYS = 16  # a split over more keys would make the checker enumerate 2^keys sets
 
 
-class Malformed(ValueError):
-    """The certificate is not well-formed; the message names the field."""
-
-
-class Invalid(ValueError):
-    """The certificate is well-formed but does not prove its claim; the message says where."""
+Malformed = check_clausal.Malformed  # the certificate is not well-formed; the message names the field
+Invalid = check_clausal.Invalid  # well-formed, but it does not prove its claim; the message says where
 
 
 # ------------------------------------------------------------------ task labels, re-derived
@@ -450,19 +460,7 @@ class Evaluator:
 
 # ------------------------------------------------------------------ parsing
 
-def _frac(v, where):
-    if isinstance(v, bool):
-        raise Malformed(where + ": expected an int or a 'p/q' string")
-    if isinstance(v, int):
-        return Fraction(v)
-    if isinstance(v, str):
-        try:
-            num, _, den = v.partition("/")
-            out = Fraction(int(num), int(den)) if den else Fraction(int(num))
-        except (ValueError, ZeroDivisionError):
-            raise Malformed(where + ": not an exact number: " + repr(v)) from None
-        return out
-    raise Malformed(where + ": expected an int or a 'p/q' string")
+_frac = check_clausal.frac
 
 
 def _int(obj, name, low, high):
@@ -778,10 +776,6 @@ def classify(obj):
     try:
         version, layers, heads, causal, points, tree = parse(obj)
         if version == 3:
-            try:
-                from . import check_clausal
-            except ImportError:  # run as a script beside check_clausal.py
-                import check_clausal
             atoms, lemmas, steps = check_clausal.check_proof(points, layers, heads, causal, tree)
         else:
             ev = Evaluator(points, layers, heads, causal, exact=version >= 2)

@@ -42,15 +42,23 @@ def tm2_certificate():
     return certificate(pts, tree, 1, 1, False, {"name": "tm", "params": dict(t.params)})
 
 
-def test_checker_uses_the_standard_library_only():
-    tree = ast.parse(open(CHECKER, encoding="utf-8").read())
+def _imports(path):
     mods = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
         if isinstance(node, ast.Import):
             mods.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            mods.add((node.module or "").split(".")[0])
-    assert mods <= {"json", "sys", "fractions", "itertools"}, mods
+            mods.update([(node.module or "").split(".")[0]] if node.module else [a.name for a in node.names])
+    return mods
+
+
+def test_checker_uses_the_standard_library_only():
+    """check_depth.py and its version-3 part check_clausal.py import the standard library only, and
+    check_depth.py the file beside it (as a package: `from . import`; as a script: by its path)."""
+    assert _imports(CHECKER) <= {"json", "os", "sys", "fractions", "itertools", "importlib", "check_clausal"}, \
+        _imports(CHECKER)
+    clausal = os.path.join(os.path.dirname(CHECKER), "check_clausal.py")
+    assert _imports(clausal) <= {"fractions", "itertools"}, _imports(clausal)
 
 
 def test_certificate_valid_and_standalone(tm2_certificate, tmp_path):

@@ -105,6 +105,24 @@ def test_false_edits_are_refused(parity3, name, edit, want):
     assert _mutate(parity3, edit) in want
 
 
+def test_the_checker_runs_alone_on_a_version3_certificate(parity3, tmp_path):
+    """`python -I proofs/check_depth.py FILE` from another folder: nothing but Python and the two
+    checker files (check_depth.py loads check_clausal.py by its path)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(parity3))
+    checker = os.path.join(ROOT, "proofs", "check_depth.py")
+    r = subprocess.run([sys.executable, "-I", checker, str(path)], capture_output=True, text=True, cwd=str(tmp_path))
+    assert r.returncode == 0 and r.stdout.startswith("valid: version 3, "), (r.stdout, r.stderr)
+    bad = copy.deepcopy(parity3)
+    bad["proof"]["steps"].insert(0, [1])
+    path.write_text(json.dumps(bad))
+    r = subprocess.run([sys.executable, "-I", checker, str(path)], capture_output=True, text=True, cwd=str(tmp_path))
+    assert r.returncode == 1 and r.stdout.startswith("invalid: proof.steps[0]"), (r.stdout, r.stderr)
+
+
 def test_a_lemma_must_determine_its_vectors():
     """A read-out lemma whose clause leaves a selection open is refused (the vectors it uses must be
     given by the clause's "s" literals)."""
@@ -135,7 +153,7 @@ def test_base_clause_guard_refuses_before_building():
     pts = [(tuple("0" * 200), "0")]
     C = cc.Clausal(pts, 1, 1, False)
     C.parse_atoms([["s", 1, 0, 0, 199, 0]])
-    with pytest.raises(cd.Invalid, match="base clauses exceed"):
+    with pytest.raises(cc.Invalid, match="base clauses exceed"):
         C.base_clauses()
 
 
