@@ -36,8 +36,8 @@ Activations act(x) = x g(x) with g increasing and 0 <= g <= 1:
   silu       g = sigma(x)
   g is increasing, so g(x) lies in [lower bound of g(lo), upper bound of g(hi)], and x g(x) in the
   interval product of [lo, hi] and that (every product rounded outward).  sigma(t) = 1/(1 + e^-t)
-  for t >= 0 and e^t/(1 + e^t) for t < 0: exp is only called on arguments <= 0 through
-  softmax_intervals.exp_bounds (its EXP_REL assumption on [-700, 5], checked by the tests).
+  for t >= 0 and e^t/(1 + e^t) for t < 0: exp is only called on arguments <= 0, bounded as
+  softmax_intervals.exp_bounds bounds it (its EXP_REL assumption on [-700, 5], checked by the tests).
   erfc: scipy.special.erfc is assumed accurate to ERFC_REL relative error on [ERFC_LOW, ERFC_HIGH]
   (checked against arb by tests/test_trained_components.py); below ERFC_LOW erfc lies in
   [2 - 2^-51, 2], above ERFC_HIGH in [0, 2^-980] (erfc(26) < 5.7e-296 < 2^-980).
@@ -50,8 +50,8 @@ from fractions import Fraction
 import numpy as np
 
 from depthcert.checkers.model import Norm
-from depthcert.checkers.softmax_intervals import (INF, ExactMatrix, Interval, _factor, _float_dn, _float_up, _hi, _lo,
-                                                   exp_bounds, gamma, lin)
+from depthcert.checkers.softmax_intervals import (EXP_HI_FACTOR, EXP_LO_FACTOR, EXP_LOW, EXP_TINY, INF, ExactMatrix,
+                                                   Interval, _factor, _float_dn, _float_up, _hi, _lo, gamma, lin)
 
 ERFC_REL = 2.0 ** -40  # assumed relative accuracy of scipy.special.erfc on [ERFC_LOW, ERFC_HIGH] (tests check)
 ERFC_LOW = -6.0
@@ -122,6 +122,7 @@ class NormMatrices:
         self.Pc = P  # exact Fractions, for normalize_exact
         self.eps_exact = N.eps
         self.exact_rows: dict = {}  # distinct exact input rows -> (n midpoints, radii), across batches
+        self.pc_flint = None  # (support, Pc^T on it as an fmpq_mat): normalize_exact, built on first use
         M = ExactMatrix(P)
         self.finite = M.finite
         self.P = M.right()
@@ -184,27 +185,98 @@ def _sqrt_bounds(q: Fraction):
     return (lo, hi) if lo > 0 else None
 
 
-def _exact_row(nm: "NormMatrices", row: np.ndarray, den: int):
-    """(midpoints, radii) of n = c / sqrt(mean(c^2) + eps) for the exact input row / den: c and the
-    variance exact rationals, sqrt(var + eps) in [lo, hi] with lo^2 <= var + eps <= hi^2, each
-    n_i = c_i / s between the exact quotients by hi and lo, rounded outward; c_i = 0 gives exactly
-    <0, 0>.  None when the root is outside the normal float range."""
-    nz = [(j, int(row[j])) for j in np.nonzero(row)[0]]
-    c = [sum((nm.Pc[i, j] * v for j, v in nz), Fraction(0)) / den for i in range(nm.k)]
-    bounds = _sqrt_bounds(sum((x * x for x in c), Fraction(0)) / nm.k + nm.eps_exact)
-    if bounds is None:
-        return None
-    lo, hi = Fraction(bounds[0]), Fraction(bounds[1])
-    m = np.zeros(nm.k)
-    r = np.zeros(nm.k)
-    for i, x in enumerate(c):
-        if x == 0:
-            continue
-        a, b = (x / hi, x / lo) if x > 0 else (x / lo, x / hi)  # exact ends of c_i / s
-        f_lo, f_hi = _float_dn(a), _float_up(b)
-        mid = 0.5 * (f_lo + f_hi)
-        m[i] = mid
-        r[i] = _float_up(max(Fraction(f_hi) - Fraction(mid), Fraction(mid) - Fraction(f_lo)))
+def _pc_transposed(nm: "NormMatrices"):
+    """(support, Pc^T restricted to it): the columns j of Pc with some non-zero entry (the only
+    entries of an input row that c = Pc h reads) and the (len(support), k) python-flint fmpq_mat of
+    those columns, built on first use and kept (a racing second build in another thread stores an
+    equal pair)."""
+    got = nm.pc_flint
+    if got is None:
+        import flint
+
+        P = nm.Pc
+        nonzero = P != 0
+        support = np.nonzero(nonzero.any(axis=0))[0]
+        M = flint.fmpq_mat(len(support), P.shape[0])
+        for jj, j in enumerate(support):
+            for i in np.nonzero(nonzero[:, j])[0]:
+                v = P[i, j]
+                M[jj, int(i)] = flint.fmpq(v.numerator, v.denominator)
+        got = nm.pc_flint = (support, M)
+    return got
+
+
+def _dn(num: int, den: int) -> float:
+    """The largest float <= num / den (den > 0; the quotient within the float range): python's
+    int / int is the correctly rounded quotient f, and f > num / den (compared exactly, in
+    integers) moves it one float down."""
+    f = num / den
+    fn, fd = f.as_integer_ratio()
+    return math.nextafter(f, -INF) if fn * den > num * fd else f
+
+
+def _up(num: int, den: int) -> float:
+    """The smallest float >= num / den (den > 0), as _dn."""
+    f = num / den
+    fn, fd = f.as_integer_ratio()
+    return math.nextafter(f, INF) if fn * den < num * fd else f
+
+
+def _up_difference(x, y):
+    """The smallest floats >= x - y, exactly, for float arrays x, y with finite differences: s =
+    fl(x - y) and its exact error e = (x - y) - s (Knuth's TwoSum, exact in binary64 without
+    overflow); s itself when e <= 0, else the next float up (|e| is at most half a gap of s)."""
+    s = x - y
+    b = s - x
+    e = (x - (s - b)) + (-y - b)
+    return np.where(e > 0, np.nextafter(s, INF), s)
+
+
+def _exact_rows(nm: "NormMatrices", rows: np.ndarray, den: int):
+    """(midpoints, radii), each (len(rows), k), of n = c / sqrt(mean(c^2) + eps) for the exact input
+    rows / den (each row given on Pc's support only, _pc_transposed), or None when some row's root
+    is outside the normal float range:
+      * c = rows Pc^T / den and var + eps = sum c^2 / k + eps are exact rationals (one python-flint
+        matrix product for every row, then fmpq arithmetic);
+      * sqrt(var + eps) lies in [s_lo, s_hi], floats with s_lo^2 <= var + eps <= s_hi^2 (exact
+        comparisons, _sqrt_bounds), s_lo > 0;
+      * n_i = c_i / s lies between the exact quotients c_i / s_hi and c_i / s_lo (in the order of
+        c_i's sign); f_lo is the largest float <= the lower one and f_hi the smallest float >= the
+        upper one (_dn, _up: exact integer comparisons);
+      * m = fl((f_lo + f_hi) / 2) and r the smallest float >= max(f_hi - m, m - f_lo), exactly
+        (_up_difference); c_i = 0 gives exactly <0, 0>, a zero-variance row exactly the bias.
+    (Speed: one flint product and integer arithmetic per entry instead of Fractions; the same
+    floats as the Fraction computation.)"""
+    import flint
+
+    k = nm.k
+    C = flint.fmpq_mat(len(rows), rows.shape[1], rows.ravel().tolist()) * _pc_transposed(nm)[1]
+    if den != 1:
+        C = C / den
+    entries = C.entries()
+    zero = flint.fmpq(0)
+    eps = flint.fmpq(nm.eps_exact.numerator, nm.eps_exact.denominator)
+    f_lo = np.zeros((len(rows), k))
+    f_hi = np.zeros((len(rows), k))
+    for i in range(len(rows)):
+        cs = entries[i * k:(i + 1) * k]
+        var = sum((x * x for x in cs), zero) / k + eps
+        bounds = _sqrt_bounds(Fraction(int(var.p), int(var.q)))
+        if bounds is None:
+            return None
+        ln, ld = bounds[0].as_integer_ratio()
+        hn, hd = bounds[1].as_integer_ratio()
+        for j, x in enumerate(cs):
+            p = int(x.p)
+            if p == 0:
+                continue
+            q = int(x.q)
+            if p > 0:  # c / s_hi <= c / s <= c / s_lo
+                f_lo[i, j], f_hi[i, j] = _dn(p * hd, q * hn), _up(p * ld, q * ln)
+            else:
+                f_lo[i, j], f_hi[i, j] = _dn(p * ld, q * ln), _up(p * hd, q * hn)
+    m = 0.5 * (f_lo + f_hi)
+    r = np.maximum(_up_difference(f_hi, m), _up_difference(m, f_lo))
     return m, r
 
 
@@ -229,48 +301,66 @@ def _distinct_rows(flat: np.ndarray):
 
 def normalize_exact(Hnum: np.ndarray, den: int, nm: "NormMatrices") -> Interval | None:
     """N(X) for the exact stream X = Hnum / den (the input of the first non-rational layer), each
-    distinct row computed once from exact rationals (_exact_row) and remembered across batches: a
+    distinct row computed once from exact rationals (_exact_rows) and remembered across batches: a
     zero-variance row (x - mean = 0 exactly) reads exactly the bias, with radius 0, and every other
     entry is within a few ulp.  None (the caller takes `normalize`) when Hnum is not int64 or some
     row's root is outside the float range."""
     if Hnum.dtype != np.int64 or not isinstance(den, int) or den <= 0:
         return None
     shape = Hnum.shape
-    flat = np.ascontiguousarray(Hnum.reshape(-1, shape[-1]))
+    support = _pc_transposed(nm)[0]  # the entries c = Pc h reads: rows equal there give one n
+    flat = np.ascontiguousarray(Hnum.reshape(-1, shape[-1])[:, support])
     uniq, inv = _distinct_rows(flat)
     M = np.empty((len(uniq), nm.k))
     R = np.empty((len(uniq), nm.k))
-    for i, row in enumerate(uniq):
-        key = (row.tobytes(), den)
+    keys = [(row.tobytes(), den) for row in uniq]
+    todo = []
+    for i, key in enumerate(keys):
         got = nm.exact_rows.get(key)
         if got is None:
-            got = _exact_row(nm, row, den)
-            if got is None:
-                return None
+            todo.append(i)
+        else:
+            M[i], R[i] = got
+    if todo:
+        got = _exact_rows(nm, uniq[todo], den)
+        if got is None:
+            return None
+        M[todo], R[todo] = got
+        for j, i in enumerate(todo):
             if len(nm.exact_rows) < EXACT_ROWS_CACHE:
-                nm.exact_rows[key] = got
-        M[i], R[i] = got
+                nm.exact_rows[keys[i]] = (got[0][j], got[1][j])
     inv = inv.reshape(-1)
-    m = np.zeros((len(flat), nm.dim))
-    r = np.zeros((len(flat), nm.dim))
+    m = np.zeros((len(inv), nm.dim))
+    r = np.zeros((len(inv), nm.dim))
     m[:, nm.offset:nm.offset + nm.k] = M[inv]
     r[:, nm.offset:nm.offset + nm.k] = R[inv]
     m[:, nm.constant] = 1.0
     return Interval(m.reshape(shape[:-1] + (nm.dim,)), r.reshape(shape[:-1] + (nm.dim,)))
 
 
+def _exp_at(x):
+    """softmax_intervals.exp_bounds(x, x) for float arguments x <= 0 (or NaN), with one np.exp per
+    entry instead of two (its two ends are the same float here): E_lo <= exp(x) <= E_hi, [0,
+    EXP_TINY] below EXP_LOW, else np.exp's value e times (1 -+ 2 EXP_REL) (exp_bounds' docstring);
+    a NaN x gives NaN ends."""
+    e = np.exp(np.maximum(x, EXP_LOW))  # x <= 0 < EXP_HIGH: only the lower clip applies
+    low = x < EXP_LOW
+    return np.where(low, 0.0, e * EXP_LO_FACTOR), np.where(low, EXP_TINY, e * EXP_HI_FACTOR)
+
+
 def _sigmoid_bounds(t_lo, t_hi):
     """Floats [g_lo, g_hi] with g_lo <= sigma(t_lo) and sigma(t_hi) <= g_hi (sigma increasing),
-    from exp of arguments <= 0 only; a NaN end gives [0, 1]."""
+    from exp of arguments <= 0 only: e = exp(-|t|) (-|t| is exact) in [E_lo, E_hi] (_exp_at, one
+    exp per entry); a NaN end gives [0, 1]."""
     def lower(t):
         neg = t < 0
-        E_lo, E_hi = exp_bounds(_lo(np.where(neg, t, -t)), _hi(np.where(neg, t, -t)))  # e^{-|t|}
+        E_lo, E_hi = _exp_at(np.where(neg, t, -t))  # e^{-|t|}
         # t >= 0: 1 / (1 + e^-t) >= 1 / (1 + E_hi); t < 0: e/(1+e) increasing in e: >= E_lo / (1 + E_lo)
         return np.where(neg, _lo(E_lo / _hi(1.0 + E_lo)), _lo(1.0 / _hi(1.0 + E_hi)))
 
     def upper(t):
         neg = t < 0
-        E_lo, E_hi = exp_bounds(_lo(np.where(neg, t, -t)), _hi(np.where(neg, t, -t)))
+        E_lo, E_hi = _exp_at(np.where(neg, t, -t))
         return np.where(neg, _hi(E_hi / _lo(1.0 + E_hi)), _hi(1.0 / _lo(1.0 + E_lo)))
 
     g_lo = np.clip(lower(t_lo), 0.0, 1.0)

@@ -186,7 +186,7 @@ class ExactMatrix:
             inexact = (d & (d - 1)) != 0
             r = np.zeros(len(flat))
         else:
-            m, r, inexact = self._slow(flat)
+            m, r, inexact = self._wide(flat, nums, dens)
         # a correctly rounded m errs by at most u |m| (at most eta/2 when subnormal): u |m| is exact
         # unless subnormal, so u |m| + eta bounds the error (as for the stream, _stream); an
         # infinite m (an overflow) keeps r = inf.  One vector operation instead of a Fraction per entry.
@@ -195,6 +195,39 @@ class ExactMatrix:
         self.m = m.reshape(M.shape)
         self.r = r.reshape(M.shape)
         self.finite = bool(np.isfinite(self.m).all() and np.isfinite(self.r).all())
+
+    @staticmethod
+    def _wide(flat, nums, dens):
+        """(m, r, inexact) exactly as _slow gives them, for numerators or denominators of 2^53 and
+        more, with vector operations where they give the same floats (speed: the products of
+        float32 weights a checkpoint's exact model holds have denominators beyond 2^53).
+        p and q convert to the floats pf = fl(p), qf = fl(q) (int -> float64 through
+        PyLong_AsDouble: correctly rounded; OverflowError beyond float64, then _slow entry by
+        entry).  Rounding is monotone and 2^53, 2^1000 are floats, so |p| >= 2^53 iff |pf| >= 2^53
+        and q >= 2^1000 iff qf >= 2^1000; q is a power of 2 iff q == qf exactly (an exact
+        int-float comparison; every power of 2 below 2^1024 is a float) and qf's frexp mantissa is
+        1/2: _slow's `inexact` as vectors.  m = fl(pf / qf) is the correctly rounded p / q (what
+        _slow's int / int gives) where (a) |p| < 2^53 and q < 2^53 (both exact: one IEEE division),
+        (b) q is a power of 2 below 2^1000 and |m| > 2^-1022 (then the exact pf / q is above 2^-1022,
+        rounding being monotone, so the division by the power of 2 is exact and fl(p) / q =
+        fl(p / q)), or (c) p = 0; every other entry takes _slow's int / int."""
+        P = np.array(nums, dtype=object)
+        Q = np.array(dens, dtype=object)
+        try:
+            pf = P.astype(np.float64)
+            qf = Q.astype(np.float64)
+        except OverflowError:
+            return ExactMatrix._slow(flat)
+        pow2 = (Q == qf.astype(object)) & (np.frexp(qf)[0] == 0.5)
+        big_p = np.abs(pf) >= 2.0 ** 53
+        big_q = qf >= 2.0 ** 1000
+        inexact = ~pow2 | big_p | big_q
+        m = pf / qf
+        good = (~big_p & (qf < 2.0 ** 53)) | (pow2 & ~big_q & (np.abs(m) > 2.0 ** -1022)) | (pf == 0)
+        r = np.zeros(len(flat))
+        for i in np.nonzero(~good)[0]:
+            m[i] = nums[i] / dens[i]  # int / int: correctly rounded (finite: |p / q| <= |p| < 2^1024)
+        return m, r, inexact
 
     @staticmethod
     def _slow(flat):

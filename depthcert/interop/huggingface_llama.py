@@ -360,7 +360,7 @@ def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=No
 
     from depthcert.checkers.layout import Layout
     from depthcert.checkers.model import MLP, Head, Layer, Model, Norm, Rotary
-    from depthcert.interop.transformerlens import _fmpq_mat, _fractions, _numpy, _vector
+    from depthcert.interop.transformerlens import _ZERO, _fmpq_mat, _fractions, _numpy, _vector
 
     c = config_from_dict(cfg, exact)
     p = check_state_dict(c, {k: _numpy(v) for k, v in sd.items()})
@@ -373,80 +373,96 @@ def model_from_config_and_state_dict(cfg: dict, sd: dict, vocab=None, classes=No
     layout = Layout.of(("token", V), ("position", n), ("one", 1), ("resid", dm))
     d = layout.dim
     one, r0 = V + n, V + n + 1
-    WE = _fmpq_mat(p["model.embed_tokens.weight"])
-    E = flint.fmpq_mat(dm, d)
-    for i in range(dm):
-        for t in range(V):
-            E[i, t] = WE[t, i]
-        E[i, r0 + i] = 1
-    R = flint.fmpq_mat(d, dm)
-    for i in range(dm):
-        R[r0 + i, i] = 1
-    P_norm = _fractions(E)
+    resid = list(range(r0, r0 + dm))
+    # Every matrix below reads the stream through E_y (the resid block, plus the constant row for a
+    # bias) and writes through R (the resid block), so each is computed as its block of non-zero
+    # rows and columns in python-flint and placed into a matrix of exact zeros (speed: the zeros
+    # are never converted; the same exact matrices as the products written in the docstring).
+
+    def place(block, shape, rows, cols):
+        """The read-only Fraction matrix of `shape` holding the fmpq_mat `block` at rows x cols, 0 elsewhere."""
+        out = np.full(shape, _ZERO, dtype=object)
+        out[np.ix_(rows, cols)] = _fractions(block)
+        out.flags.writeable = False
+        return out
+
+    P = np.full((dm, d), _ZERO, dtype=object)  # E = [embed_tokens^T | 0 | 0 | I]
+    P[:, :V] = _fractions(_fmpq_mat(p["model.embed_tokens.weight"]).transpose())
+    P[np.arange(dm), np.arange(r0, r0 + dm)] = Fraction(1)
+    P.flags.writeable = False
     eps = c.eps
 
     def rms(weight_key):
-        """(Norm of x = E h, E_y: the map from its output G to RMS(x) * weight)."""
+        """(Norm of x = E h, D: the (dm + 1)-square diagonal fmpq_mat diag(weight, 1)): the block of
+        E_y on the resid columns and the constant column."""
         w = _fmpq_mat(p[weight_key].reshape(1, -1))
-        Ey = flint.fmpq_mat(dm, d)
+        D = flint.fmpq_mat(dm + 1, dm + 1)
         for i in range(dm):
-            Ey[i, r0 + i] = w[0, i]
-        return Norm("rmsnorm", P_norm, eps, r0), Ey
+            D[i, i] = w[0, i]
+        D[dm, dm] = 1
+        return Norm("rmsnorm", P, eps, r0), D
 
-    def affine(W, b, Ein):
-        """W Ein + b e_one^T (W: rows = outputs)."""
-        M = _fmpq_mat(W) * Ein
-        if b is not None:
-            bq = _fmpq_mat(np.asarray(b).reshape(1, -1))
-            for i in range(M.nrows()):
-                M[i, one] += bq[0, i]
-        return M
+    def affine(W, b, D):
+        """W E_y + b e_one^T as (block, its columns): [W | b] D on the resid columns and the constant
+        column (b = 0 when None)."""
+        Wb = np.concatenate([W, np.zeros((W.shape[0], 1)) if b is None else np.asarray(b).reshape(-1, 1)], axis=1)
+        return _fmpq_mat(Wb) * D, resid + [one]
+
+    def gained(W, D):
+        """W E_y (no bias) as a read-only Fraction matrix: the block W diag(weight) on the resid columns."""
+        block, cols = affine(W, None, D)
+        return place(block, (W.shape[0], d), list(range(W.shape[0])), cols)
 
     m, group = c.num_heads, c.num_heads // c.num_kv_heads
     layers = []
     for li in range(c.num_layers):
         pre = f"model.layers.{li}."
-        norm_attn, Ea = rms(pre + "input_layernorm.weight")
+        norm_attn, Da = rms(pre + "input_layernorm.weight")
         a = pre + "self_attn."
         qw, kw, vw, ow = (p[a + x + "_proj.weight"] for x in "qkvo")
         qb, kb, vb = ((p[a + x + "_proj.bias"] if c.qkv_bias else None) for x in "qkv")
-        Ks, Vs = {}, {}
+        Ks, Vs, WKs = {}, {}, {}
         heads = []
         for h in range(m):
             g = h // group  # repeat_kv: query head h reads key/value head h // group
             if g not in Ks:
                 sl = slice(g * dh, (g + 1) * dh)
-                Ks[g] = affine(kw[sl], None if kb is None else kb[sl], Ea)
-                Vs[g] = affine(vw[sl], None if vb is None else vb[sl], Ea)
+                Ks[g] = affine(kw[sl], None if kb is None else kb[sl], Da)
+                Vs[g] = affine(vw[sl], None if vb is None else vb[sl], Da)
+                WKs[g] = place(Ks[g][0], (dh, d), list(range(dh)), Ks[g][1])  # shared by the group's heads
             sl = slice(h * dh, (h + 1) * dh)
-            Q = affine(qw[sl], None if qb is None else qb[sl], Ea)
-            K = Ks[g]
-            OV = (R * _fmpq_mat(ow[:, sl]) * Vs[g]) * m
-            if h == 0 and c.o_bias:
-                bO = _fmpq_mat(p[a + "o_proj.bias"].reshape(1, -1))
+            (Q, qcols), (K, kcols), (Vb, vcols) = affine(qw[sl], None if qb is None else qb[sl], Da), Ks[g], Vs[g]
+            OV = (_fmpq_mat(ow[:, sl]) * Vb) * m  # rows: the resid block (R)
+            if h == 0 and c.o_bias:  # o_proj's bias on the constant column of head 0
+                bO = _fmpq_mat(p[a + "o_proj.bias"].reshape(-1, 1))
                 for i in range(dm):
-                    OV[r0 + i, one] += bO[0, i] * m
-            WQ, WK = _fractions(Q), _fractions(K)
-            heads.append(Head(_fractions(K.transpose() * Q), _fractions(OV), attention="softmax", scale=Fraction(1),
-                              scale_sqrt_divisor=Fraction(dh), rotary=Rotary(WQ, WK, c.rotary_dim, c.theta)))
-        norm_mlp, Em = rms(pre + "post_attention_layernorm.weight")
+                    OV[i, dm] += bO[i, 0] * m
+            WQ = place(Q, (dh, d), list(range(dh)), qcols)
+            heads.append(Head(place(K.transpose() * Q, (d, d), kcols, qcols), place(OV, (d, d), resid, vcols),
+                              attention="softmax", scale=Fraction(1), scale_sqrt_divisor=Fraction(dh),
+                              rotary=Rotary(WQ, WKs[g], c.rotary_dim, c.theta)))
+        norm_mlp, Dm = rms(pre + "post_attention_layernorm.weight")
         pm = pre + "mlp."
+        ff = c.intermediate_size
 
         def bias(key, size):
             return _vector(_fmpq_mat(p[key].reshape(-1, 1))) if c.mlp_bias else np.full(size, Fraction(0), dtype=object)
 
-        W_gate = _fractions(_fmpq_mat(p[pm + "gate_proj.weight"]) * Em)
-        W1 = _fractions(_fmpq_mat(p[pm + "up_proj.weight"]) * Em)
-        W2 = _fractions(R * _fmpq_mat(p[pm + "down_proj.weight"]))
-        b2 = (_vector(R * _fmpq_mat(p[pm + "down_proj.bias"].reshape(-1, 1))) if c.mlp_bias
-              else np.full(d, Fraction(0), dtype=object))
-        mlp = MLP(W1, bias(pm + "up_proj.bias", c.intermediate_size), W2, b2, activation=c.activation,
-                  W_gate=W_gate, b_gate=bias(pm + "gate_proj.bias", c.intermediate_size))
+        W_gate = gained(p[pm + "gate_proj.weight"], Dm)
+        W1 = gained(p[pm + "up_proj.weight"], Dm)
+        W2 = place(_fmpq_mat(p[pm + "down_proj.weight"]), (d, ff), resid, list(range(ff)))
+        if c.mlp_bias:
+            b2 = np.full(d, _ZERO, dtype=object)
+            b2[r0:r0 + dm] = _vector(_fmpq_mat(p[pm + "down_proj.bias"].reshape(-1, 1)))
+        else:
+            b2 = np.full(d, Fraction(0), dtype=object)
+        mlp = MLP(W1, bias(pm + "up_proj.bias", ff), W2, b2, activation=c.activation,
+                  W_gate=W_gate, b_gate=bias(pm + "gate_proj.bias", ff))
         layers.append(Layer(tuple(heads), causal=True, mlp=mlp, norm_attn=norm_attn, norm_mlp=norm_mlp))
-    norm_final, Ef = rms("model.norm.weight")
+    norm_final, Df = rms("model.norm.weight")
     lm = p["model.embed_tokens.weight"] if c.tied else p["lm_head.weight"]
-    W_O = _fmpq_mat(lm) * Ef
-    return Model(vocab, n, classes, layout, tuple(layers), _fractions(W_O), name=name,
+    W_O = gained(lm, Df)
+    return Model(vocab, n, classes, layout, tuple(layers), W_O, name=name,
                  notes={"source": f"huggingface-{c.family}", "rope_theta": str(c.theta)}, constant_row=True,
                  outputs=outputs, norm_final=norm_final)
 

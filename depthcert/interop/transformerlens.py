@@ -302,11 +302,50 @@ def check_state_dict(c: TLConfig, sd: dict) -> dict[str, np.ndarray]:
 
 
 def _fmpq_mat(arr: np.ndarray):
-    """A float64 array (rows x cols) as an exact flint fmpq_mat."""
+    """A float64 array (rows x cols) as an exact flint fmpq_mat (every entry the rational the float
+    is).  Speed: when the entries share a denominator 2^e with every numerator below 2^62
+    (_dyadic_integers: float32 weights of a checkpoint, whose exponents span a few dozen binades)
+    the matrix is built from one list of integers and divided by 2^e in flint; otherwise entry by
+    entry (float.as_integer_ratio).  The same matrix either way."""
     import flint
 
     a = np.atleast_2d(arr)
+    ints = _dyadic_integers(a)
+    if ints is not None:
+        nums, e = ints
+        M = flint.fmpq_mat(flint.fmpz_mat(a.shape[0], a.shape[1], nums.ravel().tolist()))
+        return M / (1 << e) if e else M
     return flint.fmpq_mat([[flint.fmpq(*float(v).as_integer_ratio()) for v in row] for row in a])
+
+
+def _dyadic_integers(a: np.ndarray):
+    """(N, e) with a == N / 2^e exactly, N int64 with |N| < 2^62, e >= 0; or None (a not a finite
+    float array, or the entries' binades too far apart for int64).  frexp splits each float
+    exactly as a = m 2^x with |m| in [1/2, 1) (or m = 0); m 2^53 is an integer I (a float64 has at
+    most 53 significant bits, subnormals fewer), so a = I 2^(x - 53) exactly; I's trailing zero bits
+    t (from its lowest set bit I & -I, a power of 2 and so a float exactly) give a = o 2^g with o
+    = I >> t odd and g = x - 53 + t.  With e = max(0, -min g), N = o << (g + e) is exact when o's
+    bit length plus g + e stays at most 62 (checked; otherwise None)."""
+    if a.dtype.kind != "f" or a.dtype.itemsize > 8:
+        return None
+    a = a.astype(np.float64, copy=False)  # float16/32 values are float64 values exactly
+    if not np.isfinite(a).all():
+        return None
+    mant, x = np.frexp(a)
+    I = (mant * 2.0 ** 53).astype(np.int64)  # exact: an integer below 2^53 in magnitude
+    nz = I != 0
+    if not nz.any():
+        return np.zeros(a.shape, dtype=np.int64), 0
+    low = np.where(nz, I & -I, 1)
+    t = np.frexp(low.astype(np.float64))[1] - 1  # low = 2^t exactly
+    o = np.where(nz, I >> t, 0)  # exact: I is a multiple of 2^t
+    g = x.astype(np.int64) - 53 + t
+    e = max(0, -int(g[nz].min()))
+    shift = np.where(nz, g + e, 0)
+    obits = np.frexp(np.abs(o).astype(np.float64))[1]  # bit length of |o| (< 2^53, exact as a float)
+    if int((obits + shift)[nz].max()) > 62:
+        return None
+    return o << shift, e
 
 
 _ZERO = Fraction(0)  # one shared object for the (many) zero entries: Fractions are immutable
@@ -339,9 +378,22 @@ _CANONICAL_OK = _canonical_ok()
 
 def _fractions(M) -> np.ndarray:
     """An fmpq_mat as a read-only numpy object array of Fractions (flint keeps every entry in lowest
-    terms with a positive denominator, so each is built without a gcd; zeros share one object)."""
-    make = _from_coprime if _CANONICAL_OK else Fraction
-    vals = [_ZERO if q == 0 else make(int(q.p), int(q.q)) for q in M.entries()]
+    terms with a positive denominator, so each is built without a gcd, as _from_coprime builds it,
+    inline here: the call was a third of the time; zeros share one object)."""
+    if _CANONICAL_OK:
+        new = object.__new__
+        vals = []
+        put = vals.append
+        for q in M.entries():
+            p = int(q.p)
+            if p:
+                f = new(Fraction)
+                f._numerator, f._denominator = p, int(q.q)  # _from_coprime(p, q.q)
+                put(f)
+            else:
+                put(_ZERO)
+    else:
+        vals = [_ZERO if q == 0 else Fraction(int(q.p), int(q.q)) for q in M.entries()]
     out = np.empty(len(vals), dtype=object)
     out[:] = vals
     out = out.reshape(M.nrows(), M.ncols())
