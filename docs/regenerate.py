@@ -112,7 +112,9 @@ def _depth_at(layers: int):
             if x["outcome"] == "model":
                 m = x["model"]
                 k = m.get("padded_from_heads")
-                parts = (["known"] if "source" in m else []) + ([f"{k} head{'s' if k > 1 else ''}, padded"] if k else [])
+                src = m.get("source", "")
+                parts = (["known"] if src.startswith("known model") else ["clausal"] if "clausal" in src else []) + \
+                        ([f"{k} head{'s' if k > 1 else ''}, padded"] if k else [])
                 how = f" ({', '.join(parts)})" if parts else ""
                 return f"model, d'={m['d_model']}{how}"
             stop = " (safety stop: depends on the machine)" if x.get("machine_dependent") else ""

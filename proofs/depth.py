@@ -129,9 +129,9 @@ def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float | N
         return _done(got, spent, t0, clock)
     rounds = 0
     if max_rounds > 0:
-        got = _clausal(problem, layers, heads, max_rounds, deadline, clock)
+        got = _clausal(problem, layers, heads, max_rounds, deadline, clock, verify_model)
         rounds = got.rounds
-        if got.kind == "impossible":
+        if got.kind in ("impossible", "model"):
             return replace(got, nodes=spent, work=spent, seconds=clock() - t0)
         reasons.append(f"clausal search: {got.reason}")
         if got.machine:
@@ -140,8 +140,33 @@ def decide(problem, layers: int, heads: int, max_nodes: int, deadline: float | N
                         machine=bool(stopped), rounds=rounds)
 
 
-def _clausal(problem, layers, heads, max_rounds, deadline, clock) -> DepthOutcome:
-    """The clausal search (proofs/depth_clausal.py) on the dataset: a version-3 certificate, re-checked,
+def _realise_selections(problem, layers, heads, selections, verify_model):
+    """A model from the clausal search's selections on every point: the facts "these are the
+    maximal sets", realised with bilinear scores and verified on every point; (weights, margin)
+    or the reason it failed."""
+    from depthcert.proofs import check_depth as cd
+
+    pts = problem.points
+    ev = cd.Evaluator(pts, layers, heads, problem.causal, exact=True)
+    facts = cd.Facts()
+    for l in range(1, layers + 1):
+        for p, (toks, _) in enumerate(pts):
+            for i in (range(len(toks)) if l < layers else [len(toks) - 1]):
+                for h in range(heads):
+                    key, keyreps = ev.split(facts, l, h, p, i)
+                    S = selections[(l, h, tuple(toks), i)]
+                    facts = facts.add(key, [keyreps[j] for j in S], list(keyreps.values()))
+    r = realise(facts, pts, layers, heads, problem.causal, problem.vocab, problem.classes, problem.max_length,
+                problem.outputs, name=f"find-depth-L{layers}-H{heads}", groups=())
+    if not isinstance(r, Realised):
+        return None, r.reason
+    ok, margin = verify_model(r.weights)
+    return ((r.weights, margin), "") if ok else (None, "the realised model failed verification")
+
+
+def _clausal(problem, layers, heads, max_rounds, deadline, clock, verify_model=None) -> DepthOutcome:
+    """The clausal search (proofs/depth_clausal.py) on the dataset: a version-3 certificate, re-checked;
+    or, when every point's selections fit, a model realised from them and verified on every point;
     or an open outcome saying what the rounds covered."""
     from depthcert.proofs import depth_clausal as dc
 
@@ -159,8 +184,14 @@ def _clausal(problem, layers, heads, max_rounds, deadline, clock) -> DepthOutcom
         return DepthOutcome(layers, "impossible", certificate=cert, check_message=msg, subset=len(cert["points"]),
                             rounds=w.rounds, lps=w.lps,
                             proof_size=(len(proof["atoms"]), len(proof["lemmas"]), len(proof["steps"])))
+    why = ""
+    if got.status == "fits" and verify_model is not None:
+        model, why = _realise_selections(problem, layers, heads, got.selections, verify_model)
+        if model is not None:
+            return DepthOutcome(layers, "model", weights=model[0], margin=model[1], rounds=w.rounds, lps=w.lps,
+                                notes=(f"realised from the clausal search's selections ({covered})",))
     reason = {"budget": f"the search used its budget of {covered}",
-              "fits": f"every point's selections fit the LPs ({covered}): a floating-point fit, not realised",
+              "fits": f"every point's selections fit the LPs ({covered}), but no model was realised ({why})",
               "too large": f"the encoding reached its limit of {dc.MAX_CLAUSES:,} clauses ({covered})",
               "safety stop": f"the safety stop (--max-seconds) was reached: a machine-dependent stop ({covered})"}
     return DepthOutcome(layers, "open", reason=reason[got.status], rounds=w.rounds, lps=w.lps,

@@ -50,6 +50,7 @@ class ClausalOutcome:
     certificate: dict | None
     work: ClausalWork
     check_message: str = ""
+    selections: dict | None = None  # "fits": (layer, head, tokens, query position) -> the maximal set
 
 
 class _Encoding:
@@ -368,7 +369,12 @@ def refute(points, layers, heads, causal, task, max_rounds, max_seconds=None, cl
             found = _conflicts(enc, model, work)
             if not found:
                 if added >= len(order):
-                    return ClausalOutcome("fits", None, work)
+                    sel = {}
+                    for name, k in enc.ids.items():
+                        if name[0] == "s" and k in model:
+                            _, l, h, p, i, j = name
+                            sel.setdefault((l, h, enc.points[p][0], i), []).append(j)
+                    return ClausalOutcome("fits", None, work, selections={k: sorted(v) for k, v in sel.items()})
                 if not add_points(first):
                     return ClausalOutcome("too large", None, work)
                 continue

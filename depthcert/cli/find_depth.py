@@ -358,9 +358,11 @@ def _human(prob, args, outcomes, report):
         elif o.kind == "model":
             lines.append(f"  L={o.layers}  verified model: hardmax, d'={len(o.weights['W_O'][0])}, every point "
                          f"({len(prob.points)}) correct, min margin {_fmt_margin(o.margin)}; work {o.work or o.nodes:,} "
-                         f"nodes, {o.seconds:.1f} s")
+                         f"nodes{f' and {o.rounds:,} rounds' if o.rounds else ''}, {o.seconds:.1f} s")
             for note in o.notes:
-                lines.append(f"        {note} (not searched; verified on every point like a searched model)")
+                known = note.startswith("known model")
+                lines.append(f"        {note}" + (" (not searched; verified on every point like a searched model)"
+                                                   if known else ""))
             if o.padded_from:
                 lines.append(f"        found with {plural(o.padded_from, 'head')} per layer and padded with zero-value "
                              f"heads to {h} (a model with fewer heads is one with more); verified with {h}")
