@@ -123,15 +123,34 @@ class NormMatrices:
         self.eps_exact = N.eps
         self.exact_rows: dict = {}  # distinct exact input rows -> (n midpoints, radii), across batches
         self.pc_flint = None  # (support, Pc^T on it as an fmpq_mat): normalize_exact, built on first use
-        M = ExactMatrix(P)
-        self.finite = M.finite
-        self.P = M.right()
+        self.finite, self.P = _p_floats(P)
         self.k = k
         self.eps = _const(N.eps)
         self.root_k = float(np.nextafter(np.sqrt(float(k)), INF))  # sqrt correctly rounded, one step up
         self.offset, self.constant, self.dim = N.offset, constant, dim
         self.low_sum = _float_dn(1 - 2 * gamma(k))
         self.high_sum = _factor(k)
+
+
+_P_FLOATS: list = []  # [(P, finite, ExactMatrix(P).right())]: the last few, found by identity
+
+
+def _p_floats(P):
+    """(finite, ExactMatrix(P).right()), computed once for one P object: a model's norms of the
+    same stream share their P (a Llama's every RMSNorm reads x = E h), and P is read-only.  The
+    cache holds P itself, so an identity match is that very array (speed only)."""
+    for Q, finite, right in _P_FLOATS:
+        if Q is P and not P.flags.writeable:
+            return finite, right
+    M = ExactMatrix(P)
+    right = M.right()
+    for a in right:
+        a.flags.writeable = False  # shared by the norms of one P
+    got = (M.finite, right)
+    if not P.flags.writeable:
+        _P_FLOATS.insert(0, (P,) + got)
+        del _P_FLOATS[4:]
+    return got
 
 
 def normalize(X: Interval, nm: NormMatrices) -> Interval:
@@ -426,8 +445,67 @@ def _times_nonnegative(lo, hi, g_lo, g_hi):
     return f_lo, f_hi
 
 
+SILU_REL = 2.0 ** -47  # _silu_midrad's relative rounding term of the midpoint (see there)
+SILU_NARROW = 2.0 ** -20  # _silu_midrad's largest input radius
+
+
+def _silu_midrad(X: Interval) -> Interval | None:
+    """silu(X) in midpoint-radius form with one exp per entry, or None (the caller takes the
+    bounds of `activation`) unless every midpoint m has |m| <= 700 and every radius r <= 2^-20 (a
+    wide input keeps the monotone bounds).  u = 2^-53, eta = 2^-1074, E = EXP_REL = 2^-50.
+    Midpoint: s = fl(m g), g = fl(1 / fl(1 + e)) for m >= 0 and fl(e / fl(1 + e)) for m < 0,
+    e = np.exp(-|m|) (-|m| exact, in [EXP_LOW, 0], so |e - exp(-|m|)| <= E exp(-|m|), and
+    e >= e^-700 is normal, as are 1 + e and g >= e / 2):
+      1 + e = (1 + exp(-|m|))(1 + t1) with |t1| <= E + u + E u; g = sigma(m)(1 + t2) with
+      |t2| <= (1 + E)(1 + u) / (1 - E - u - E u) - 1 < 2E + 3u < 2^-48 (the m < 0 case; m >= 0 has
+      one E less); s = m g (1 + t3) + d3 (|t3| <= u, |d3| <= eta/2 when subnormal).  So
+      |s - silu(m)| <= rho |silu(m)| + eta/2 with rho < 2E + 4u < 2^-48, and since
+      |silu(m)| <= (|s| + eta/2) / (1 - rho): |s - silu(m)| <= 2^-47 |s| + eta.
+    Slope: silu'(x) = sigma(x) (1 + x (1 - sigma(x))), evaluated as d = fl(g fl(1 + fl(m fl(1 - g)))):
+      fl(1 - g) = 1 - sigma(m) + e1, |e1| <= 2^-48 + u; fl(m fl(1 - g)) = m (1 - sigma(m)) + e2,
+      |e2| <= |m| 2^-46 + eta; fl(1 + that) = 1 + m (1 - sigma(m)) + e3, |e3| <= (|m| + 1) 2^-45.5;
+      d = silu'(m)(1 + t2)(1 + t4) + sigma(m) e3 (1 + t2)(1 + t4), |t4| <= u: with |silu'| < 1.1,
+      |d - silu'(m)| <= (|m| + 2) 2^-45.  |silu''| <= 1/2 (its maximum, at 0), so for every x with
+      |x - m| <= r: |silu'(x)| <= S := |d| + (|m| + 2) 2^-45 + r / 2, and |silu(x) - silu(m)| <= S r
+      (the mean value theorem).
+    Radius: T = S r + 2^-47 |s| + eta.  Its float evaluation (a product losing at most a factor
+    1 - u and eta/2, a sum a factor 1 - u; the scalings by powers of 2 exact but for eta/2) gives
+    S_f = fl(fl(|d| + fl(fl(|m| + 2) 2^-45)) + fl(r / 2)) >= S (1 - u)^3 - eta and
+    f = fl(fl(S_f r) + fl(2^-47 |s|)) >= T0 (1 - u)^5 - 2 eta with T0 = T - eta (eta r <= eta / 2);
+    fl(f (1 + 2^-45)) >= T0 (1 - u)^6 (1 + 2^-45) - 3 eta, and the radius fl(that + 64 eta) >=
+    T0 (1 - u)^7 (1 + 2^-45) + 60 eta >= T ((1 - u)^7 (1 + 2^-45) >= 1).  Every value is finite:
+    |m| <= 700, r <= 2^-20."""
+    from depthcert.checkers.softmax_intervals import ETA, EXP_LOW as LOW
+
+    m = X.m
+    a = np.abs(m)
+    if not (a.max(initial=0.0) <= -LOW):  # also False for a NaN midpoint
+        return None
+    r = 0.0 if X.r is None else X.r
+    if X.r is not None and not (r.max(initial=0.0) <= SILU_NARROW):  # also None for a NaN radius
+        return None
+    e = np.exp(-a)
+    g = 1.0 + e
+    g = np.where(m >= 0, 1.0 / g, e / g)
+    s = m * g
+    slope = g * (1.0 + m * (1.0 - g))  # d
+    np.abs(slope, out=slope)
+    slope += (a + 2.0) * 2.0 ** -45
+    slope += 0.5 * r  # S_f
+    f = slope * r
+    f += SILU_REL * np.abs(s)
+    f *= 1.0 + 2.0 ** -45
+    f += 64 * ETA
+    return Interval(s, f)
+
+
 def activation(X: Interval, kind: str) -> Interval:
-    """act(X) elementwise for kind in SMOOTH (module docstring)."""
+    """act(X) elementwise for kind in SMOOTH (module docstring; silu with narrow finite inputs in
+    midpoint-radius form, _silu_midrad)."""
+    if kind == "silu":
+        out = _silu_midrad(X)
+        if out is not None:
+            return out
     lo, hi = X.bounds()
     g_lo, g_hi = _g_bounds(kind, lo, hi)
     f_lo, f_hi = _times_nonnegative(lo, hi, g_lo, g_hi)
