@@ -158,10 +158,13 @@ def normalize(X: Interval, nm: NormMatrices) -> Interval:
     offset.., 1 at the constant row, exact 0 elsewhere."""
     C = lin(X, nm.P, radius_product=True)  # (..., k): radii entry by entry
     clo, chi = C.bounds()
-    a = np.where((clo <= 0) & (chi >= 0), 0.0, np.minimum(np.abs(clo), np.abs(chi)))
-    b = np.maximum(np.abs(clo), np.abs(chi))
-    sq_lo = np.maximum(_lo(a * a), 0.0)
-    sq_hi = _hi(b * b)
+    alo, ahi = np.abs(clo), np.abs(chi)
+    a = np.where((clo <= 0) & (chi >= 0), 0.0, np.minimum(alo, ahi))
+    b = np.maximum(alo, ahi)
+    a *= a
+    sq_lo = np.maximum(_lo(a), 0.0)
+    b *= b
+    sq_hi = _hi(b)
     S_lo = sq_lo.sum(axis=-1, keepdims=True) * nm.low_sum  # (1 - 2 gamma_k)(1 + u) <= 1 - gamma_k
     S_hi = sq_hi.sum(axis=-1, keepdims=True) * nm.high_sum  # F_k (1 - u) >= 1 / (1 - gamma_k)
     k = float(nm.k)
@@ -169,14 +172,17 @@ def normalize(X: Interval, nm: NormMatrices) -> Interval:
     v_hi = _hi(_hi(S_hi / k) + nm.eps[1])
     s_lo = np.maximum(_lo(np.sqrt(v_lo)), 0.0)
     s_hi = _hi(np.sqrt(v_hi))
-    n_lo = _lo(np.where(clo >= 0, clo / s_hi, clo / s_lo))
-    n_hi = _hi(np.where(chi >= 0, chi / s_lo, chi / s_hi))
-    # |n_i| < sqrt(k) exactly; NaN (an overflowed c or s) stays NaN, so the point stays unsure
-    n_lo = np.where(n_lo < -nm.root_k, -nm.root_k, n_lo)
-    n_hi = np.where(n_hi > nm.root_k, nm.root_k, n_hi)
-    bad = ~(np.isfinite(n_lo) & np.isfinite(n_hi) & (s_lo > 0))
+    # n_lo = _lo(c_lo / s_hi) where c_lo >= 0, _lo(c_lo / s_lo) elsewhere (one division by the chosen
+    # divisor: the same quotients); the mirror for n_hi
+    n_lo = _lo(clo / np.where(clo >= 0, s_hi, s_lo))
+    n_hi = _hi(chi / np.where(chi >= 0, s_lo, s_hi))
+    # |n_i| < sqrt(k) exactly; NaN (an overflowed c or s) stays NaN (np.maximum / np.minimum carry
+    # it), so the point stays unsure
+    np.maximum(n_lo, -nm.root_k, out=n_lo)
+    np.minimum(n_hi, nm.root_k, out=n_hi)
     n = Interval.from_bounds(n_lo, n_hi)
-    if np.any(bad):
+    if not (np.isfinite(n.r).all() and (s_lo > 0).all()):  # r is finite iff both ends are
+        bad = ~(np.isfinite(n_lo) & np.isfinite(n_hi) & (s_lo > 0))
         n.m = np.where(bad, np.nan, n.m)
     shape = n.m.shape[:-1] + (nm.dim,)
     m = np.zeros(shape)
@@ -328,8 +334,9 @@ def normalize_exact(Hnum: np.ndarray, den: int, nm: "NormMatrices") -> Interval 
         return None
     shape = Hnum.shape
     support = _pc_transposed(nm)[0]  # the entries c = Pc h reads: rows equal there give one n
-    flat = np.ascontiguousarray(Hnum.reshape(-1, shape[-1])[:, support])
-    uniq, inv = _distinct_rows(flat)
+    uniq, inv = _distinct_rows(np.ascontiguousarray(Hnum.reshape(-1, shape[-1])))
+    uniq, inv_support = _distinct_rows(np.ascontiguousarray(uniq[:, support]))  # equal on the support
+    inv = inv_support.reshape(-1)[inv.reshape(-1)]
     M = np.empty((len(uniq), nm.k))
     R = np.empty((len(uniq), nm.k))
     keys = [(row.tobytes(), den) for row in uniq]
@@ -348,13 +355,12 @@ def normalize_exact(Hnum: np.ndarray, den: int, nm: "NormMatrices") -> Interval 
         for j, i in enumerate(todo):
             if len(nm.exact_rows) < EXACT_ROWS_CACHE:
                 nm.exact_rows[keys[i]] = (got[0][j], got[1][j])
-    inv = inv.reshape(-1)
-    m = np.zeros((len(inv), nm.dim))
-    r = np.zeros((len(inv), nm.dim))
-    m[:, nm.offset:nm.offset + nm.k] = M[inv]
-    r[:, nm.offset:nm.offset + nm.k] = R[inv]
-    m[:, nm.constant] = 1.0
-    return Interval(m.reshape(shape[:-1] + (nm.dim,)), r.reshape(shape[:-1] + (nm.dim,)))
+    TM = np.zeros((len(uniq), nm.dim))  # the distinct rows of the output, then one gather
+    TR = np.zeros((len(uniq), nm.dim))
+    TM[:, nm.offset:nm.offset + nm.k] = M
+    TR[:, nm.offset:nm.offset + nm.k] = R
+    TM[:, nm.constant] = 1.0
+    return Interval(TM[inv].reshape(shape[:-1] + (nm.dim,)), TR[inv].reshape(shape[:-1] + (nm.dim,)))
 
 
 def _exp_at(x):

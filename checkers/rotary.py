@@ -147,7 +147,7 @@ def rotate_interval(X, rot: Rotary, positions: np.ndarray):
     from depthcert.checkers.softmax_intervals import ETA, U, Interval
 
     n = int(positions.max()) + 1 if len(positions) else 1
-    cm, cr, ca, sm, sr, sa = (t[positions][None] for t in angle_midrad(rot, n))  # (1, q, dim)
+    cm, cr, ca, sm, sr, sa = _tables_at(rot, n, positions)  # (1, q, dim)
     h, d = rot.dim // 2, X.m.shape[-1]
     m = X.m
     r = np.zeros(m.shape) if X.r is None else np.broadcast_to(X.r, m.shape)
@@ -158,16 +158,47 @@ def rotate_interval(X, rot: Rotary, positions: np.ndarray):
         p1 = a * cm
         p2 = b * sm
         mid = p1 + p2
-        f = ra * ca + np.abs(a) * cr + rb * sa + np.abs(b) * sr + U * (np.abs(p1) + np.abs(p2) + np.abs(mid))
+        # f = ra ca + |a| cr + rb sa + |b| sr + U (|p1| + |p2| + |mid|), summed left to right, in place
+        f = ra * ca
+        t = np.abs(a)
+        t *= cr
+        f += t
+        np.multiply(rb, sa, out=t)
+        f += t
+        np.abs(b, out=t)
+        t *= sr
+        f += t
+        np.abs(p1, out=t)
+        t += np.abs(p2)
+        t += np.abs(mid)
+        t *= U
+        f += t
         f *= _RAD_UP
         f += 32 * ETA
     if 2 * h < d:  # partial rotary: the rest passes through
         mid = np.concatenate([mid, m[..., 2 * h:]], axis=-1)
         f = np.concatenate([f, r[..., 2 * h:]], axis=-1)
-    bad = ~(np.isfinite(mid) & np.isfinite(f))
-    if np.any(bad):
-        mid = np.where(bad, np.nan, mid)
+        bad = ~(np.isfinite(mid) & np.isfinite(f))
+        if np.any(bad):
+            mid = np.where(bad, np.nan, mid)
+    elif not np.isfinite(f).all():  # f >= U |mid|: a finite f has a finite mid
+        mid = np.where(np.isfinite(f), mid, np.nan)
     return Interval(mid, f)
+
+
+_AT: dict = {}  # (theta, dim, n, positions) -> angle_midrad's rows at those positions, (1, q, dim) each
+
+
+def _tables_at(rot: Rotary, n: int, positions: np.ndarray):
+    """angle_midrad(rot, n)'s six tables at `positions`, each (1, len(positions), dim) (kept: the
+    interval forward asks for the same few positions in every chunk)."""
+    key = (rot.theta, rot.dim, n, positions.tobytes())
+    got = _AT.get(key)
+    if got is None:
+        got = tuple(t[positions][None] for t in angle_midrad(rot, n))
+        if len(_AT) < 256:
+            _AT[key] = got
+    return got
 
 
 def rotate_ball(M, rot: Rotary, positions: list[int], prec: int):

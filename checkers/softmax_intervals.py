@@ -167,6 +167,19 @@ def _is_dyadic(q: Fraction) -> bool:
     return d & (d - 1) == 0 and abs(q.numerator).bit_length() <= 53 and d.bit_length() <= 1000
 
 
+def _slots_ok() -> bool:
+    """Fraction keeps its numerator and denominator in the slots _numerator and _denominator (as
+    CPython's fractions.py does); checked here, else ExactMatrix reads the public properties."""
+    try:
+        return all((f._numerator, f._denominator) == (f.numerator, f.denominator)
+                   for f in (Fraction(3, 4), Fraction(-2**80 - 1, 6), Fraction(0)))
+    except AttributeError:
+        return False
+
+
+_SLOTS_OK = _slots_ok()
+
+
 class ExactMatrix:
     """A rational weight matrix W as floats: Wm = fl(W), Wr >= |W - Wm|, and the derived
     non-negative matrices a product needs (|Wm| + Wr, Wr + gamma_k |Wm|, transposed)."""
@@ -175,8 +188,12 @@ class ExactMatrix:
         M = np.asarray(M, dtype=object)
         self.shape = M.shape
         flat = [v if type(v) is Fraction else Fraction(v) for v in M.ravel()]
-        nums = [v.numerator for v in flat]
-        dens = [v.denominator for v in flat]
+        if _SLOTS_OK:  # the same integers without a property call per entry (speed)
+            nums = [v._numerator for v in flat]
+            dens = [v._denominator for v in flat]
+        else:
+            nums = [v.numerator for v in flat]
+            dens = [v.denominator for v in flat]
         if max(map(abs, nums), default=0) < 2**53 and max(dens, default=1) < 2**53:
             # every numerator and denominator is a float64 exactly, so the float division is the
             # correctly rounded quotient (as int / int below); a denominator below 2^53 has at most
