@@ -45,6 +45,7 @@ Activations act(x) = x g(x) with g increasing and 0 <= g <= 1:
 from __future__ import annotations
 
 import math
+import threading
 from fractions import Fraction
 
 import numpy as np
@@ -123,6 +124,7 @@ class NormMatrices:
         self.eps_exact = N.eps
         self.exact_rows: dict = {}  # distinct exact input rows -> (n midpoints, radii), across batches
         self.pc_flint = None  # (support, Pc^T on it as an fmpq_mat): normalize_exact, built on first use
+        self.lock = threading.Lock()  # normalize_exact: one thread computes new rows, another waits for them
         self.finite, self.P = _p_floats(P)
         self.k = k
         self.eps = _const(N.eps)
@@ -333,7 +335,10 @@ def normalize_exact(Hnum: np.ndarray, den: int, nm: "NormMatrices") -> Interval 
     if Hnum.dtype != np.int64 or not isinstance(den, int) or den <= 0:
         return None
     shape = Hnum.shape
-    support = _pc_transposed(nm)[0]  # the entries c = Pc h reads: rows equal there give one n
+    if nm.pc_flint is None:
+        with nm.lock:
+            _pc_transposed(nm)
+    support = nm.pc_flint[0]  # the entries c = Pc h reads: rows equal there give one n
     uniq, inv = _distinct_rows(np.ascontiguousarray(Hnum.reshape(-1, shape[-1])))
     uniq, inv_support = _distinct_rows(np.ascontiguousarray(uniq[:, support]))  # equal on the support
     inv = inv_support.reshape(-1)[inv.reshape(-1)]
@@ -348,13 +353,22 @@ def normalize_exact(Hnum: np.ndarray, den: int, nm: "NormMatrices") -> Interval 
         else:
             M[i], R[i] = got
     if todo:
-        got = _exact_rows(nm, uniq[todo], den)
-        if got is None:
-            return None
-        M[todo], R[todo] = got
-        for j, i in enumerate(todo):
-            if len(nm.exact_rows) < EXACT_ROWS_CACHE:
-                nm.exact_rows[keys[i]] = (got[0][j], got[1][j])
+        with nm.lock:  # a worker thread deciding another chunk may be computing the same rows: wait for them
+            still = []
+            for i in todo:
+                got = nm.exact_rows.get(keys[i])
+                if got is None:
+                    still.append(i)
+                else:
+                    M[i], R[i] = got
+            if still:
+                got = _exact_rows(nm, uniq[still], den)
+                if got is None:
+                    return None
+                M[still], R[still] = got
+                for j, i in enumerate(still):
+                    if len(nm.exact_rows) < EXACT_ROWS_CACHE:
+                        nm.exact_rows[keys[i]] = (got[0][j], got[1][j])
     TM = np.zeros((len(uniq), nm.dim))  # the distinct rows of the output, then one gather
     TR = np.zeros((len(uniq), nm.dim))
     TM[:, nm.offset:nm.offset + nm.k] = M
