@@ -27,7 +27,10 @@ LlamaFloatForward, every operation in float64), counting a point correct when it
 float logit is strictly the largest: a float brute force, which certifies nothing.  Both wall
 seconds and CPU seconds of this process are printed (the machine is shared: wall time moves
 with the load, CPU time much less); ratio = certified / float64.  A model the installed
-verify-model refuses is printed with its one-line reason.
+verify-model refuses is printed with its one-line reason.  CPU seconds count every thread of the
+process: the certified run's two deciding threads (checkers/softmax_intervals.py, BLAS held to one
+thread there) and the BLAS worker threads of numpy's products in the float64 forward (which may
+run in parallel, or spin while waiting; OPENBLAS_NUM_THREADS=1 gives a one-thread float64 forward).
 """
 from __future__ import annotations
 
