@@ -27,6 +27,10 @@ top with the score 2 c' c - c'^2 of the carrier of c' (every other key is below 
 the read-out reads the carrier's copied token (or its position, for a constant class).  Parity of
 the tokens at P, and ICTM with k = 2 templates of length 2 over two tokens (whether the query
 matches the first template is the parity of four tokens), are of this form.
+
+composition of two or three functions on [N] (composition_two_layers): two layers of one head at
+every N; layer 1 looks up the next table's entry at every position, layer 2 the entry the last
+position found (pointer doubling).
 """
 from __future__ import annotations
 
@@ -187,11 +191,54 @@ def count_lookup_two_layers(vocab, classes, token, P, table: dict, n: int, name:
             "classes": list(classes), "layers": layers, "W_O": wo, "outputs": "all"}
 
 
+def composition_two_layers(vocab, classes, L: int, N: int, name: str = "composition-two-layers") -> dict:
+    """Composition of L = 2 or 3 functions on [N] (tables f_0 .. f_(L-1) at positions b N + j, then
+    x): two layers of one head.  Layer 1: a query in table block b with token u puts position
+    (b + 1) N + u strictly on top (score 10 for the next block, + 1 where the key position is u
+    mod N), and the last position (x) puts position x of block 0 on top; so the last position holds
+    f_0(x), and position N + j of block 1 holds f_2(f_1(j)).  Layer 2: the last position puts
+    position N + f_0(x) on top (score 1 against its layer-1 token f_0(x)).  The read-out reads that
+    position's token, f_1(f_0(x)) (L = 2), or its layer-1 token, f_2(f_1(f_0(x))) (L = 3): margin 1."""
+    if L not in (2, 3):
+        raise ValueError("composition_two_layers: L must be 2 or 3")
+    n = L * N + 1
+    layout = Layout(vocab, n, 2, 1)
+    d = layout.d[-1]
+    digit = [str(v) for v in range(N)]
+    qk1 = [[0] * d for _ in range(d)]
+    for b in range(L):  # queries in block b (the last block has no next one), and the last position
+        for q in range(b * N, (b + 1) * N):
+            if b + 1 < L:
+                for j in range(N):
+                    qk1[layout.row(("p", (b + 1) * N + j))][layout.row(("p", q))] = 10
+    for j in range(N):
+        qk1[layout.row(("p", j))][layout.row(("p", n - 1))] = 10
+    for k in range(n - 1):  # + 1 where the key position is u mod N, u the query's token
+        qk1[layout.row(("p", k))][layout.row(("t", digit[k % N]))] = 1
+    qk2 = [[0] * d for _ in range(d)]
+    for v in range(N):
+        qk2[layout.row(("p", N + v))][layout.row((1, 0, ("t", digit[v])))] = 1
+    wo = [[0] * d for _ in classes]
+    for c, cls in enumerate(classes):
+        if cls in layout.tok:
+            inner = ("t", cls) if L == 2 else (1, 0, ("t", cls))
+            wo[c][layout.row((2, 0, inner))] = 1
+    layers = [{"heads": [{"W_QK": qk1, "W_V": copy_into_block(layout, 1), "attention": "hardmax"}], "causal": False},
+              {"heads": [{"W_QK": qk2, "W_V": copy_into_block(layout, 2), "attention": "hardmax"}], "causal": False}]
+    return {"format": "depthcert.weights", "version": 2, "name": name, "vocab": list(vocab), "max_length": n,
+            "classes": list(classes), "layers": layers, "W_O": wo, "outputs": "all"}
+
+
 def known_models(problem, layers: int):
     """(description, weights with one head per layer) of the known models with `layers` layers."""
     if problem.name == "copy" and layers == 1:
         yield ("copy: position n + i attends position i (one head, any length)",
                copy_one_layer(problem.vocab, problem.classes, problem.params["length"]))
+    if layers == 2 and problem.name == "composition" and problem.params.get("L") in (2, 3):
+        L, N = problem.params["L"], problem.params["N"]
+        yield (f"composition of {L} functions: layer 1 looks up the next table's entry at every position, "
+               "layer 2 reads the entry of block 1 the last position found (one head, any N)",
+               composition_two_layers(problem.vocab, problem.classes, L, N))
     if layers == 2 and problem.name != "copy":
         found = count_function(problem.points, problem.vocab)
         if found is not None:

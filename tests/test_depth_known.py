@@ -141,3 +141,19 @@ def test_a_stored_certificate_is_not_lifted_when_a_label_differs(icqa_lifted):
     other = next(c for c in ("a0", "a1") if c != cert["points"][0]["label"])
     flipped = [(t, other if t == first else y) for t, y in small.points]
     assert lifted(SimpleNamespace(**{**vars(small), "points": flipped}), 1, 1) is None
+
+
+@pytest.mark.parametrize("L,N", [(2, 2), (3, 2), (2, 3), (2, 4), (3, 3)])
+def test_composition_of_two_or_three_functions_has_a_two_layer_one_head_model(L, N):
+    from depthcert.proofs.depth_known import composition_two_layers
+
+    task = make_task("composition", n_functions=L, domain=N)
+    assert _verified(composition_two_layers(task.vocab, task.classes, L, N), task)
+
+
+def test_the_composition_model_is_built_for_two_or_three_functions_only():
+    """Two lookups reach three functions, not four: L = 4 is refused when built."""
+    from depthcert.proofs.depth_known import composition_two_layers
+
+    with pytest.raises(ValueError, match="L must be 2 or 3"):
+        composition_two_layers(["0", "1"], ["0", "1"], 4, 2)
