@@ -119,7 +119,8 @@ def _depth_at(layers: int):
                 return f"model, d'={m['d_model']}{how}"
             stop = " (safety stop: depends on the machine)" if x.get("machine_dependent") else ""
             rounds = f" and {x['work_rounds']:,} rounds" if x.get("work_rounds") else ""
-            return f"open after {x['work_nodes']:,} nodes{rounds}{stop}"
+            nodes = x["work_nodes"]
+            return f"open after {nodes:,} node{'' if nodes == 1 else 's'}{rounds}{stop}"
         return "-"
     return cell
 
@@ -158,6 +159,7 @@ FIELDS = {
     "L = 2": _depth_at(2),
     "L = 3": _depth_at(3),
     "work (nodes)": lambda d: f"{sum(x['work_nodes'] for x in d['depths']):,}",
+    "work (rounds)": lambda d: f"{sum(x.get('work_rounds', 0) for x in d['depths']):,}",
     "path": lambda d: d["evaluation"],
     "certificate points": lambda d: "-" if d["fittable"] else str(d["points_in_certificate"]),
     "one-layer model": _one_layer_model,
