@@ -47,12 +47,8 @@ from itertools import combinations
 if __package__:
     from . import check_clausal
 else:  # run as a script: the file beside this one, whatever sys.path holds (python -I included)
-    import importlib.util as _util
-
-    _spec = _util.spec_from_file_location("check_clausal", os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                        "check_clausal.py"))
-    check_clausal = _util.module_from_spec(_spec)
-    _spec.loader.exec_module(check_clausal)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import check_clausal
 
 FORMAT = "depthcert.depth-certificate"
 VERSION = 2  # written by the case-split search; version 1 (the relaxed class R(L, H)) is still read

@@ -107,7 +107,7 @@ def test_false_edits_are_refused(parity3, name, edit, want):
 
 def test_the_checker_runs_alone_on_a_version3_certificate(parity3, tmp_path):
     """`python -I proofs/check_depth.py FILE` from another folder: nothing but Python and the two
-    checker files (check_depth.py loads check_clausal.py by its path)."""
+    checker files (check_depth.py imports check_clausal.py from its own folder)."""
     import subprocess
     import sys
 
