@@ -172,38 +172,23 @@ def test_budget_is_rounds_not_seconds():
     assert (a.work.rounds, a.work.lemmas, a.work.lps) == (b.work.rounds, b.work.lemmas, b.work.lps)
 
 
-@pytest.mark.parametrize("path", sorted(p for p in __import__("glob").glob(os.path.join(ROOT, "proofs", "certificates",
-                                                                                          "depth", "*.json"))
-                                        if json.load(open(p, encoding="utf-8")).get("version") == 3))
-def test_stored_version3_certificates_name_their_task(path):
+def _stored_version3():
+    import glob
+
+    out = []
+    for p in sorted(glob.glob(os.path.join(ROOT, "proofs", "certificates", "depth", "*.json"))):
+        with open(p, encoding="utf-8") as fh:
+            if json.load(fh).get("version") == 3:
+                out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("path", _stored_version3(), ids=os.path.basename)
+def test_stored_version3_certificates_name_their_task_and_sizes(path):
+    """Each stored clausal certificate names its task and is stored under the name find-depth
+    --certificates gives it (tests/test_depth.py re-checks every stored certificate)."""
     with open(path, encoding="utf-8") as fh:
         c = json.load(fh)
-    assert c["task"] is not None
-    ok, msg = cd.check(c)
-    assert ok, msg
-
-
-def _find_depth_json(argv, capsys):
-    from depthcert.cli.common import run_main
-    from depthcert.cli.find_depth import _find_depth
-
-    code = run_main(_find_depth, argv + ["--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
-def test_a_clausal_fit_is_realised_and_verified(capsys):
-    """Composition of two functions on N = 2 with two heads: the clausal search's selections on all
-    32 points are realised with bilinear scores and verified on every point: one layer suffices."""
-    code, doc = _find_depth_json(["--task", "composition", "--L", "2", "--N", "2", "--heads", "2", "--max-nodes", "20",
-                                  "--max-layers", "1"], capsys)
-    assert code == 0 and doc["exact"] and doc["minimal_depth"] == 1
-    d = doc["depths"][0]
-    assert d["outcome"] == "model" and d["model"]["verified"] and d["model"]["points_checked"] == 32
-    assert "clausal" in d["model"]["source"] and d["work_rounds"] > 0
-
-
-def test_max_rounds_zero_skips_the_clausal_search(capsys):
-    code, doc = _find_depth_json(["--task", "composition", "--L", "2", "--N", "2", "--heads", "2", "--max-nodes", "20",
-                                  "--max-layers", "1", "--max-rounds", "0"], capsys)
-    assert code == 3 and doc["depths"][0]["outcome"] == "open" and "work_rounds" not in doc["depths"][0]
-    assert "clausal" not in doc["depths"][0]["reason"] and doc["max_rounds"] == 0
+    assert c["task"] is not None and c["version"] == 3
+    sizes = "-".join(f"{k}{v}" for k, v in c["task"]["params"].items())
+    assert os.path.basename(path) == f"{c['task']['name']}-{sizes}-L{c['layers']}-H{c['heads']}.json"
