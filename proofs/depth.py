@@ -153,7 +153,10 @@ def _realise_selections(problem, layers, heads, selections, verify_model):
         for p, (toks, _) in enumerate(pts):
             for i in (range(len(toks)) if l < layers else [len(toks) - 1]):
                 for h in range(heads):
-                    key, keyreps = ev.split(facts, l, h, p, i)
+                    got = ev.split(facts, l, h, p, i)
+                    if got is None:
+                        return None, "the selections leave a query or key of a later layer undetermined"
+                    key, keyreps = got
                     S = selections[(l, h, tuple(toks), i)]
                     facts = facts.add(key, [keyreps[j] for j in S], list(keyreps.values()))
     r = realise(facts, pts, layers, heads, problem.causal, problem.vocab, problem.classes, problem.max_length,
