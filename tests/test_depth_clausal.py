@@ -192,3 +192,29 @@ def test_stored_version3_certificates_name_their_task_and_sizes(path):
     assert c["task"] is not None and c["version"] == 3
     sizes = "-".join(f"{k}{v}" for k, v in c["task"]["params"].items())
     assert os.path.basename(path) == f"{c['task']['name']}-{sizes}-L{c['layers']}-H{c['heads']}.json"
+
+
+def _find_depth_json(argv, capsys):
+    from depthcert.cli.common import run_main
+    from depthcert.cli.find_depth import _find_depth
+
+    code = run_main(_find_depth, argv + ["--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_clausal_fit_is_realised_and_verified(capsys):
+    """Composition of two functions on N = 2 with two heads: the clausal search's selections on all
+    32 points are realised with bilinear scores and verified on every point: one layer suffices."""
+    code, doc = _find_depth_json(["--task", "composition", "--L", "2", "--N", "2", "--heads", "2", "--max-nodes", "20",
+                                  "--max-layers", "1"], capsys)
+    assert code == 0 and doc["exact"] and doc["minimal_depth"] == 1
+    d = doc["depths"][0]
+    assert d["outcome"] == "model" and d["model"]["verified"] and d["model"]["points_checked"] == 32
+    assert "clausal" in d["model"]["source"] and d["work_rounds"] > 0
+
+
+def test_max_rounds_zero_skips_the_clausal_search(capsys):
+    code, doc = _find_depth_json(["--task", "composition", "--L", "2", "--N", "2", "--heads", "2", "--max-nodes", "20",
+                                  "--max-layers", "1", "--max-rounds", "0"], capsys)
+    assert code == 3 and doc["depths"][0]["outcome"] == "open" and "work_rounds" not in doc["depths"][0]
+    assert "clausal" not in doc["depths"][0]["reason"] and doc["max_rounds"] == 0
