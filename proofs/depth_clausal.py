@@ -244,8 +244,8 @@ def _phases(enc):
     """The atoms' values under one fixed generic model (pseudo-random score matrices): the
     solver's preferred polarities, so that its first assignments are realisable ones.  Only a
     search heuristic: nothing is claimed of this model."""
-    out = []
-    vec = {}
+    vec = enc.__dict__.setdefault("_phase_vectors", {})  # kept between calls: the model is fixed
+    value = enc.__dict__.setdefault("_phase_values", {})
 
     def vector(l, p, i):
         got = vec.get((l, p, i))
@@ -273,13 +273,15 @@ def _phases(enc):
         return [j for j in sorted(sc) if sc[j] == top]
 
     for name, k in enc.ids.items():
+        if k in value:
+            continue
         if name[0] == "s":
             _, l, h, p, i, j = name
-            out.append(k if j in sel(l, h, p, i) else -k)
+            value[k] = k if j in sel(l, h, p, i) else -k
         else:
             _, l, h, p, i, a, b = enc.json[k - 1]
-            out.append(k if score(l, h, p, i, a) >= score(l, h, p, i, b) else -k)
-    return out
+            value[k] = k if score(l, h, p, i, a) >= score(l, h, p, i, b) else -k
+    return [value[k] for k in enc.ids.values()]
 
 
 def _lemma_head(l, h, facts, y):
