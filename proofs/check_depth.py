@@ -784,16 +784,14 @@ def classify(obj):
         return "malformed", "malformed: nested too deeply"
     shape = (str(layers) + " layer" + ("s" if layers > 1 else "") + " of " + str(heads) + " average-hard head"
              + ("s" if heads > 1 else "") + (", causal" if causal else ""))
-    if version == 3:
-        claim = ("no hardmax attention-only transformer with " + shape + " (one-hot token and position inputs, "
-                 "bilinear scores, linear values and read-out, any width and weights) classifies all of them correctly")
-        return "valid", ("valid: version 3, " + str(len(points)) + " points, a clausal proof of " + str(atoms)
-                         + " atoms, " + str(lemmas) + " Farkas lemmas, " + str(steps) + " steps; " + claim)
-    if ev.exact:
+    if version >= 2:  # the exact class B(L, H)
         claim = ("no hardmax attention-only transformer with " + shape + " (one-hot token and position inputs, "
                  "bilinear scores, linear values and read-out, any width and weights) classifies all of them correctly")
     else:
         claim = "no model of R(" + str(layers) + ", " + str(heads) + ") (" + shape + ") classifies all of them correctly"
+    if version == 3:
+        return "valid", ("valid: version 3, " + str(len(points)) + " points, a clausal proof of " + str(atoms)
+                         + " atoms, " + str(lemmas) + " Farkas lemmas, " + str(steps) + " steps; " + claim)
     return "valid", ("valid: version " + str(version) + ", " + str(len(points)) + " points, " + str(nodes)
                      + " nodes, " + str(leaves) + " Farkas leaves; " + claim)
 
